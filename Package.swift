@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "tokenrelay",
+    platforms: [.macOS(.v13)],
+    products: [
+        .executable(name: "tokenrelay", targets: ["tokenrelay"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.0.0"),
+    ],
+    targets: [
+        // libevent (+ openssl, pthreads) as found by pkg-config; linking is spelled out in the modulemap
+        // because libevent_openssl.pc lists -lssl -lcrypto only in Libs.private.
+        .systemLibrary(
+            name: "CLibevent",
+            pkgConfig: "libevent_openssl",
+            providers: [.apt(["libevent-dev", "libssl-dev"])]
+        ),
+        // The few things Swift cannot reach through the public headers (request minor version,
+        // OpenSSL function-like macros).
+        .target(name: "CEventShim", dependencies: ["CLibevent"]),
+        .target(
+            name: "TokenRelay",
+            dependencies: [
+                "CLibevent",
+                "CEventShim",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        .executableTarget(
+            name: "tokenrelay",
+            dependencies: [
+                "TokenRelay",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(
+            name: "TokenRelayTests",
+            dependencies: ["TokenRelay"]
+        ),
+    ]
+)

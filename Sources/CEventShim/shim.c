@@ -1,0 +1,14 @@
+#include "CEventShim.h"
+#include <event2/http_struct.h>
+
+int tr_evhttp_request_minor(struct evhttp_request *req) {
+    return req->minor;
+}
+
+long tr_ssl_set_tlsext_host_name(SSL *ssl, const char *name) {
+    return SSL_set_tlsext_host_name(ssl, name);
+}
+
+long tr_ssl_ctx_set_min_proto_version(SSL_CTX *ctx, int version) {
+    return SSL_CTX_set_min_proto_version(ctx, version);
+}

@@ -1,0 +1,67 @@
+import Prometheus
+
+/// The metrics tokenrelay exports on the admin listener's `/metrics`, in Prometheus text format.
+///
+/// Labels have small fixed value sets (status codes, outcome names); nothing derived from a request
+/// path or a token ever becomes a label. Confined to the event loop, except `exposition()`.
+final class RelayMetrics {
+    let registry = PrometheusCollectorRegistry()
+    private var requestsByStatus: [Int: Counter] = [:]
+    private var refreshesByOutcome: [String: Counter] = [:]
+    private var upstreamErrorsByKind: [String: Counter] = [:]
+    let heldRequests: Gauge
+    let replaysAfterRefresh: Counter
+    let replaysStaleGeneration: Counter
+    let tokenGeneration: Gauge
+    let loginRequired: Gauge
+    let tokenFileWriteFailures: Counter
+    let accessTokenExpiresAt: Gauge
+
+    private static let replaysHelp = "Requests sent again with a newer access token, by reason"
+
+    init() {
+        heldRequests = registry.makeGauge(descriptor: Self.name("held_requests", unit: "", help: "Requests waiting for a token refresh"))
+        replaysAfterRefresh = registry.makeCounter(descriptor: Self.name("replays", unit: "total", help: Self.replaysHelp),
+                                                   labels: [("reason", "refreshed")])
+        replaysStaleGeneration = registry.makeCounter(descriptor: Self.name("replays", unit: "total", help: Self.replaysHelp),
+                                                      labels: [("reason", "stale_token")])
+        tokenGeneration = registry.makeGauge(descriptor: Self.name("token_generation", unit: "", help: "Current access-token generation"))
+        loginRequired = registry.makeGauge(descriptor: Self.name(
+            "login_required", unit: "", help: "1 while the refresh token was rejected and a new login is needed"))
+        tokenFileWriteFailures = registry.makeCounter(descriptor: Self.name("token_file_write_failures", unit: "total",
+                                                                            help: "Failed writes of the token file"))
+        accessTokenExpiresAt = registry.makeGauge(descriptor: Self.name(
+            "access_token_expiry_timestamp", unit: "seconds", help: "Expiry of the current access token (Unix time; 0 when unknown)"))
+    }
+
+    private static func name(_ metric: String, unit: String, help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(namespace: "tokenrelay", metricName: metric, unitName: unit, helpText: help)
+    }
+
+    func countRequest(status: Int) {
+        if let counter = requestsByStatus[status] { return counter.increment() }
+        let counter = registry.makeCounter(descriptor: Self.name("requests", unit: "total", help: "Client requests answered, by HTTP status"),
+                                           labels: [("status", String(status))])
+        requestsByStatus[status] = counter
+        counter.increment()
+    }
+
+    func countRefresh(outcome: String) {
+        counter(in: &refreshesByOutcome, Self.name("refreshes", unit: "total", help: "Token refresh attempts, by outcome"),
+                label: "outcome", value: outcome).increment()
+    }
+
+    func countUpstreamError(kind: String) {
+        counter(in: &upstreamErrorsByKind, Self.name("upstream_errors", unit: "total", help: "Upstream requests that failed without a response"),
+                label: "kind", value: kind).increment()
+    }
+
+    private func counter(in cache: inout [String: Counter], _ descriptor: MetricNameDescriptor, label: String, value: String) -> Counter {
+        if let counter = cache[value] { return counter }
+        let counter = registry.makeCounter(descriptor: descriptor, labels: [(label, value)])
+        cache[value] = counter
+        return counter
+    }
+
+    func exposition() -> String { registry.emitToString() }
+}

@@ -1,0 +1,58 @@
+import CLibevent
+
+/// A libevent `event` (timer, signal, fd readiness, or manual wake-up) that calls a Swift closure.
+///
+/// The owner keeps the `LoopEvent`; the closure should capture its owner weakly or unowned. Freeing the
+/// `LoopEvent` (deinit) deletes the event, so it can never fire into a released object.
+final class LoopEvent {
+    private var event: OpaquePointer? = nil
+    private let handler: (Int16) -> Void
+
+    /// - Parameters:
+    ///   - fd: the descriptor or signal number to watch, or -1 for a pure timer / manual event.
+    ///   - events: `EV_TIMEOUT`, `EV_READ`, `EV_CLOSED`, `EV_SIGNAL`, `EV_PERSIST` as libevent defines them.
+    init(loop: EventLoop, fd: Int32 = -1, events: Int32 = 0, handler: @escaping (Int16) -> Void) {
+        self.handler = handler
+        event = event_new(loop.base, fd, Int16(truncatingIfNeeded: events), loopEventTrampoline, unretainedContext(self))
+    }
+
+    func fire(_ what: Int16) { handler(what) }
+
+    /// Arms the event; `after` nil means "no timeout" (fd and signal events wait for their condition).
+    func schedule(after seconds: Double? = nil) {
+        guard let event else { return }
+        if let seconds {
+            var tv = timeval(seconds: seconds)
+            event_add(event, &tv)
+        } else {
+            event_add(event, nil)
+        }
+    }
+
+    /// Runs the handler on the next loop iteration (safe from within other callbacks).
+    func activate() {
+        guard let event else { return }
+        event_active(event, Int32(EV_TIMEOUT), 0)
+    }
+
+    func cancel() {
+        guard let event else { return }
+        event_del(event)
+    }
+
+    var isPending: Bool {
+        guard let event else { return false }
+        return event_pending(event, Int16(EV_TIMEOUT | EV_READ | EV_WRITE | EV_SIGNAL | EV_CLOSED), nil) != 0
+    }
+
+    deinit {
+        if let event { event_free(event) }
+    }
+}
+
+extension timeval {
+    init(seconds: Double) {
+        let whole = seconds.rounded(.down)
+        self.init(tv_sec: Int(whole), tv_usec: Int((seconds - whole) * 1_000_000))
+    }
+}

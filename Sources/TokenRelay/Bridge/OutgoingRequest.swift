@@ -1,0 +1,130 @@
+import CLibevent
+
+/// Why an outgoing request did not complete.
+struct OutgoingFailure: Error, CustomStringConvertible {
+    enum Kind: String { case connect, timeout, connectionLost = "connection_lost", invalidResponse = "invalid_response", tooLarge = "too_large" }
+    let kind: Kind
+    /// True once any response byte arrived; before that, a failure may still be retried safely in some cases.
+    let afterResponseStarted: Bool
+
+    /// Whether the peer may have received and acted on the request (the refresh path logs this as
+    /// "outcome unknown": a rotated refresh token may be lost in flight).
+    var mayHaveReachedPeer: Bool { kind != .connect }
+
+    var description: String {
+        switch kind {
+        case .connect: return "could not connect"
+        case .timeout: return "timed out"
+        case .connectionLost: return afterResponseStarted ? "connection lost mid-response" : "connection closed before a response"
+        case .invalidResponse: return "invalid HTTP response"
+        case .tooLarge: return "response too large"
+        }
+    }
+}
+
+protocol OutgoingRequestDelegate: AnyObject {
+    /// Status line and headers are in (`evhttp_request_get_response_code`, `_get_input_headers`).
+    func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer)
+    /// More body bytes sit in `evhttp_request_get_input_buffer(response)`; take them or they accumulate.
+    func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer)
+    /// Exactly once per started request, unless it was cancelled.
+    func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>)
+}
+
+/// One request on an `evhttp_connection`, turning libevent's irregular callbacks into exactly one
+/// `outgoingRequestFinished` (or none after `cancel()`).
+///
+/// It retains itself from `start` until evhttp is done with the request, because evhttp owns the
+/// `evhttp_request` and may call back after every Swift reference to this object is gone.
+final class OutgoingRequest {
+    weak var delegate: OutgoingRequestDelegate?
+    private var request: OpaquePointer?
+    private var reportedError: evhttp_request_error?
+    private(set) var headersReceived = false
+    private var selfRetain: Unmanaged<OutgoingRequest>?
+
+    init(delegate: OutgoingRequestDelegate) {
+        self.delegate = delegate
+    }
+
+    var isActive: Bool { request != nil }
+
+    /// Creates the request, lets `prepare` fill its headers and body, and sends it.
+    /// Returns false when evhttp refused to start it (no callback will follow).
+    func start(on connection: OpaquePointer, method: evhttp_cmd_type, target: String, prepare: (OpaquePointer) -> Void) -> Bool {
+        let retained = Unmanaged.passRetained(self)
+        let context = retained.toOpaque()
+        guard let req = evhttp_request_new(outgoingDoneTrampoline, context) else {
+            retained.release()
+            return false
+        }
+        evhttp_request_set_header_cb(req, outgoingHeaderTrampoline)
+        evhttp_request_set_chunked_cb(req, outgoingChunkTrampoline)
+        evhttp_request_set_error_cb(req, outgoingErrorTrampoline)
+        prepare(req)
+        selfRetain = retained
+        request = req
+        if evhttp_make_request(connection, req, method, target) != 0 {
+            // evhttp's contract on this path is unclear (it may or may not free req); never touch it again.
+            request = nil
+            selfRetain = nil
+            retained.release()
+            return false
+        }
+        return true
+    }
+
+    /// Stops the request; evhttp resets the connection, which stays usable for the next request.
+    func cancel() {
+        guard let req = request else { return }
+        request = nil
+        evhttp_cancel_request(req)  // calls `failed(CANCEL)` re-entrantly, which is ignored now
+        releaseSelf()
+    }
+
+    func receivedHeaders(_ response: OpaquePointer) {
+        guard request != nil else { return }
+        headersReceived = true
+        delegate?.outgoingRequestReceivedHeaders(self, response: response)
+    }
+
+    func receivedBody(_ response: OpaquePointer) {
+        guard request != nil else { return }
+        delegate?.outgoingRequestReceivedBody(self, response: response)
+    }
+
+    func failed(_ error: evhttp_request_error) {
+        guard request != nil else { return }
+        reportedError = error
+    }
+
+    func completed(_ response: OpaquePointer?) {
+        guard request != nil else { return }
+        request = nil
+        defer { releaseSelf() }
+        if let response, reportedError == nil, evhttp_request_get_response_code(response) != 0 {
+            delegate?.outgoingRequestFinished(self, result: .success(response))
+            return
+        }
+        delegate?.outgoingRequestFinished(self, result: .failure(failure(connectFailed: response != nil)))
+    }
+
+    private func failure(connectFailed: Bool) -> OutgoingFailure {
+        // A done callback with a request but status 0 is evhttp's "could not connect" path.
+        if connectFailed && reportedError == nil { return OutgoingFailure(kind: .connect, afterResponseStarted: false) }
+        let kind: OutgoingFailure.Kind
+        switch reportedError {
+        case EVREQ_HTTP_TIMEOUT: kind = .timeout
+        case EVREQ_HTTP_INVALID_HEADER: kind = .invalidResponse
+        case EVREQ_HTTP_DATA_TOO_LONG: kind = .tooLarge
+        default: kind = .connectionLost
+        }
+        return OutgoingFailure(kind: kind, afterResponseStarted: headersReceived)
+    }
+
+    private func releaseSelf() {
+        let retained = selfRetain
+        selfRetain = nil
+        retained?.release()
+    }
+}

@@ -1,0 +1,90 @@
+/// The whole configuration, validated. Every field is documented in `config/tokenrelay.schema.json`.
+public struct Config: Sendable {
+    public var listen: ListenAddress
+    public var upstream: Upstream
+    public var tokens: Tokens
+    public var refresh: Refresh
+    public var admin: Admin?
+    public var limits = Limits()
+    public var timeouts = Timeouts()
+    public var logLevel = "info"
+
+    public struct Upstream: Sendable {
+        public var url: HTTPEndpoint
+    }
+
+    public struct Tokens: Sendable {
+        public var file: String
+        /// How often the token file is checked for changes made by someone else (an operator, `token import`).
+        public var watchIntervalSeconds: Double = 1
+    }
+
+    public struct Refresh: Sendable {
+        public enum ClientAuth: String, Sendable, CaseIterable {
+            case clientSecretBasic = "client_secret_basic"
+            case clientSecretPost = "client_secret_post"
+            case none
+        }
+
+        public enum SecretSource: Sendable, Equatable {
+            case environment(String)
+            case file(String)
+        }
+
+        public var grant = "refresh_token"
+        public var tokenURL: HTTPEndpoint
+        public var clientID: String
+        public var clientSecret: SecretSource?
+        public var clientAuth: ClientAuth
+        public var scope: String?
+        /// Attempts per refresh cycle for transient failures (connect errors, timeouts, 5xx).
+        public var maxAttempts = 4
+        /// First retry delay; doubled per attempt.
+        public var backoffSeconds = 0.5
+    }
+
+    public struct Admin: Sendable {
+        public var listen: ListenAddress
+    }
+
+    public struct Limits: Sendable {
+        public var maxBodyBytes = 8 * 1024 * 1024
+        public var maxHeaderBytes = 64 * 1024
+        public var maxHeldRequests = 1024
+        public var maxUpstreamConnections = 128
+    }
+
+    public struct Timeouts: Sendable {
+        /// Connect, send and wait-for-bytes on an upstream connection (evhttp uses one value for all three).
+        public var upstreamSeconds = 60.0
+        /// One token-endpoint exchange.
+        public var refreshSeconds = 10.0
+        /// How long a request may wait for a refresh before it is answered 503.
+        public var holdSeconds = 30.0
+        /// How long SIGTERM waits for in-flight and held requests.
+        public var drainSeconds = 15.0
+        /// Idle or stalled client connection.
+        public var clientSeconds = 60.0
+    }
+}
+
+/// `host:port` to listen on; port 0 picks a free port (logged at start).
+public struct ListenAddress: Sendable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    static func parse(_ text: String, field: String) throws -> ListenAddress {
+        guard let colon = text.lastIndex(of: ":") else {
+            throw ConfigError(field, "must be host:port, got \"\(text)\"")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ConfigError(field, "must name a host, e.g. 127.0.0.1:8080") }
+        guard let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            throw ConfigError(field, "port must be a number from 0 to 65535")
+        }
+        return ListenAddress(host: host, port: port)
+    }
+}

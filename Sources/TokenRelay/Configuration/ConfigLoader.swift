@@ -1,0 +1,128 @@
+import Foundation
+
+/// Turns the JSON config file into a validated `Config`, or a `ConfigError` naming the field.
+public enum ConfigLoader {
+    public static func load(path: String) throws -> Config {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigError("", "cannot read config file \(path): \(String(cString: strerror(errno)))")
+        }
+        return try parse(data, source: path)
+    }
+
+    public static func parse(_ data: Data, source: String = "config") throws -> Config {
+        let json: Any
+        do {
+            json = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw ConfigError("", "\(source) is not valid JSON: \(describeJSONError(error))")
+        }
+        let root = try JSONObjectReader(json, path: "")
+        let config = try readRoot(root)
+        try root.rejectUnknownKeys()
+        return config
+    }
+
+    private static func readRoot(_ root: JSONObjectReader) throws -> Config {
+        let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
+
+        let upstreamObject = try root.object("upstream")
+        let upstream = Config.Upstream(url: try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url"))
+        try upstreamObject.rejectUnknownKeys()
+
+        let tokensObject = try root.object("tokens")
+        var tokens = Config.Tokens(file: try tokensObject.string("file"))
+        if let interval = try tokensObject.optionalNumber("watch_interval_seconds", range: 0.1...3600) {
+            tokens.watchIntervalSeconds = interval
+        }
+        try tokensObject.rejectUnknownKeys()
+
+        let refresh = try readRefresh(root.object("refresh"))
+
+        var admin: Config.Admin?
+        if let adminObject = try root.optionalObject("admin") {
+            admin = Config.Admin(listen: try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen"))
+            try adminObject.rejectUnknownKeys()
+        }
+
+        var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
+        if let limits = try root.optionalObject("limits") {
+            config.limits = try readLimits(limits)
+        }
+        if let timeouts = try root.optionalObject("timeouts") {
+            config.timeouts = try readTimeouts(timeouts)
+        }
+        if let log = try root.optionalObject("log") {
+            if let level = try log.optionalString("level") {
+                guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
+                    throw ConfigError(log.fieldPath("level"), "must be one of trace, debug, info, notice, warning, error, critical")
+                }
+                config.logLevel = level
+            }
+            try log.rejectUnknownKeys()
+        }
+        return config
+    }
+
+    private static func readRefresh(_ object: JSONObjectReader) throws -> Config.Refresh {
+        let grant = try object.string("grant")
+        guard grant == "refresh_token" else {
+            throw ConfigError(object.fieldPath("grant"), "unsupported grant \"\(grant)\" (supported: refresh_token)")
+        }
+        let tokenURL = try HTTPEndpoint.parse(object.string("token_url"), field: object.fieldPath("token_url"))
+        let clientID = try object.string("client_id")
+        let authText = try object.string("client_auth")
+        guard let clientAuth = Config.Refresh.ClientAuth(rawValue: authText) else {
+            let allowed = Config.Refresh.ClientAuth.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ConfigError(object.fieldPath("client_auth"), "must be one of \(allowed)")
+        }
+        let secretEnv = try object.optionalString("client_secret_env")
+        let secretFile = try object.optionalString("client_secret_file")
+        var secret: Config.Refresh.SecretSource?
+        switch (secretEnv, secretFile) {
+        case let (env?, nil): secret = .environment(env)
+        case let (nil, file?): secret = .file(file)
+        case (nil, nil):
+            if clientAuth != .none {
+                throw ConfigError(object.fieldPath("client_secret_env"), "client_auth \(authText) needs client_secret_env or client_secret_file")
+            }
+        case (_?, _?):
+            throw ConfigError(object.fieldPath("client_secret_file"), "set either client_secret_env or client_secret_file, not both")
+        }
+        if clientAuth == .none, secret != nil {
+            throw ConfigError(object.fieldPath("client_auth"), "is none, so no client secret may be configured")
+        }
+        var refresh = Config.Refresh(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, clientAuth: clientAuth)
+        refresh.scope = try object.optionalString("scope")
+        if let attempts = try object.optionalInteger("max_attempts", range: 1...20) { refresh.maxAttempts = attempts }
+        if let backoff = try object.optionalNumber("backoff_seconds", range: 0.01...60) { refresh.backoffSeconds = backoff }
+        try object.rejectUnknownKeys()
+        return refresh
+    }
+
+    private static func readLimits(_ object: JSONObjectReader) throws -> Config.Limits {
+        var limits = Config.Limits()
+        if let value = try object.optionalInteger("max_body_bytes", range: 0...(1 << 34)) { limits.maxBodyBytes = value }
+        if let value = try object.optionalInteger("max_header_bytes", range: 1024...(1 << 24)) { limits.maxHeaderBytes = value }
+        if let value = try object.optionalInteger("max_held_requests", range: 1...1_000_000) { limits.maxHeldRequests = value }
+        if let value = try object.optionalInteger("max_upstream_connections", range: 1...100_000) { limits.maxUpstreamConnections = value }
+        try object.rejectUnknownKeys()
+        return limits
+    }
+
+    private static func readTimeouts(_ object: JSONObjectReader) throws -> Config.Timeouts {
+        var timeouts = Config.Timeouts()
+        let range = 0.05...86_400.0
+        if let value = try object.optionalNumber("upstream_seconds", range: range) { timeouts.upstreamSeconds = value }
+        if let value = try object.optionalNumber("refresh_seconds", range: range) { timeouts.refreshSeconds = value }
+        if let value = try object.optionalNumber("hold_seconds", range: range) { timeouts.holdSeconds = value }
+        if let value = try object.optionalNumber("drain_seconds", range: 0...3600) { timeouts.drainSeconds = value }
+        if let value = try object.optionalNumber("client_seconds", range: range) { timeouts.clientSeconds = value }
+        try object.rejectUnknownKeys()
+        return timeouts
+    }
+
+    private static func describeJSONError(_ error: Error) -> String {
+        let nsError = error as NSError
+        return (nsError.userInfo[NSDebugDescriptionErrorKey] as? String) ?? nsError.localizedDescription
+    }
+}

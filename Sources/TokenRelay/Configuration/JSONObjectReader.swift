@@ -1,0 +1,93 @@
+import Foundation
+
+/// Reads one JSON object of the config, field by field, so every error can name its path and every key
+/// nobody asked for is reported (`refresh.clinet_id: unknown key`): a typo must never silently switch a
+/// setting back to its default.
+final class JSONObjectReader {
+    let path: String
+    private let object: [String: Any]
+    private var consumed: Set<String> = []
+
+    init(_ value: Any, path: String) throws {
+        guard let object = value as? [String: Any] else {
+            throw ConfigError(path, "must be a JSON object")
+        }
+        self.object = object
+        self.path = path
+    }
+
+    func fieldPath(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    func has(_ key: String) -> Bool { object[key] != nil }
+
+    private func take(_ key: String) -> Any? {
+        consumed.insert(key)
+        guard let value = object[key], !(value is NSNull) else { return nil }
+        return value
+    }
+
+    func optionalString(_ key: String) throws -> String? {
+        guard let value = take(key) else { return nil }
+        guard let string = value as? String else { throw ConfigError(fieldPath(key), "must be a string") }
+        guard !string.isEmpty else { throw ConfigError(fieldPath(key), "must not be empty") }
+        return string
+    }
+
+    func string(_ key: String) throws -> String {
+        guard let value = try optionalString(key) else { throw ConfigError(fieldPath(key), "is required") }
+        return value
+    }
+
+    func optionalNumber(_ key: String, range: ClosedRange<Double>) throws -> Double? {
+        guard let value = take(key) else { return nil }
+        // JSONSerialization turns true/false into NSNumber too; a boolean is not a number here.
+        guard let number = value as? NSNumber, !number.isJSONBoolean else {
+            throw ConfigError(fieldPath(key), "must be a number")
+        }
+        let double = number.doubleValue
+        guard range.contains(double) else {
+            throw ConfigError(fieldPath(key), "must be between \(format(range.lowerBound)) and \(format(range.upperBound))")
+        }
+        return double
+    }
+
+    func optionalInteger(_ key: String, range: ClosedRange<Int>) throws -> Int? {
+        guard let double = try optionalNumber(key, range: Double(range.lowerBound)...Double(range.upperBound)) else { return nil }
+        guard double == double.rounded() else { throw ConfigError(fieldPath(key), "must be a whole number") }
+        return Int(double)
+    }
+
+    func optionalBool(_ key: String) throws -> Bool? {
+        guard let value = take(key) else { return nil }
+        guard let number = value as? NSNumber, number.isJSONBoolean else {
+            throw ConfigError(fieldPath(key), "must be true or false")
+        }
+        return number.boolValue
+    }
+
+    func optionalObject(_ key: String) throws -> JSONObjectReader? {
+        guard let value = take(key) else { return nil }
+        return try JSONObjectReader(value, path: fieldPath(key))
+    }
+
+    func object(_ key: String) throws -> JSONObjectReader {
+        guard let reader = try optionalObject(key) else { throw ConfigError(fieldPath(key), "is required") }
+        return reader
+    }
+
+    /// Call after reading every known key.
+    func rejectUnknownKeys() throws {
+        if let unknown = object.keys.sorted().first(where: { !consumed.contains($0) }) {
+            throw ConfigError(fieldPath(unknown), "unknown key")
+        }
+    }
+
+    private func format(_ value: Double) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
+    }
+}
+
+extension NSNumber {
+    /// JSONSerialization boxes `true`/`false` as NSNumber too; their Objective-C type is `char`.
+    var isJSONBoolean: Bool { String(cString: objCType) == "c" }
+}

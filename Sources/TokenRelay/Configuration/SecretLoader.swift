@@ -1,0 +1,25 @@
+import Foundation
+
+/// Resolves the client secret from where the config says it lives; the secret never sits in the config.
+public enum SecretLoader {
+    public static func load(_ source: Config.Refresh.SecretSource?) throws -> String? {
+        switch source {
+        case nil:
+            return nil
+        case .environment(let name)?:
+            guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
+                throw ConfigError("refresh.client_secret_env", "environment variable \(name) is not set")
+            }
+            return value
+        case .file(let path)?:
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError("refresh.client_secret_file", "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            // A trailing newline is an artefact of `echo secret > file`, not part of the secret.
+            guard let text = String(data: data, encoding: .utf8)?.trimmingCharacters(in: .newlines), !text.isEmpty else {
+                throw ConfigError("refresh.client_secret_file", "\(path) is empty or not UTF-8")
+            }
+            return text
+        }
+    }
+}

@@ -1,0 +1,32 @@
+import Synchronization
+
+/// Knows the secret values in play (access token, refresh token, client secret) and blanks them out of
+/// any text that is about to leave the process as a log line or an error message.
+///
+/// Log lines are written so that no secret is ever put into them; this is the second line of defence for
+/// text we do not control, such as an error body echoed by a token endpoint.
+public final class SecretRedactor: Sendable {
+    private let secrets = Mutex<[String]>([])
+
+    public init() {}
+
+    /// Replaces the set of secrets; short values are ignored to avoid blanking ordinary words.
+    func update(_ values: [String?]) {
+        let usable = values.compactMap { $0 }.filter { $0.count >= 6 }
+        secrets.withLock { $0 = usable }
+    }
+
+    func add(_ value: String?) {
+        guard let value, value.count >= 6 else { return }
+        secrets.withLock { $0.append(value) }
+    }
+
+    public func redact(_ text: String) -> String {
+        let current = secrets.withLock { $0 }
+        var result = text
+        for secret in current where result.contains(secret) {
+            result = result.replacingOccurrences(of: secret, with: "[redacted]")
+        }
+        return result
+    }
+}

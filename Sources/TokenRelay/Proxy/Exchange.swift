@@ -1,0 +1,386 @@
+import CEventShim
+import CLibevent
+
+/// One client request, from arrival to answer: the proxy path and the 401 path as one state machine.
+///
+/// ```
+/// begin ─▶ admit ─┬─ send ─▶ awaitingResponse ─┬─ non-401, or 401 on a replay ─▶ streaming ─▶ done
+///                 │                            ├─ 401 on its first send ─▶ capturing401 ─▶ (coordinator decides)
+///                 │                            │        replay: token already renewed ─▶ send again
+///                 │                            │        hold: refresh started/joined ─▶ held
+///                 │                            │        passThrough: login required ─▶ captured 401 ─▶ done
+///                 │                            └─ failure before a response ─▶ 502 / 504 ─▶ done
+///                 ├─ hold (a refresh is running) ─▶ held ─┬─ renewed ─▶ send (the replay)
+///                 │                                       ├─ rejected ─▶ captured 401, or local 401 ─▶ done
+///                 │                                       └─ unavailable / hold timeout ─▶ 503 ─▶ done
+///                 └─ login required ─▶ local 401 ─▶ done
+/// client hang-up at any point ─▶ cancel the upstream request, drop everything ─▶ done
+/// ```
+///
+/// A request is replayed at most once after a 401, so a token the upstream keeps rejecting can never
+/// make a loop. The body is kept in our own `evbuffer` until the exchange ends, because a replay needs
+/// it byte for byte.
+///
+/// Lifetime: the exchange retains itself in `begin()` and releases in `finish()`, which runs exactly
+/// once and first removes every libevent registration that points at it.
+final class Exchange: OutgoingRequestDelegate {
+    private enum Phase {
+        case admitted
+        case waitingForConnection
+        case awaitingResponse
+        case capturing401
+        case held
+        case streaming
+        case finished
+    }
+
+    /// A client that has not drained this much of the response makes us stop reading the upstream.
+    private static let clientBacklogLimit = 256 * 1024
+
+    private unowned let proxy: ProxyServer
+    private let clientRequest: OpaquePointer
+    private let clientConnection: OpaquePointer?
+    private let method: evhttp_cmd_type
+    private let isHTTP10: Bool
+    private var target = "/"
+    private var forwardedHeaders: [(name: String, value: String)] = []
+    private var body: OpaquePointer?
+
+    private var phase = Phase.admitted
+    private var sends = 0
+    private var sentGeneration: UInt64 = 0
+    private var call: OutgoingRequest?
+    private var connection: OpaquePointer?
+    private var captured: CapturedResponse?
+    private var holdDeadline: Double?
+    private var holdTimer: LoopEvent?
+    private var hangUpWatcher: LoopEvent?
+    private var upstreamReadingPaused = false
+    private var watchingClient = false
+    private var answeredStatus: Int32 = 0
+    private var selfRetain: Unmanaged<Exchange>?
+
+    init(proxy: ProxyServer, request: OpaquePointer) {
+        self.proxy = proxy
+        clientRequest = request
+        clientConnection = evhttp_request_get_connection(request)
+        method = evhttp_request_get_command(request)
+        isHTTP10 = tr_evhttp_request_minor(request) == 0
+    }
+
+    // MARK: - Arrival
+
+    func begin() {
+        selfRetain = Unmanaged.passRetained(self)
+        if let clientConnection {
+            watchingClient = true
+            evhttp_connection_set_closecb(clientConnection, clientConnectionClosedTrampoline, unretainedContext(self))
+            // evhttp stops reading a connection while its request is with us, so it would not notice a
+            // client that hangs up during a hold; EV_CLOSED does.
+            let fd = bufferevent_getfd(evhttp_connection_get_bufferevent(clientConnection))
+            let watcher = LoopEvent(loop: proxy.loop, fd: fd, events: Int32(EV_CLOSED)) { [unowned self] _ in self.clientHungUp() }
+            watcher.schedule()
+            hangUpWatcher = watcher
+        }
+        if method == EVHTTP_REQ_CONNECT { return reply(.connectRefused) }
+        guard let target = proxy.upstreamTarget(for: evhttp_request_get_uri(clientRequest)) else { return reply(.badTarget) }
+        self.target = target
+        forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries)
+        // Take the body out of evhttp's request into a buffer we own for every attempt.
+        let input = evhttp_request_get_input_buffer(clientRequest)
+        if EvBuffer.length(input) > 0, let owned = evbuffer_new() {
+            evbuffer_add_buffer(owned, input)
+            body = owned
+        }
+        admit()
+    }
+
+    private func admit() {
+        switch proxy.coordinator.admit() {
+        case .send: acquireConnection()
+        case .hold: hold()
+        case .loginRequired: reply(.loginRequired)
+        }
+    }
+
+    // MARK: - Sending
+
+    private func acquireConnection() {
+        phase = .waitingForConnection
+        if let connection = proxy.pool.acquire(for: self, grant: { [unowned self] in self.send(on: $0) }) {
+            send(on: connection)
+        }
+    }
+
+    /// Sends with the token current *now*: a refresh may have finished while we waited for a connection.
+    private func send(on connection: OpaquePointer) {
+        guard phase == .waitingForConnection, case .send(let generation, let authorization) = proxy.coordinator.admit() else {
+            proxy.pool.release(connection)
+            if phase == .waitingForConnection { admit() }
+            return
+        }
+        self.connection = connection
+        sends += 1
+        sentGeneration = generation
+        captured = nil
+        phase = .awaitingResponse
+        let call = OutgoingRequest(delegate: self)
+        self.call = call
+        let started = call.start(on: connection, method: method, target: target) { request in
+            let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
+            for header in forwardedHeaders { headers.add(header.name, header.value) }
+            headers.add("Host", proxy.upstream.authority)
+            headers.add("Authorization", authorization)
+            let length = EvBuffer.length(body)
+            // evhttp adds Content-Length only for POST and PUT (notes P14); framing is ours.
+            if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {
+                headers.add("Content-Length", String(length))
+            }
+            // Referenced, not copied; never reference an empty buffer (libevent bug, notes P22).
+            if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
+        }
+        if !started {
+            self.call = nil
+            self.connection = nil
+            proxy.pool.release(connection)
+            upstreamFailed(OutgoingFailure(kind: .connect, afterResponseStarted: false))
+        }
+    }
+
+    // MARK: - Upstream response
+
+    func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
+        if evhttp_request_get_response_code(response) == 401 && sends == 1 {
+            phase = .capturing401
+            captured = CapturedResponse(response: response)
+        } else {
+            startStreaming(response)
+        }
+    }
+
+    func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
+        let input = evhttp_request_get_input_buffer(response)!
+        switch phase {
+        case .capturing401: captured?.append(from: input)
+        case .streaming: relay(input)
+        default: evbuffer_drain(input, EvBuffer.length(input))
+        }
+    }
+
+    func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
+        self.call = nil
+        returnConnection()
+        switch (result, phase) {
+        case (.success, .capturing401): unauthorized()
+        case (.success, _): endStreaming()
+        case (.failure, .streaming): abortClient()  // headers are out: a truncated response is the honest answer
+        case (.failure(let failure), _): upstreamFailed(failure)
+        }
+    }
+
+    private func returnConnection() {
+        guard let connection else { return }
+        self.connection = nil
+        if upstreamReadingPaused {
+            upstreamReadingPaused = false
+            bufferevent_enable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
+        }
+        proxy.pool.release(connection)
+    }
+
+    private func upstreamFailed(_ failure: OutgoingFailure) {
+        proxy.upstreamFailed(failure)
+        reply(failure.kind == .timeout ? .gatewayTimeout : .badGateway("upstream \(failure)"))
+    }
+
+    // MARK: - The 401 path
+
+    private func unauthorized() {
+        switch proxy.coordinator.unauthorized(sentGeneration: sentGeneration) {
+        case .replay:
+            proxy.metrics.replaysStaleGeneration.increment()
+            acquireConnection()
+        case .hold:
+            hold()
+        case .passThrough:
+            replyCaptured401()
+        }
+    }
+
+    private func hold() {
+        guard proxy.hold(self) else { return reply(.tooManyHeld) }
+        phase = .held
+        let now = EventLoop.monotonicNow
+        let deadline = holdDeadline ?? now + proxy.config.timeouts.holdSeconds
+        holdDeadline = deadline
+        let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+            self.proxy.unhold(self)
+            self.reply(.unavailable("timed out waiting for a token refresh"))
+        }
+        timer.schedule(after: max(0, deadline - now))
+        holdTimer = timer
+    }
+
+    /// Called by the proxy for every held exchange when a refresh cycle ends.
+    func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
+        guard phase == .held else { return }
+        holdTimer = nil
+        switch outcome {
+        case .renewed:
+            if sends > 0 { proxy.metrics.replaysAfterRefresh.increment() }
+            acquireConnection()
+        case .rejected:
+            if captured != nil { replyCaptured401() } else { reply(.loginRequired) }
+        case .unavailable:
+            reply(.unavailable("no valid access token could be obtained; try again later"))
+        }
+    }
+
+    // MARK: - Streaming to the client
+
+    private func startStreaming(_ response: OpaquePointer) {
+        phase = .streaming
+        answeredStatus = evhttp_request_get_response_code(response)
+        let upstreamHeaders = HeaderList(raw: evhttp_request_get_input_headers(response)).entries
+        let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
+        for header in HeaderPolicy.forwardedResponseHeaders(upstreamHeaders) { output.add(header.name, header.value) }
+        prepareClientFraming(hasLength: upstreamHeaders.contains { $0.name.lowercased() == "content-length" })
+        let reason = evhttp_request_get_response_code_line(response).map { String(cString: $0) } ?? ""
+        evhttp_send_reply_start(clientRequest, answeredStatus, reason)
+    }
+
+    /// An HTTP/1.0 keep-alive client cannot be sent a body of unknown length: evhttp would announce
+    /// `Content-Length: 0` and then send the body (notes P16). Forgetting the client's keep-alive wish
+    /// makes evhttp close after the body instead. While draining, every client is told to go away.
+    private func prepareClientFraming(hasLength: Bool) {
+        if isHTTP10 && !hasLength {
+            HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).removeAll("Connection")
+        }
+        if proxy.isDraining {
+            HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
+        }
+    }
+
+    /// Moves a piece of the upstream body to the client. evhttp has no flow control of its own: when the
+    /// client falls behind, stop reading the upstream until the client has drained (notes P21).
+    private func relay(_ input: OpaquePointer) {
+        guard let clientConnection, let connection else { return }
+        let backlog = EvBuffer.length(bufferevent_get_output(evhttp_connection_get_bufferevent(clientConnection)))
+        if !upstreamReadingPaused && backlog + EvBuffer.length(input) > Self.clientBacklogLimit {
+            upstreamReadingPaused = true
+            bufferevent_disable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
+            evhttp_send_reply_chunk_with_cb(clientRequest, input, clientDrainedTrampoline, unretainedContext(self))
+        } else {
+            evhttp_send_reply_chunk(clientRequest, input)
+        }
+    }
+
+    func clientDrained() {
+        guard upstreamReadingPaused, let connection else { return }
+        upstreamReadingPaused = false
+        bufferevent_enable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
+    }
+
+    private func endStreaming() {
+        detachFromClient()
+        evhttp_send_reply_end(clientRequest)
+        finish()
+    }
+
+    // MARK: - Answers
+
+    private func reply(_ response: LocalResponse) {
+        let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
+        for header in response.headers { output.add(header.name, header.value) }
+        send(status: response.status, reason: response.reason, body: Array(response.body.utf8))
+    }
+
+    private func replyCaptured401() {
+        guard let captured else { return reply(.loginRequired) }
+        let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
+        // Content-Length is recomputed: the kept body may be shorter than the original.
+        for header in HeaderPolicy.forwardedResponseHeaders(captured.headers) where header.name.lowercased() != "content-length" {
+            output.add(header.name, header.value)
+        }
+        send(status: captured.status, reason: captured.reason, body: captured.body)
+    }
+
+    private func send(status: Int32, reason: String, body: [UInt8]) {
+        answeredStatus = status
+        prepareClientFraming(hasLength: true)
+        detachFromClient()
+        let buffer = evbuffer_new()!
+        EvBuffer.append(buffer, body)
+        evhttp_send_reply(clientRequest, status, reason, method == EVHTTP_REQ_HEAD ? nil : buffer)
+        evbuffer_free(buffer)
+        finish()
+    }
+
+    // MARK: - Client going away
+
+    /// EV_CLOSED on the client's socket: nobody is left to answer.
+    private func clientHungUp() {
+        guard phase != .finished else { return }
+        detachFromClient()
+        if let clientConnection { evhttp_connection_free(clientConnection) }  // also frees the request
+        finish()
+    }
+
+    /// evhttp is freeing the client connection (hang-up noticed on a write, or a timeout).
+    func clientConnectionClosed() {
+        guard phase != .finished else { return }
+        hangUpWatcher = nil
+        watchingClient = false
+        // A request evhttp detached from its failed connection is ours to free; one still attached is
+        // freed by evhttp right after this callback.
+        if evhttp_request_get_connection(clientRequest) == nil { evhttp_request_free(clientRequest) }
+        finish()
+    }
+
+    /// The upstream died after we started the response: cut the client's connection so it sees a
+    /// truncated response, never a clean end.
+    private func abortClient() {
+        detachFromClient()
+        if let clientConnection { evhttp_connection_free(clientConnection) }
+        finish()
+    }
+
+    /// Removes our registrations on the client connection; must precede anything that may free it, and
+    /// must not touch the connection afterwards (it may be gone).
+    private func detachFromClient() {
+        hangUpWatcher = nil
+        guard watchingClient, let clientConnection else { return }
+        watchingClient = false
+        evhttp_connection_set_closecb(clientConnection, nil, nil)
+    }
+
+    private func finish() {
+        guard phase != .finished else { return }
+        let wasHeld = phase == .held
+        phase = .finished
+        detachFromClient()
+        call?.cancel()
+        call = nil
+        returnConnection()
+        proxy.pool.cancelWait(for: self)
+        holdTimer = nil
+        if wasHeld { proxy.unhold(self) }
+        if let body { evbuffer_free(body) }
+        body = nil
+        proxy.exchangeFinished(self, status: answeredStatus)
+        let retained = selfRetain
+        selfRetain = nil
+        retained?.release()
+    }
+
+    /// Used at shutdown when the drain deadline passes.
+    func abandon() {
+        guard phase != .finished else { return }
+        if phase == .streaming {
+            abortClient()
+        } else {
+            if phase == .held { proxy.unhold(self) }
+            reply(.unavailable("tokenrelay is shutting down"))
+        }
+    }
+}

@@ -1,0 +1,41 @@
+/// Responses tokenrelay writes itself, with a small JSON body that says what happened.
+struct LocalResponse {
+    let status: Int32
+    let reason: String
+    var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+    let body: String
+
+    init(status: Int32, reason: String, error: String, message: String, extraHeaders: [(String, String)] = []) {
+        self.status = status
+        self.reason = reason
+        headers += extraHeaders.map { (name: $0.0, value: $0.1) }
+        body = "{\"error\":\"\(error)\",\"message\":\"\(message)\"}\n"
+    }
+
+    static let loginRequired = LocalResponse(
+        status: 401, reason: "Unauthorized", error: "login_required",
+        message: "tokenrelay's refresh token was rejected; a new login is needed",
+        extraHeaders: [("WWW-Authenticate", "Bearer error=\"invalid_token\", error_description=\"login required\"")])
+
+    static func unavailable(_ message: String) -> LocalResponse {
+        LocalResponse(status: 503, reason: "Service Unavailable", error: "token_unavailable", message: message,
+                      extraHeaders: [("Retry-After", "5")])
+    }
+
+    static let tooManyHeld = LocalResponse(
+        status: 503, reason: "Service Unavailable", error: "overloaded",
+        message: "too many requests are waiting for a token refresh", extraHeaders: [("Retry-After", "1")])
+
+    static let connectRefused = LocalResponse(
+        status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "CONNECT is not supported")
+
+    static let badTarget = LocalResponse(
+        status: 400, reason: "Bad Request", error: "bad_request", message: "the request target is not valid")
+
+    static func badGateway(_ message: String) -> LocalResponse {
+        LocalResponse(status: 502, reason: "Bad Gateway", error: "bad_gateway", message: message)
+    }
+
+    static let gatewayTimeout = LocalResponse(
+        status: 504, reason: "Gateway Timeout", error: "gateway_timeout", message: "the upstream did not answer in time")
+}

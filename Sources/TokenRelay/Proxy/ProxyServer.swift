@@ -1,0 +1,119 @@
+import CLibevent
+import Logging
+
+/// The proxied listener: accepts client requests, owns the upstream pool and the list of requests
+/// held for a refresh, and keeps the counts that graceful shutdown waits on.
+final class ProxyServer {
+    let loop: EventLoop
+    let config: Config
+    let coordinator: RefreshCoordinator
+    let pool: UpstreamPool
+    let metrics: RelayMetrics
+    let logger: Logger
+    var upstream: HTTPEndpoint { config.upstream.url }
+    private(set) var listener: HTTPListener!
+    private var held: [ObjectIdentifier: Exchange] = [:]
+    private var heldOrder: [ObjectIdentifier] = []
+    private var active: [ObjectIdentifier: Exchange] = [:]
+    private(set) var isDraining = false
+    /// Called when draining and the last exchange has finished.
+    var onDrained: (() -> Void)?
+
+    init(loop: EventLoop, config: Config, coordinator: RefreshCoordinator, metrics: RelayMetrics, logger: Logger) throws {
+        self.loop = loop
+        self.config = config
+        self.coordinator = coordinator
+        self.metrics = metrics
+        self.logger = logger
+        pool = UpstreamPool(loop: loop, endpoint: config.upstream.url, maxConnections: config.limits.maxUpstreamConnections,
+                            timeoutSeconds: config.timeouts.upstreamSeconds)
+        listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
+            self.accept(request)
+        }
+        listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
+                           timeoutSeconds: config.timeouts.clientSeconds)
+        coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
+    }
+
+    private func accept(_ request: OpaquePointer) {
+        let exchange = Exchange(proxy: self, request: request)
+        active[ObjectIdentifier(exchange)] = exchange
+        exchange.begin()
+    }
+
+    /// Maps the client's request target onto the upstream URL's path. Absolute-form targets are reduced
+    /// to their path and query (origin-form).
+    func upstreamTarget(for rawURI: UnsafePointer<CChar>?) -> String? {
+        guard let rawURI else { return nil }
+        var target = String(cString: rawURI)
+        if !target.hasPrefix("/") {
+            guard let uri = evhttp_uri_parse(rawURI) else { return nil }
+            defer { evhttp_uri_free(uri) }
+            let path = evhttp_uri_get_path(uri).map { String(cString: $0) } ?? ""
+            target = path.isEmpty ? "/" : path
+            if let query = evhttp_uri_get_query(uri) { target += "?" + String(cString: query) }
+            guard target.hasPrefix("/") else { return nil }
+        }
+        var base = upstream.path
+        while base.hasSuffix("/") { base.removeLast() }
+        return base + target
+    }
+
+    // MARK: - Held requests
+
+    func hold(_ exchange: Exchange) -> Bool {
+        let id = ObjectIdentifier(exchange)
+        if held[id] != nil { return true }
+        guard held.count < config.limits.maxHeldRequests else { return false }
+        held[id] = exchange
+        heldOrder.append(id)
+        metrics.heldRequests.set(to: Double(held.count))
+        return true
+    }
+
+    func unhold(_ exchange: Exchange) {
+        let id = ObjectIdentifier(exchange)
+        guard held.removeValue(forKey: id) != nil else { return }
+        heldOrder.removeAll { $0 == id }
+        metrics.heldRequests.set(to: Double(held.count))
+    }
+
+    var heldCount: Int { held.count }
+
+    /// Releases every held request, oldest first, with the outcome of the refresh.
+    private func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
+        let waiting = heldOrder.compactMap { held[$0] }
+        held = [:]
+        heldOrder = []
+        metrics.heldRequests.set(to: 0)
+        waiting.forEach { $0.refreshFinished(outcome) }
+    }
+
+    // MARK: - Accounting
+
+    func upstreamFailed(_ failure: OutgoingFailure) {
+        metrics.countUpstreamError(kind: failure.kind.rawValue)
+        logger.warning("upstream request failed", metadata: ["reason": "\(failure)"])
+    }
+
+    var activeCount: Int { active.count }
+
+    func exchangeFinished(_ exchange: Exchange, status: Int32) {
+        active.removeValue(forKey: ObjectIdentifier(exchange))
+        if status > 0 { metrics.countRequest(status: Int(status)) }
+        if isDraining && active.isEmpty { onDrained?() }
+    }
+
+    // MARK: - Shutdown
+
+    func startDraining() {
+        isDraining = true
+        listener.stopAccepting()
+        if active.isEmpty { onDrained?() }
+    }
+
+    /// Drain deadline passed: answer or cut whatever is left.
+    func abandonRemaining() {
+        Array(active.values).forEach { $0.abandon() }
+    }
+}

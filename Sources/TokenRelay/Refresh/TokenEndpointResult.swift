@@ -1,0 +1,71 @@
+import Foundation
+
+/// Tokens granted by one successful refresh.
+struct TokenGrant {
+    var accessToken: String
+    /// Present when the server rotated the refresh token; the old one is burnt from this moment.
+    var refreshToken: String?
+    var expiresIn: Double?
+}
+
+/// How one exchange with the token endpoint ended, classified by what tokenrelay must do next.
+enum TokenEndpointResult {
+    case granted(TokenGrant)
+    /// The server refused the refresh token or the client (400 `invalid_grant`, 401, other 4xx):
+    /// trying again cannot help, a new login is needed.
+    case rejected(status: Int, oauthError: String?)
+    /// Connect error, timeout, 5xx, 429: worth retrying. `outcomeUnknown` means the request may have
+    /// reached the server, which may have rotated the refresh token without us seeing the answer.
+    case transient(reason: String, outcomeUnknown: Bool)
+    /// The server answered 2xx but not with usable tokens.
+    case invalidResponse(reason: String)
+
+    /// Classifies a complete HTTP response from the token endpoint (RFC 6749 §5.1, §5.2).
+    static func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {
+        let json = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
+        switch status {
+        case 200..<300:
+            guard let json else { return .invalidResponse(reason: "response body is not a JSON object") }
+            return parseGrant(json)
+        case 408, 425, 429, 500..<600:
+            return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
+        default:
+            // Only the registered error code is kept: descriptions are free text and could echo a token.
+            let code = (json?["error"] as? String).flatMap { $0.allSatisfy(\.isOAuthErrorCharacter) ? $0 : nil }
+            return .rejected(status: status, oauthError: code)
+        }
+    }
+
+    private static func parseGrant(_ json: [String: Any]) -> TokenEndpointResult {
+        guard let access = json["access_token"] as? String, !access.isEmpty else {
+            return .invalidResponse(reason: "response has no access_token")
+        }
+        guard TokenSet.isHeaderSafe(access) else {
+            return .invalidResponse(reason: "access_token contains characters not allowed in an HTTP header")
+        }
+        var grant = TokenGrant(accessToken: access)
+        if let refresh = json["refresh_token"], !(refresh is NSNull) {
+            guard let refresh = refresh as? String, TokenSet.isHeaderSafe(refresh) else {
+                return .invalidResponse(reason: "refresh_token is not a usable string")
+            }
+            grant.refreshToken = refresh
+        }
+        if let expires = json["expires_in"], !(expires is NSNull) {
+            // Some servers send the number as a string; both mean seconds from now.
+            let seconds = (expires as? NSNumber)?.doubleValue ?? (expires as? String).flatMap(Double.init)
+            guard let seconds, seconds.isFinite, seconds >= 0 else {
+                return .invalidResponse(reason: "expires_in is not a number of seconds")
+            }
+            grant.expiresIn = seconds
+        }
+        return .granted(grant)
+    }
+}
+
+private extension Character {
+    /// RFC 6749 error codes are %x20-21 / %x23-5B / %x5D-7E; anything else is not worth logging.
+    var isOAuthErrorCharacter: Bool {
+        guard let ascii = asciiValue else { return false }
+        return ascii >= 0x20 && ascii <= 0x7E && ascii != 0x22 && ascii != 0x5C
+    }
+}

@@ -1,0 +1,105 @@
+import CLibevent
+import Glibc
+import Logging
+
+/// tokenrelay assembled: the token coordinator, the proxy listener and the admin listener on one event
+/// loop, plus signal handling and graceful shutdown.
+public final class Relay {
+    private let loop: EventLoop
+    private let config: Config
+    private let logger: Logger
+    private let metrics = RelayMetrics()
+    private let coordinator: RefreshCoordinator
+    private let endpoint: TokenEndpointClient
+    private let proxy: ProxyServer
+    private var admin: AdminServer?
+    private var signalEvents: [LoopEvent] = []
+    private var drainTimer: LoopEvent?
+    private var stopping = false
+
+    /// Bound proxy port (useful when the config asked for port 0).
+    public var proxyPort: Int { proxy.listener.boundPort }
+    public var adminPort: Int? { admin?.listener.boundPort }
+
+    /// Called after every refresh cycle with a one-line description (the demo prints it).
+    public var onRefresh: ((String) -> Void)?
+
+    init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger) throws {
+        self.loop = loop
+        config = preflight.config
+        self.logger = logger
+        redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
+        redactor.add(preflight.clientSecret)
+        endpoint = TokenEndpointClient(loop: loop, settings: config.refresh, clientSecret: preflight.clientSecret,
+                                       timeoutSeconds: config.timeouts.refreshSeconds)
+        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, initialTokens: preflight.tokens,
+                                         settings: config.refresh, metrics: metrics, redactor: redactor, logger: logger)
+        proxy = try ProxyServer(loop: loop, config: config, coordinator: coordinator, metrics: metrics, logger: logger)
+        if let adminConfig = config.admin {
+            admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)
+        }
+        coordinator.watchTokenFile(every: config.tokens.watchIntervalSeconds)
+    }
+
+    /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows.
+    public static func run(preflight: Preflight, redactor: SecretRedactor, logger: Logger) throws {
+        let loop = try EventLoop()
+        let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger)
+        relay.installSignalHandlers()
+        relay.announce()
+        loop.run()
+        relay.close()
+    }
+
+    func announce() {
+        let adminText = admin.map { "\(config.admin!.listen.host):\($0.listener.boundPort)" } ?? "disabled"
+        logger.info("listening", metadata: [
+            "proxy": "\(config.listen.host):\(proxyPort)",
+            "admin": "\(adminText)",
+            "upstream": "\(config.upstream.url)",
+            "generation": "\(coordinator.generation)",
+        ])
+    }
+
+    func installSignalHandlers() {
+        for signalNumber in [SIGTERM, SIGINT] {
+            let event = LoopEvent(loop: loop, fd: signalNumber, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in
+                self.shutdown(signal: signalNumber)
+            }
+            event.schedule()
+            signalEvents.append(event)
+        }
+    }
+
+    /// Stops accepting, lets in-flight and held requests finish up to the drain timeout, then stops the
+    /// loop. A second signal cuts the drain short.
+    func shutdown(signal: Int32) {
+        if stopping {
+            logger.warning("second signal; stopping now")
+            proxy.abandonRemaining()
+            loop.stop()
+            return
+        }
+        stopping = true
+        logger.info("shutting down", metadata: ["signal": "\(signal)", "active_requests": "\(proxy.activeCount)",
+                                                "drain_seconds": "\(config.timeouts.drainSeconds)"])
+        proxy.onDrained = { [unowned self] in
+            self.logger.info("drained; exiting")
+            self.loop.stop()
+        }
+        let timer = LoopEvent(loop: loop) { [unowned self] _ in
+            self.logger.warning("drain timeout; answering remaining requests", metadata: ["active_requests": "\(self.proxy.activeCount)"])
+            self.proxy.abandonRemaining()
+            self.loop.stop()
+        }
+        timer.schedule(after: config.timeouts.drainSeconds)
+        drainTimer = timer
+        proxy.startDraining()
+    }
+
+    func close() {
+        signalEvents = []
+        drainTimer = nil
+        proxy.pool.close()
+    }
+}

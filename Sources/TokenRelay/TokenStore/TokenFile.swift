@@ -1,0 +1,119 @@
+import Foundation
+import Glibc
+
+/// A problem with the token file, naming the file and the cause; never containing a token.
+public struct TokenFileError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ path: String, _ reason: String) { description = "token file \(path): \(reason)" }
+}
+
+/// Reads and writes the token file (public format: `access_token`, `refresh_token`, optional
+/// `expires_at`, anything else preserved).
+///
+/// Writes are atomic (temporary file in the same directory, fsync, rename, fsync of the directory), so a
+/// crash or a full disk leaves either the old file or the new one, never half of one: with refresh-token
+/// rotation the old refresh token is already burnt, and a torn file would mean a new login.
+struct TokenFile {
+    let path: String
+
+    /// Identity of the file's current content, to notice changes made by someone else.
+    struct Signature: Equatable {
+        let inode: UInt64
+        let modified: Int
+        let modifiedNanos: Int
+        let size: Int
+    }
+
+    func signature() -> Signature? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Signature(inode: UInt64(info.st_ino), modified: info.st_mtim.tv_sec, modifiedNanos: info.st_mtim.tv_nsec, size: Int(info.st_size))
+    }
+
+    /// Like ssh with private keys: a token file others can read is refused rather than used.
+    func checkPermissions() throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw TokenFileError(path, String(cString: strerror(errno))) }
+        let mode = info.st_mode & 0o777
+        if mode & 0o077 != 0 {
+            throw TokenFileError(path, "is accessible by group or others (mode \(String(mode, radix: 8))); run chmod 600 on it")
+        }
+    }
+
+    func load() throws -> TokenSet {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TokenFileError(path, String(cString: strerror(errno)))
+        }
+        return try TokenFile.decode(data, path: path)
+    }
+
+    static func decode(_ data: Data, path: String) throws -> TokenSet {
+        guard let json = try? JSONSerialization.jsonObject(with: data), var object = json as? [String: Any] else {
+            throw TokenFileError(path, "is not a JSON object")
+        }
+        guard let access = object.removeValue(forKey: "access_token") as? String, !access.isEmpty else {
+            throw TokenFileError(path, "access_token is missing or not a non-empty string")
+        }
+        guard TokenSet.isHeaderSafe(access) else {
+            throw TokenFileError(path, "access_token contains characters not allowed in an HTTP header")
+        }
+        var refresh: String?
+        if let value = object.removeValue(forKey: "refresh_token"), !(value is NSNull) {
+            guard let string = value as? String, !string.isEmpty else {
+                throw TokenFileError(path, "refresh_token must be a non-empty string")
+            }
+            refresh = string
+        }
+        var expiresAt: Date?
+        if let value = object.removeValue(forKey: "expires_at"), !(value is NSNull) {
+            guard let text = value as? String, let date = Timestamp.parse(text) else {
+                throw TokenFileError(path, "expires_at must be an RFC 3339 time such as 2026-11-21T10:00:00Z")
+            }
+            expiresAt = date
+        }
+        return TokenSet(accessToken: access, refreshToken: refresh, expiresAt: expiresAt, otherFields: object)
+    }
+
+    static func encode(_ tokens: TokenSet) throws -> Data {
+        var object = tokens.otherFields
+        object["access_token"] = tokens.accessToken
+        object["refresh_token"] = tokens.refreshToken
+        object["expires_at"] = tokens.expiresAt.map(Timestamp.format)
+        return try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+    }
+
+    /// Atomically replaces the file with `tokens`, mode 0600. Throws without touching the old file on failure.
+    func write(_ tokens: TokenSet) throws {
+        let data = try TokenFile.encode(tokens)
+        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        let temporary = "\(directory)/.\((path as NSString).lastPathComponent).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw TokenFileError(path, "cannot create \(temporary): \(String(cString: strerror(errno)))") }
+        var failure: String?
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let written = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    failure = "write failed: \(String(cString: strerror(errno)))"
+                    return
+                }
+                offset += written
+            }
+        }
+        if failure == nil, fsync(fd) != 0 { failure = "fsync failed: \(String(cString: strerror(errno)))" }
+        close(fd)
+        if failure == nil, rename(temporary, path) != 0 { failure = "rename failed: \(String(cString: strerror(errno)))" }
+        if let failure {
+            unlink(temporary)
+            throw TokenFileError(path, failure)
+        }
+        // The rename is durable only once the directory entry is on disk.
+        let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryFD >= 0 {
+            fsync(directoryFD)
+            close(directoryFD)
+        }
+    }
+}

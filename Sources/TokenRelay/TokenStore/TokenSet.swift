@@ -1,0 +1,34 @@
+import Foundation
+
+/// The credentials tokenrelay works with, plus whatever else the token file holds (kept verbatim on
+/// rewrite, so hand-written metadata survives a refresh).
+struct TokenSet {
+    var accessToken: String
+    var refreshToken: String?
+    var expiresAt: Date?
+    /// Keys of the token file that tokenrelay does not interpret.
+    var otherFields: [String: Any] = [:]
+
+    /// A token goes into a header value verbatim, so only visible ASCII is acceptable: a CR or LF would
+    /// let a token endpoint (or a hand-edited file) inject headers into every proxied request.
+    static func isHeaderSafe(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }
+    }
+}
+
+/// Time formats of the token file: RFC 3339 in UTC, fractional seconds accepted on input.
+enum Timestamp {
+    static func format(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+
+    static func parse(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        if let date = formatter.date(from: text) { return date }
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: text)
+    }
+}

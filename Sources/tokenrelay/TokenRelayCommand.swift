@@ -1,0 +1,76 @@
+import ArgumentParser
+import Foundation
+import Logging
+import TokenRelay
+
+@main
+struct TokenRelayCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tokenrelay",
+        abstract: "A reverse proxy that injects short-lived access tokens and refreshes them once, however many requests fail.",
+        version: TokenRelayVersion.current,
+        subcommands: [Run.self, Check.self, Demo.self]
+    )
+}
+
+struct ConfigOption: ParsableArguments {
+    @Option(name: .long, help: "Path of the JSON configuration file.")
+    var config: String
+}
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the proxy in the foreground until SIGTERM or SIGINT.")
+
+    @OptionGroup var options: ConfigOption
+
+    func run() throws {
+        let preflight = try failOnError { try Preflight.run(configPath: options.config) }
+        let redactor = SecretRedactor()
+        let logger = bootstrapLogging(level: preflight.config.logLevel, redactor: redactor)
+        try failOnError { try Relay.run(preflight: preflight, redactor: redactor, logger: logger) }
+    }
+}
+
+struct Check: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Validate the config, the client secret and the token file, like nginx -t.")
+
+    @OptionGroup var options: ConfigOption
+
+    func run() throws {
+        let preflight = try failOnError { try Preflight.run(configPath: options.config) }
+        print(preflight.summary)
+    }
+}
+
+struct Demo: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run tokenrelay in front of a built-in demo API and token server (2-second tokens, rotation, reuse detection).")
+
+    @Option(help: "Stop after this many seconds (default: run until Ctrl-C).")
+    var seconds: Double?
+
+    func run() throws {
+        let redactor = SecretRedactor()
+        let logger = bootstrapLogging(level: "info", redactor: redactor)
+        try failOnError { try DemoRunner.run(seconds: seconds, redactor: redactor, logger: logger) }
+    }
+}
+
+/// Prints the one-line reason (it never contains a secret) and exits non-zero.
+func failOnError<T>(_ body: () throws -> T) throws -> T {
+    do {
+        return try body()
+    } catch let error as ConfigError {
+        FileHandle.standardError.write(Data("tokenrelay: config error: \(error)\n".utf8))
+        throw ExitCode(2)
+    } catch {
+        FileHandle.standardError.write(Data("tokenrelay: \(error)\n".utf8))
+        throw ExitCode(1)
+    }
+}
+
+func bootstrapLogging(level: String, redactor: SecretRedactor) -> Logger {
+    let logLevel = Logger.Level(rawValue: level) ?? .info
+    LoggingSystem.bootstrap { _ in LogfmtHandler(level: logLevel, redactor: redactor) }
+    return Logger(label: "tokenrelay")
+}

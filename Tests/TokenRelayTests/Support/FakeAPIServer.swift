@@ -1,0 +1,110 @@
+import Foundation
+
+/// The protected upstream API behind the proxy. It accepts only bearer tokens that the validator
+/// (normally `FakeTokenServer.isAccessTokenValid`) accepts, so a test observes exactly what a real
+/// resource server would: a stale or missing token yields 401 + `WWW-Authenticate` (RFC 6750 §3),
+/// which is the signal the proxy must react to by refreshing and replaying.
+///
+/// 200 answers describe what arrived (`method`, `path`, `target`, `body_length`, `body_fnv1a64`),
+/// so tests can prove the proxy forwarded the body unchanged without echoing megabytes back.
+/// `/echo` returns the request body verbatim instead.
+final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set once in init
+    typealias TokenValidator = @Sendable (String) -> Bool
+    typealias ResponseOverride = @Sendable (RecordedRequest) -> TestResponse?
+
+    private struct State {
+        var requests: [RecordedRequest] = []
+        var unauthorized = 0
+        var delay: Double = 0
+        var forcedUnauthorized: [String: Int] = [:]
+        var override: ResponseOverride?
+    }
+
+    private let validate: TokenValidator
+    private let state = Locked(State())
+    private var http: MiniHTTPServer!
+
+    var port: Int { http.port }
+    var baseURL: String { http.baseURL }
+
+    init(validateToken: @escaping TokenValidator) throws {
+        validate = validateToken
+        http = try MiniHTTPServer { [weak self] request in
+            self?.handle(request) ?? TestResponse(status: 503)
+        }
+    }
+
+    convenience init(tokenServer: FakeTokenServer) throws {
+        try self.init(validateToken: { tokenServer.isAccessTokenValid($0) })
+    }
+
+    deinit { http?.stop() }
+
+    func stop() { http.stop() }
+
+    /// Every request received, authorized or not, in arrival order.
+    var requests: [RecordedRequest] { state.withLock { $0.requests } }
+    var requestCount: Int { state.withLock { $0.requests.count } }
+    var unauthorizedCount: Int { state.withLock { $0.unauthorized } }
+    /// TCP connections accepted so far (upstream keep-alive checks).
+    var acceptedConnections: Int { http.acceptedConnections }
+
+    /// Delay before every answer, capped at 60 s and cut short by stop(), to simulate a slow upstream.
+    var responseDelay: Double {
+        get { state.withLock { $0.delay } }
+        set { state.withLock { $0.delay = min(max(newValue, 0), 60) } }
+    }
+
+    /// Called for authorized requests; a non-nil result replaces the normal answer (e.g. a 500,
+    /// odd headers, or `Connection: close`).
+    var responseOverride: ResponseOverride? {
+        get { state.withLock { $0.override } }
+        set { state.withLock { $0.override = newValue } }
+    }
+
+    /// The next request to `path` (query ignored) gets 401 even with a valid token: simulates a
+    /// token that died between the proxy's check and the upstream's (stale-generation tests).
+    func forceUnauthorizedOnce(path: String) {
+        state.withLock { $0.forcedUnauthorized[path, default: 0] += 1 }
+    }
+
+    private func handle(_ request: RecordedRequest) -> TestResponse {
+        let (delay, forced, override) = state.withLock { s in
+            s.requests.append(request)
+            let forced = s.forcedUnauthorized[request.path, default: 0] > 0
+            if forced { s.forcedUnauthorized[request.path]! -= 1 }
+            return (s.delay, forced, s.override)
+        }
+        if delay > 0 { http.interruptibleDelay(delay) }
+        guard !forced, let token = request.bearerToken, validate(token) else {
+            state.withLock { $0.unauthorized += 1 }
+            return .json(401, ["error": "invalid_token"],
+                         headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
+        }
+        if let response = override?(request) { return response }
+        if request.path == "/echo" {
+            let type = request.header("Content-Type") ?? "application/octet-stream"
+            return TestResponse(status: 200, headers: [("Content-Type", type)], body: request.body)
+        }
+        return .json(200, ["method": request.method, "path": request.path, "target": request.target,
+                           "body_length": request.body.count, "body_fnv1a64": fnv1a64Hex(request.body)])
+    }
+}
+
+extension RecordedRequest {
+    /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), if any.
+    var bearerToken: String? {
+        guard let value = header("Authorization"), value.lowercased().hasPrefix("bearer ") else { return nil }
+        let token = value.dropFirst(7).trimmingCharacters(in: .whitespaces)
+        return token.isEmpty ? nil : token
+    }
+}
+
+/// FNV-1a 64-bit digest as 16 lowercase hex digits. Not cryptographic; only to detect a body that
+/// was altered in transit (CryptoKit is not available on Linux without a package dependency).
+func fnv1a64Hex(_ data: Data) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in data { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+    let hex = String(hash, radix: 16)
+    return String(repeating: "0", count: 16 - hex.count) + hex
+}

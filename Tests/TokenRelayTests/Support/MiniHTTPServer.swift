@@ -1,0 +1,175 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A small threaded HTTP/1.1 server on 127.0.0.1 (ephemeral port) that the fake upstreams build on.
+///
+/// Deliberately simple and independent of the product (no libevent): one accept thread, one thread
+/// per connection, blocking sockets. A test-support server must be obviously correct rather than
+/// fast, and a different implementation from the product's avoids bugs cancelling out. Listen
+/// backlog is 512 so bursts of 50+ concurrent connections are queued, not reset.
+final class MiniHTTPServer: @unchecked Sendable {
+    typealias Handler = @Sendable (RecordedRequest) -> TestResponse
+
+    let port: Int
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    private let listenFD: Int32
+    private let handler: Handler
+    /// Guards everything below; also signalled when threads finish and on stop().
+    private let state = NSCondition()
+    private var stopped = false
+    private var openFDs = Set<Int32>()
+    private var liveThreads = 0
+    private var accepted = 0
+
+    /// Number of TCP connections accepted so far (connection reuse checks).
+    var acceptedConnections: Int { state.lock(); defer { state.unlock() }; return accepted }
+    /// Number of connections currently open.
+    var openConnections: Int { state.lock(); defer { state.unlock() }; return openFDs.count }
+
+    init(handler: @escaping Handler) throws {
+        (listenFD, port) = try LoopbackSocket.listen(backlog: 512)
+        self.handler = handler
+        liveThreads = 1
+        Thread { [self] in acceptLoop() }.start()
+    }
+
+    /// Closes the listener and every open connection, and waits (bounded, 5 s) for all threads.
+    /// Idempotent. Handlers blocked in `interruptibleDelay` are woken.
+    func stop() {
+        state.lock()
+        defer { state.unlock() }
+        if !stopped {
+            stopped = true
+            shutdown(listenFD, Int32(SHUT_RDWR)) // wakes the accept thread, which closes it
+            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) } // wakes blocked recv()s
+            state.broadcast()
+        }
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while liveThreads > 0 && state.wait(until: deadline) {}
+    }
+
+    /// Blocks for up to `seconds` (capped at 60) but returns at once when the server stops. Use it
+    /// to simulate a slow upstream without making stop() wait for the delay. Returns false if the
+    /// server stopped meanwhile (the handler should then not change any state).
+    @discardableResult
+    func interruptibleDelay(_ seconds: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: min(max(seconds, 0), 60))
+        state.lock()
+        defer { state.unlock() }
+        while !stopped && state.wait(until: deadline) {}
+        return !stopped
+    }
+
+    private var isStopped: Bool { state.lock(); defer { state.unlock() }; return stopped }
+
+    private func threadFinished() {
+        state.lock()
+        liveThreads -= 1
+        state.broadcast()
+        state.unlock()
+    }
+
+    private func acceptLoop() {
+        defer { close(listenFD); threadFinished() }
+        while !isStopped {
+            // poll() with a timeout so the loop re-checks `stopped` even if shutdown() did not wake it.
+            var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 200) > 0 else { continue }
+            let fd = accept(listenFD, nil, nil)
+            guard fd >= 0 else { continue }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC) // accept4 is not imported; keep it out of child processes
+            state.lock()
+            if stopped { state.unlock(); close(fd); return }
+            openFDs.insert(fd)
+            accepted += 1
+            liveThreads += 1
+            let connectionID = accepted
+            state.unlock()
+            Thread { [self] in serve(fd: fd, connectionID: connectionID) }.start()
+        }
+    }
+
+    /// Serves requests on one connection until the client closes, asks to close, or the server stops.
+    private func serve(fd: Int32, connectionID: Int) {
+        defer {
+            state.lock()
+            openFDs.remove(fd)
+            close(fd) // under the lock: stop() must never shutdown() a reused fd number
+            state.unlock()
+            threadFinished()
+        }
+        LoopbackSocket.setTimeouts(fd, seconds: 120) // idle keep-alive connections end eventually
+        let reader = SocketReader(fd: fd)
+        while !isStopped {
+            let request: RecordedRequest
+            do {
+                guard let parsed = try readRequest(reader, fd: fd, connectionID: connectionID) else { return }
+                request = parsed
+            } catch {
+                if !isStopped {
+                    let body = Data("bad request: \(error)\n".utf8)
+                    try? write(TestResponse(status: 400, body: body), to: fd, connection: "close", headOnly: false)
+                }
+                return
+            }
+            let response = handler(request)
+            let close = wantsClose(request) || response.headers.contains {
+                $0.0.lowercased() == "connection" && $0.1.lowercased().contains("close")
+            }
+            let connectionHeader = close ? "close" : (request.version == "HTTP/1.0" ? "keep-alive" : nil)
+            do { try write(response, to: fd, connection: connectionHeader, headOnly: request.method == "HEAD") } catch { return }
+            if close { return }
+        }
+    }
+
+    private func readRequest(_ reader: SocketReader, fd: Int32, connectionID: Int) throws -> RecordedRequest? {
+        var line = ""
+        for _ in 0..<3 where line.isEmpty { // RFC 9112 §2.2: ignore a stray CRLF before a request
+            guard let next = try reader.readLine() else { return nil }
+            line = next
+        }
+        let parts = line.split(separator: " ", omittingEmptySubsequences: true)
+        guard parts.count == 3, parts[2].hasPrefix("HTTP/1.") else { throw TestSupportError("bad request line: \(line)") }
+        let head = RecordedRequest(method: String(parts[0]), target: String(parts[1]), version: String(parts[2]),
+                                   headers: try reader.readHeaderFields(), body: Data(),
+                                   connectionID: connectionID, wasChunked: false)
+        if head.version == "HTTP/1.1" && head.header("Expect")?.lowercased() == "100-continue" {
+            try LoopbackSocket.writeAll(fd, Data("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+        }
+        let chunked = head.headerTokens("Transfer-Encoding").last == "chunked"
+        var body = Data()
+        if chunked {
+            body = try reader.readChunkedBody()
+        } else if let lengthText = head.header("Content-Length") {
+            guard let length = Int(lengthText.trimmingCharacters(in: .whitespaces)) else {
+                throw TestSupportError("bad Content-Length: \(lengthText)")
+            }
+            body = try reader.readExactly(length)
+        }
+        return RecordedRequest(method: head.method, target: head.target, version: head.version,
+                               headers: head.headers, body: body, connectionID: connectionID, wasChunked: chunked)
+    }
+
+    /// HTTP/1.1 is persistent unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`.
+    private func wantsClose(_ request: RecordedRequest) -> Bool {
+        let tokens = request.headerTokens("Connection")
+        return request.version == "HTTP/1.0" ? !tokens.contains("keep-alive") : tokens.contains("close")
+    }
+
+    private func write(_ response: TestResponse, to fd: Int32, connection: String?, headOnly: Bool) throws {
+        var head = "HTTP/1.1 \(response.status) \(response.reason)\r\n"
+        for (name, value) in response.headers
+        where !["content-length", "transfer-encoding", "connection"].contains(name.lowercased()) {
+            head += "\(name): \(value)\r\n"
+        }
+        let hasBody = response.status != 204 && response.status != 304 && !(100..<200).contains(response.status)
+        if response.status != 204 { head += "Content-Length: \(response.body.count)\r\n" }
+        head += connection.map { "Connection: \($0)\r\n\r\n" } ?? "\r\n"
+        var bytes = Data(head.utf8)
+        if hasBody && !headOnly { bytes.append(response.body) }
+        try LoopbackSocket.writeAll(fd, bytes)
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The real `tokenrelay` binary running as a child process, for black-box tests.
+///
+/// Output goes to files in `workDir` rather than pipes: a pipe that nobody drains fills up and
+/// blocks the product mid-log, which would look like a product hang. Stopping is by PID and
+/// signal (SIGTERM, then SIGKILL after a grace period) so graceful-shutdown behaviour is
+/// testable, and `deinit` stops it too so a failing test cannot leak a running proxy.
+final class TokenRelayProcess: @unchecked Sendable { // all mutable state is inside `process`
+    let proxyPort: Int
+    let adminPort: Int
+    let workDir: URL
+    let configURL: URL
+    let stdoutURL: URL
+    let stderrURL: URL
+    private let process: Process
+
+    var pid: Int32 { process.processIdentifier }
+    var proxyURL: String { "http://127.0.0.1:\(proxyPort)" }
+    var adminURL: String { "http://127.0.0.1:\(adminPort)" }
+    var isRunning: Bool { process.isRunning }
+    var stderrText: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
+    var stdoutText: String { (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? "" }
+
+    private init(process: Process, proxyPort: Int, adminPort: Int, workDir: URL, configURL: URL) {
+        self.process = process
+        self.proxyPort = proxyPort
+        self.adminPort = adminPort
+        self.workDir = workDir
+        self.configURL = configURL
+        stdoutURL = workDir.appendingPathComponent("stdout.log")
+        stderrURL = workDir.appendingPathComponent("stderr.log")
+    }
+
+    deinit { stop() }
+
+    /// Writes `config` to `workDir/config.json`, runs `tokenrelay run --config <path>` (plus
+    /// `extraArguments`) with cwd `workDir`, and waits until stderr shows the startup line
+    /// `... msg=listening proxy=127.0.0.1:PORT admin=127.0.0.1:PORT`.
+    static func start(config: [String: Any], environment: [String: String] = [:], workDir: URL,
+                      extraArguments: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
+        let configURL = workDir.appendingPathComponent("config.json")
+        try JSONSerialization.data(withJSONObject: config, options: [.prettyPrinted, .sortedKeys]).write(to: configURL)
+        let process = try launch(arguments: ["run", "--config", configURL.path] + extraArguments,
+                                 environment: environment, workDir: workDir,
+                                 stdout: workDir.appendingPathComponent("stdout.log"),
+                                 stderr: workDir.appendingPathComponent("stderr.log"))
+        var instance: TokenRelayProcess?
+        let stderrURL = workDir.appendingPathComponent("stderr.log")
+        let regex = #/proxy=([0-9.]+):([0-9]+) admin=([0-9.]+):([0-9]+)/#
+        let started = waitUntil(timeout: startupTimeout) {
+            let text = (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
+            if let match = text.split(separator: "\n").lazy.filter({ $0.contains("msg=listening") })
+                .compactMap({ $0.firstMatch(of: regex) }).first,
+               let proxy = Int(match.output.2), let admin = Int(match.output.4) {
+                instance = TokenRelayProcess(process: process, proxyPort: proxy, adminPort: admin,
+                                             workDir: workDir, configURL: configURL)
+                return true
+            }
+            return !process.isRunning
+        }
+        if started, let instance { return instance }
+        let running = process.isRunning
+        terminate(process, grace: 5)
+        let stderr = (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
+        throw TestSupportError(running
+            ? "tokenrelay did not log its listening line within \(startupTimeout) s; stderr:\n\(stderr)"
+            : "tokenrelay exited with \(exitCode(of: process)) before listening; stderr:\n\(stderr)")
+    }
+
+    /// Runs `tokenrelay <arguments>` to completion (e.g. `check --config X`); killed after `timeout`.
+    static func runCommand(arguments: [String], environment: [String: String] = [:],
+                           timeout: Double = 30) throws -> (exitCode: Int32, stdout: String, stderr: String) {
+        let dir = makeTemporaryDirectory(prefix: "tokenrelay-cmd")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let out = dir.appendingPathComponent("stdout.log"), err = dir.appendingPathComponent("stderr.log")
+        let process = try launch(arguments: arguments, environment: environment,
+                                 workDir: URL(fileURLWithPath: FileManager.default.currentDirectoryPath),
+                                 stdout: out, stderr: err)
+        guard waitUntil(timeout: timeout, { !process.isRunning }) else {
+            terminate(process, grace: 0)
+            throw TestSupportError("tokenrelay \(arguments.joined(separator: " ")) did not finish within \(timeout) s")
+        }
+        return (exitCode(of: process),
+                (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+                (try? String(contentsOf: err, encoding: .utf8)) ?? "")
+    }
+
+    /// Sends `sig` (e.g. SIGHUP for reload, SIGTERM for graceful stop) if the process still runs.
+    func signal(_ sig: Int32) {
+        if process.isRunning { kill(process.processIdentifier, sig) }
+    }
+
+    /// The exit code once the process has exited within `timeout`, else nil. Death by signal N is
+    /// reported as 128 + N, like a shell does.
+    @discardableResult
+    func waitForExit(timeout: Double) -> Int32? {
+        waitUntil(timeout: timeout) { !process.isRunning } ? Self.exitCode(of: process) : nil
+    }
+
+    /// SIGTERM, up to 10 s grace, then SIGKILL. Idempotent; returns the exit code.
+    @discardableResult
+    func stop() -> Int32? {
+        Self.terminate(process, grace: 10)
+        return process.isRunning ? nil : Self.exitCode(of: process)
+    }
+
+    // MARK: - Helpers
+
+    /// `TOKENRELAY_BIN`, else `tokenrelay` next to the running test binary/bundle (SwiftPM puts
+    /// both in `.build/<triple>/debug`), else `./.build/debug/tokenrelay`.
+    static func binaryURL() throws -> URL {
+        let fm = FileManager.default
+        if let path = ProcessInfo.processInfo.environment["TOKENRELAY_BIN"], !path.isEmpty {
+            guard fm.isExecutableFile(atPath: path) else { throw TestSupportError("TOKENRELAY_BIN=\(path) is not an executable file") }
+            return URL(fileURLWithPath: path)
+        }
+        var dirs: [URL] = []
+        if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            dirs.append(URL(fileURLWithPath: exe).deletingLastPathComponent())
+        }
+        dirs.append(URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent())
+        dirs.append(Bundle.main.bundleURL)
+        dirs.append(Bundle.main.bundleURL.deletingLastPathComponent())
+        for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") { // macOS: beside the bundle
+            dirs.append(bundle.bundleURL.deletingLastPathComponent())
+        }
+        dirs.append(URL(fileURLWithPath: fm.currentDirectoryPath).appendingPathComponent(".build/debug"))
+        var candidates: [URL] = []
+        for url in dirs.map({ $0.appendingPathComponent("tokenrelay").standardizedFileURL })
+        where !candidates.contains(url) { candidates.append(url) }
+        if let found = candidates.first(where: { fm.isExecutableFile(atPath: $0.path) && !isDirectory($0) }) { return found }
+        throw TestSupportError("tokenrelay binary not found (build it with `swift build`, or set TOKENRELAY_BIN); looked at:\n"
+            + candidates.map(\.path).joined(separator: "\n"))
+    }
+
+    private static func isDirectory(_ url: URL) -> Bool {
+        var isDir: ObjCBool = false
+        return FileManager.default.fileExists(atPath: url.path, isDirectory: &isDir) && isDir.boolValue
+    }
+
+    /// The child gets a minimal environment (PATH, plus LLVM_PROFILE_FILE for coverage runs) with
+    /// `environment` on top, so nothing from the developer's shell changes its behaviour.
+    private static func launch(arguments: [String], environment: [String: String], workDir: URL,
+                               stdout: URL, stderr: URL) throws -> Process {
+        let parent = ProcessInfo.processInfo.environment
+        var env = ["PATH": parent["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"]
+        env["LLVM_PROFILE_FILE"] = parent["LLVM_PROFILE_FILE"]
+        env.merge(environment) { _, new in new }
+        for url in [stdout, stderr] { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
+        let process = Process()
+        process.executableURL = try binaryURL()
+        process.arguments = arguments
+        process.environment = env
+        process.currentDirectoryURL = workDir
+        process.standardInput = FileHandle.nullDevice
+        let outHandle = try FileHandle(forWritingTo: stdout), errHandle = try FileHandle(forWritingTo: stderr)
+        defer { try? outHandle.close(); try? errHandle.close() } // the child has its own copies
+        process.standardOutput = outHandle
+        process.standardError = errHandle
+        try process.run()
+        return process
+    }
+
+    private static func terminate(_ process: Process, grace: Double) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGTERM)
+        if waitUntil(timeout: grace, { !process.isRunning }) { return }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        waitUntil(timeout: 10) { !process.isRunning }
+    }
+
+    private static func exitCode(of process: Process) -> Int32 {
+        guard !process.isRunning else { return -1 }
+        return process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+    }
+}
