@@ -31,7 +31,6 @@ final class HTTPListener {
         evhttp_set_gencb(http, listenerRequestTrampoline, unretainedContext(self))
         guard let socket = evhttp_bind_socket_with_handle(http, host, UInt16(port)) else {
             let reason = String(cString: strerror(errno))
-            evhttp_free(http)
             throw BindError(description: "cannot listen on \(host):\(port): \(reason)")
         }
         boundSocket = socket

@@ -74,3 +74,9 @@ let clientDrainedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPoi
     let exchange = target(context, as: Exchange.self)
     withExtendedLifetime(exchange) { exchange.clientDrained() }
 }
+
+/// A response has been written out completely (`evhttp_request_set_on_complete_cb`).
+let responseFlushedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
+    let proxy = target(context, as: ProxyServer.self)
+    withExtendedLifetime(proxy) { proxy.responseFlushed() }
+}

@@ -283,6 +283,7 @@ final class Exchange: OutgoingRequestDelegate {
 
     private func endStreaming() {
         detachFromClient()
+        proxy.willSendFinalResponse(clientRequest)
         evhttp_send_reply_end(clientRequest)
         finish()
     }
@@ -311,6 +312,7 @@ final class Exchange: OutgoingRequestDelegate {
         detachFromClient()
         let buffer = evbuffer_new()!
         EvBuffer.append(buffer, body)
+        proxy.willSendFinalResponse(clientRequest)
         evhttp_send_reply(clientRequest, status, reason, method == EVHTTP_REQ_HEAD ? nil : buffer)
         evbuffer_free(buffer)
         finish()

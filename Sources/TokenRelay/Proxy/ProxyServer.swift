@@ -16,6 +16,9 @@ final class ProxyServer {
     private var heldOrder: [ObjectIdentifier] = []
     private var active: [ObjectIdentifier: Exchange] = [:]
     private(set) var isDraining = false
+    /// Final responses handed to evhttp during the drain but not yet written out: exiting before they
+    /// are would cut them off.
+    private var unflushedResponses = 0
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
@@ -101,7 +104,24 @@ final class ProxyServer {
     func exchangeFinished(_ exchange: Exchange, status: Int32) {
         active.removeValue(forKey: ObjectIdentifier(exchange))
         if status > 0 { metrics.countRequest(status: Int(status)) }
-        if isDraining && active.isEmpty { onDrained?() }
+        checkDrained()
+    }
+
+    /// Called just before a final response is handed to evhttp. While draining, the process waits for
+    /// it to be written out (a client that vanishes instead is covered by the drain timeout).
+    func willSendFinalResponse(_ request: OpaquePointer) {
+        guard isDraining else { return }
+        unflushedResponses += 1
+        evhttp_request_set_on_complete_cb(request, responseFlushedTrampoline, unretainedContext(self))
+    }
+
+    func responseFlushed() {
+        unflushedResponses -= 1
+        checkDrained()
+    }
+
+    private func checkDrained() {
+        if isDraining && active.isEmpty && unflushedResponses == 0 { onDrained?() }
     }
 
     // MARK: - Shutdown
@@ -109,7 +129,7 @@ final class ProxyServer {
     func startDraining() {
         isDraining = true
         listener.stopAccepting()
-        if active.isEmpty { onDrained?() }
+        checkDrained()
     }
 
     /// Drain deadline passed: answer or cut whatever is left.

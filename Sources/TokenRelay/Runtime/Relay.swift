@@ -89,8 +89,11 @@ public final class Relay {
         }
         let timer = LoopEvent(loop: loop) { [unowned self] _ in
             self.logger.warning("drain timeout; answering remaining requests", metadata: ["active_requests": "\(self.proxy.activeCount)"])
+            // The answers need a moment to be written out; `onDrained` stops the loop once they are,
+            // and a client that never reads cannot hold the exit up for more than a second.
+            self.drainTimer = LoopEvent(loop: self.loop) { [unowned self] _ in self.loop.stop() }
+            self.drainTimer?.schedule(after: 1)
             self.proxy.abandonRemaining()
-            self.loop.stop()
         }
         timer.schedule(after: config.timeouts.drainSeconds)
         drainTimer = timer

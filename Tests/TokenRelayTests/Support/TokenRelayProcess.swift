@@ -11,6 +11,7 @@ import Glibc
 /// testable, and `deinit` stops it too so a failing test cannot leak a running proxy.
 final class TokenRelayProcess: @unchecked Sendable { // all mutable state is inside `process`
     let proxyPort: Int
+    /// 0 when the admin listener is disabled in the config.
     let adminPort: Int
     let workDir: URL
     let configURL: URL
@@ -39,7 +40,7 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
 
     /// Writes `config` to `workDir/config.json`, runs `tokenrelay run --config <path>` (plus
     /// `extraArguments`) with cwd `workDir`, and waits until stderr shows the startup line
-    /// `... msg=listening proxy=127.0.0.1:PORT admin=127.0.0.1:PORT`.
+    /// `... msg=listening ... proxy=127.0.0.1:PORT ...` (with `admin=127.0.0.1:PORT` unless disabled).
     static func start(config: [String: Any], environment: [String: String] = [:], workDir: URL,
                       extraArguments: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
         let configURL = workDir.appendingPathComponent("config.json")
@@ -50,13 +51,10 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
                                  stderr: workDir.appendingPathComponent("stderr.log"))
         var instance: TokenRelayProcess?
         let stderrURL = workDir.appendingPathComponent("stderr.log")
-        let regex = #/proxy=([0-9.]+):([0-9]+) admin=([0-9.]+):([0-9]+)/#
         let started = waitUntil(timeout: startupTimeout) {
             let text = (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? ""
-            if let match = text.split(separator: "\n").lazy.filter({ $0.contains("msg=listening") })
-                .compactMap({ $0.firstMatch(of: regex) }).first,
-               let proxy = Int(match.output.2), let admin = Int(match.output.4) {
-                instance = TokenRelayProcess(process: process, proxyPort: proxy, adminPort: admin,
+            if let ports = parseListeningLine(text) {
+                instance = TokenRelayProcess(process: process, proxyPort: ports.proxy, adminPort: ports.admin,
                                              workDir: workDir, configURL: configURL)
                 return true
             }
@@ -109,6 +107,20 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     }
 
     // MARK: - Helpers
+
+    /// Ports from the first `msg=listening` logfmt line. Keys are matched independently because the
+    /// product's logfmt handler sorts metadata keys (`admin=… generation=… proxy=… upstream=…`);
+    /// `admin=disabled` yields admin port 0.
+    static func parseListeningLine(_ log: String) -> (proxy: Int, admin: Int)? {
+        for line in log.split(separator: "\n")
+        where line.contains("msg=listening") || line.contains("msg=\"listening\"") {
+            guard let proxy = line.firstMatch(of: #/(?:^|\s)proxy=[0-9.]+:([0-9]+)/#).flatMap({ Int($0.output.1) })
+            else { continue }
+            let admin = line.firstMatch(of: #/(?:^|\s)admin=[0-9.]+:([0-9]+)/#).flatMap { Int($0.output.1) } ?? 0
+            return (proxy, admin)
+        }
+        return nil
+    }
 
     /// `TOKENRELAY_BIN`, else `tokenrelay` next to the running test binary/bundle (SwiftPM puts
     /// both in `.build/<triple>/debug`), else `./.build/debug/tokenrelay`.

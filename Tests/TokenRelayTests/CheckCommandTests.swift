@@ -1,0 +1,72 @@
+import Foundation
+import XCTest
+
+/// `tokenrelay check`: exit 0 on a good setup, otherwise one line that names the problem.
+final class CheckCommandTests: RelayTestCase {
+    private func check(_ config: [String: Any], environment: [String: String] = ["TOKENRELAY_CLIENT_SECRET": RelayTestCase.clientSecret])
+        throws -> (exitCode: Int32, stdout: String, stderr: String) {
+        let url = workDir.appendingPathComponent("check-\(UUID().uuidString).json")
+        try JSONSerialization.data(withJSONObject: config).write(to: url)
+        return try TokenRelayProcess.runCommand(arguments: ["check", "--config", url.path], environment: environment)
+    }
+
+    private func assertFails(_ result: (exitCode: Int32, stdout: String, stderr: String), mentioning text: String,
+                             file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertNotEqual(result.exitCode, 0, file: file, line: line)
+        let lines = result.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.count, 1, "one line: \(result.stderr)", file: file, line: line)
+        XCTAssertTrue(result.stderr.contains(text), "expected \(text) in \(result.stderr)", file: file, line: line)
+    }
+
+    func testValidConfig() throws {
+        let result = try check(config())
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.hasPrefix("ok:"), result.stdout)
+    }
+
+    func testMissingTokenFile() throws {
+        assertFails(try check(config(["tokens": ["file": workDir.appendingPathComponent("absent.json").path]])), mentioning: "absent.json")
+    }
+
+    func testUnsetSecretVariable() throws {
+        assertFails(try check(config(), environment: [:]), mentioning: "TOKENRELAY_CLIENT_SECRET is not set")
+    }
+
+    func testMalformedJSON() throws {
+        let url = workDir.appendingPathComponent("malformed.json")
+        try Data("{ \"listen\": \"127.0.0.1:8080\", ".utf8).write(to: url)
+        assertFails(try TokenRelayProcess.runCommand(arguments: ["check", "--config", url.path]), mentioning: "not valid JSON")
+    }
+
+    func testUnknownKey() throws {
+        assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key")
+    }
+
+    func testMissingConfigFile() throws {
+        assertFails(try TokenRelayProcess.runCommand(arguments: ["check", "--config", "/nonexistent/tokenrelay.json"]),
+                    mentioning: "/nonexistent/tokenrelay.json")
+    }
+
+    /// Every example under config/ passes `check` once its file paths point at this test's files.
+    func testEveryExampleConfigPassesCheck() throws {
+        let configDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("config")
+        let examples = try FileManager.default.contentsOfDirectory(atPath: configDirectory.path)
+            .filter { $0.hasSuffix(".json") && !$0.contains("schema") }
+        XCTAssertFalse(examples.isEmpty)
+        let secretFile = workDir.appendingPathComponent("client_secret")
+        try Data("example-secret\n".utf8).write(to: secretFile)
+        for name in examples {
+            let data = try Data(contentsOf: configDirectory.appendingPathComponent(name))
+            var object = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any], name)
+            var tokens = object["tokens"] as! [String: Any]
+            tokens["file"] = tokenFileURL.path
+            object["tokens"] = tokens
+            var refresh = object["refresh"] as! [String: Any]
+            if refresh["client_secret_file"] != nil { refresh["client_secret_file"] = secretFile.path }
+            object["refresh"] = refresh
+            let result = try check(object)
+            XCTAssertEqual(result.exitCode, 0, "\(name): \(result.stderr)")
+        }
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+final class ConfigLoaderTests: XCTestCase {
+    private let valid: [String: Any] = [
+        "listen": "127.0.0.1:8080",
+        "upstream": ["url": "http://127.0.0.1:9000"],
+        "tokens": ["file": "/var/lib/tokenrelay/tokens.json"],
+        "refresh": ["grant": "refresh_token", "token_url": "http://127.0.0.1:9001/oauth/token", "client_id": "legacy-app",
+                    "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"],
+        "admin": ["listen": "127.0.0.1:8081"],
+    ]
+
+    private func parse(_ object: [String: Any]) throws -> Config {
+        try ConfigLoader.parse(JSONSerialization.data(withJSONObject: object))
+    }
+
+    private func error(_ object: [String: Any]) -> ConfigError? {
+        do {
+            _ = try parse(object)
+            return nil
+        } catch let error as ConfigError {
+            return error
+        } catch {
+            XCTFail("unexpected error \(error)")
+            return nil
+        }
+    }
+
+    private func with(_ path: [String], _ value: Any?) -> [String: Any] {
+        func set(_ object: [String: Any], _ path: ArraySlice<String>) -> [String: Any] {
+            var copy = object
+            let key = path.first!
+            if path.count == 1 {
+                copy[key] = value
+            } else {
+                copy[key] = set(copy[key] as? [String: Any] ?? [:], path.dropFirst())
+            }
+            return copy
+        }
+        return set(valid, path[...])
+    }
+
+    func testIssueExampleParses() throws {
+        let config = try parse(valid)
+        XCTAssertEqual(config.listen.port, 8080)
+        XCTAssertEqual(config.upstream.url.authority, "127.0.0.1:9000")
+        XCTAssertEqual(config.refresh.tokenURL.requestTarget, "/oauth/token")
+        XCTAssertEqual(config.refresh.clientAuth, .clientSecretBasic)
+        XCTAssertEqual(config.refresh.clientSecret, .environment("TOKENRELAY_CLIENT_SECRET"))
+        XCTAssertEqual(config.admin?.listen.port, 8081)
+        XCTAssertEqual(config.limits.maxBodyBytes, 8 * 1024 * 1024)
+    }
+
+    func testUnknownKeyNamesItsPath() {
+        XCTAssertEqual(error(with(["refresh", "clinet_id"], "x"))?.description, "refresh.clinet_id: unknown key")
+        XCTAssertEqual(error(with(["listn"], "x"))?.description, "listn: unknown key")
+        XCTAssertEqual(error(with(["timeouts", "hold"], 3))?.description, "timeouts.hold: unknown key")
+    }
+
+    func testMissingAndMistypedFieldsNameTheField() {
+        XCTAssertEqual(error(with(["refresh", "client_id"], nil))?.description, "refresh.client_id: is required")
+        XCTAssertEqual(error(with(["upstream"], nil))?.description, "upstream: is required")
+        XCTAssertEqual(error(with(["listen"], 8080))?.description, "listen: must be a string")
+        XCTAssertEqual(error(with(["listen"], "localhost"))?.field, "listen")
+        XCTAssertEqual(error(with(["listen"], "127.0.0.1:99999"))?.field, "listen")
+        XCTAssertEqual(error(with(["upstream", "url"], "ftp://x"))?.field, "upstream.url")
+        XCTAssertEqual(error(with(["limits", "max_body_bytes"], -1))?.field, "limits.max_body_bytes")
+        XCTAssertEqual(error(with(["limits", "max_held_requests"], true))?.description, "limits.max_held_requests: must be a number")
+        XCTAssertEqual(error(with(["timeouts", "hold_seconds"], "30"))?.description, "timeouts.hold_seconds: must be a number")
+    }
+
+    func testClientAuthIsExplicitAndConsistentWithTheSecret() {
+        XCTAssertEqual(error(with(["refresh", "client_auth"], nil))?.field, "refresh.client_auth")
+        XCTAssertEqual(error(with(["refresh", "client_auth"], "basic"))?.field, "refresh.client_auth")
+        let both = with(["refresh", "client_secret_file"], "/run/secret")
+        XCTAssertEqual(error(both)?.field, "refresh.client_secret_file")
+        XCTAssertEqual(error(with(["refresh", "client_secret_env"], nil))?.field, "refresh.client_secret_env")
+        XCTAssertEqual(error(with(["refresh", "client_auth"], "none"))?.field, "refresh.client_auth")
+        var publicClient = with(["refresh", "client_auth"], "none")
+        publicClient["refresh"] = (publicClient["refresh"] as! [String: Any]).filter { $0.key != "client_secret_env" }
+        XCTAssertNil(error(publicClient))
+    }
+
+    func testMalformedJSONSaysSo() {
+        XCTAssertThrowsError(try ConfigLoader.parse(Data("{\"listen\": ".utf8))) { error in
+            XCTAssertTrue("\(error)".contains("not valid JSON"), "\(error)")
+        }
+    }
+
+    func testUnsupportedGrantIsRejected() {
+        XCTAssertEqual(error(with(["refresh", "grant"], "password"))?.field, "refresh.grant")
+    }
+}

@@ -1,0 +1,21 @@
+import XCTest
+@testable import TokenRelay
+
+final class HeaderPolicyTests: XCTestCase {
+    func testRequestDropsHopByHopConnectionListedAndReplacedHeaders() {
+        let forwarded = HeaderPolicy.forwardedRequestHeaders([
+            ("Host", "client.example"), ("Authorization", "Bearer theirs"), ("Connection", "keep-alive, X-Secret-Hop"),
+            ("X-Secret-Hop", "1"), ("Content-Length", "5"), ("Transfer-Encoding", "chunked"), ("TE", "trailers"),
+            ("Expect", "100-continue"), ("Accept", "application/json"), ("X-Trace", "abc"),
+        ])
+        XCTAssertEqual(forwarded.map(\.name), ["Accept", "X-Trace"])
+    }
+
+    func testResponseKeepsLengthAndDropsConnectionListed() {
+        let forwarded = HeaderPolicy.forwardedResponseHeaders([
+            ("Content-Length", "10"), ("Connection", "close, X-Hop"), ("X-Hop", "1"), ("Transfer-Encoding", "chunked"),
+            ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"),
+        ])
+        XCTAssertEqual(forwarded.map(\.name), ["Content-Length", "Set-Cookie", "Set-Cookie"])
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import XCTest
+
+final class RefreshFailureTests: RelayTestCase {
+    func testRejectedRefreshLatchesLoginRequiredWithoutAStorm() throws {
+        let relay = try startRelay()
+        XCTAssertEqual(try admin(relay, "/readyz").status, 200)
+        tokenServer.failureMode = .rejectAll
+        tokenServer.expireAccessTokens()
+
+        let responses = burst(20) { i in try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/burst/\(i)") }
+
+        XCTAssertEqual(statusCounts(responses), [401: 20])
+        XCTAssertEqual(tokenServer.refreshCalls, 1, "a burst must cause at most one refresh attempt")
+        // Requests that reached the upstream get the upstream's own 401 back.
+        let upstreamAnswered = responses.filter { $0.bodyText.contains("invalid_token") && !$0.bodyText.contains("login_required") }
+        XCTAssertFalse(upstreamAnswered.isEmpty)
+        for response in upstreamAnswered { XCTAssertEqual(response.header("WWW-Authenticate"), "Bearer error=\"invalid_token\"") }
+        let readiness = try admin(relay, "/readyz")
+        XCTAssertEqual(readiness.status, 503)
+        XCTAssertTrue(readiness.bodyText.contains("login"), readiness.bodyText)
+
+        // Latched: answered locally, nothing sent upstream, no new refresh.
+        let upstreamBefore = api.requestCount
+        let later = try get(relay, "/later")
+        XCTAssertEqual(later.status, 401)
+        XCTAssertTrue(later.bodyText.contains("login_required"), later.bodyText)
+        XCTAssertEqual(api.requestCount, upstreamBefore)
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+        XCTAssertTrue(try admin(relay, "/status").bodyText.contains("login_required"))
+    }
+
+    func testNewTokenFileClearsTheLatch() throws {
+        let relay = try startRelay()
+        tokenServer.failureMode = .rejectAll
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 401)
+        XCTAssertEqual(try admin(relay, "/readyz").status, 503)
+
+        // An operator logs in again and writes fresh tokens.
+        tokenServer.failureMode = .normal
+        let fresh = tokenServer.issueInitialTokens()
+        let staged = workDir.appendingPathComponent("staged.json")
+        try writeTokenFile(at: staged, access: fresh.access, refresh: fresh.refresh)
+        XCTAssertEqual(rename(staged.path, tokenFileURL.path), 0)
+
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/readyz").status) == 200 })
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+    }
+
+    func testForcedRefreshThroughAdmin() throws {
+        let relay = try startRelay()
+        let response = try admin(relay, "/refresh", method: "POST")
+        XCTAssertEqual(response.status, 200, response.bodyText)
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+        XCTAssertEqual(try readTokenFile()["refresh_token"] as? String, tokenServer.currentRefreshToken)
+        XCTAssertEqual(try get(relay).status, 200)
+    }
+
+    func testTransientFailuresAreRetriedThenAnswered503() throws {
+        let relay = try startRelay(["refresh": ["max_attempts": 3, "backoff_seconds": 0.05]])
+        tokenServer.failureMode = .unavailable(status: 503)
+        tokenServer.expireAccessTokens()
+
+        let response = try get(relay)
+
+        XCTAssertEqual(response.status, 503)
+        XCTAssertNotNil(response.header("Retry-After"))
+        XCTAssertEqual(tokenServer.refreshCalls, 3)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(try admin(relay, "/readyz").status, 200, "a transient failure is not a login problem")
+
+        // Once the token endpoint is back, the next 401 refreshes normally.
+        tokenServer.failureMode = .normal
+        XCTAssertEqual(try get(relay).status, 200)
+    }
+
+    func testTransientFailureThenRecoveryReleasesHeldRequests() throws {
+        let relay = try startRelay(["refresh": ["max_attempts": 5, "backoff_seconds": 0.2]])
+        tokenServer.failureMode = .unavailable(status: 502)
+        tokenServer.expireAccessTokens()
+        let held = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/held") }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls >= 1 })
+        tokenServer.failureMode = .normal
+        XCTAssertEqual(try held.wait(timeout: 10).status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+    }
+
+    func testHoldTimeoutAnswers503() throws {
+        let relay = try startRelay(["timeouts": ["hold_seconds": 0.5], "refresh": ["max_attempts": 20, "backoff_seconds": 0.2]])
+        tokenServer.failureMode = .unavailable(status: 503)
+        tokenServer.expireAccessTokens()
+        let started = Date()
+        let response = try get(relay)
+        XCTAssertEqual(response.status, 503)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+    }
+
+    func testUnreachableTokenEndpointIsTransient() throws {
+        tokenServer.stop()
+        let relay = try startRelay(["refresh": ["max_attempts": 2, "backoff_seconds": 0.05]])
+        api.forceUnauthorizedOnce(path: "/resource")
+        let response = try get(relay)
+        XCTAssertEqual(response.status, 503)
+        XCTAssertTrue(relay.stderrText.contains("could not connect"), relay.stderrText)
+    }
+
+    func testTokenWithControlCharactersIsNeverInjected() throws {
+        // A token endpoint answering with a CR/LF in the token is a failure, not a header injection.
+        let evil = try MiniHTTPServer { _ in
+            TestResponse.json(200, ["access_token": "evil\r\nX-Injected: yes", "refresh_token": "r2", "expires_in": 60])
+        }
+        defer { evil.stop() }
+        let relay = try startRelay(["refresh": ["token_url": "\(evil.baseURL)/oauth/token", "max_attempts": 1]])
+        tokenServer.expireAccessTokens()
+        let response = try get(relay)
+        XCTAssertEqual(response.status, 503)
+        XCTAssertFalse(api.requests.contains { $0.header("X-Injected") != nil })
+        XCTAssertTrue(relay.stderrText.contains("not allowed in an HTTP header"), relay.stderrText)
+    }
+}
