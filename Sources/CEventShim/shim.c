@@ -1,5 +1,8 @@
-#include "CEventShim.h"
+#include <event2/http.h>
 #include <event2/http_struct.h>
+#include <openssl/ssl.h>
+
+#include "CEventShim.h"
 
 int tr_evhttp_request_minor(struct evhttp_request *req) {
     return req->minor;

@@ -1,6 +1,14 @@
 #ifndef TOKENRELAY_CLIBEVENT_SHIM_H
 #define TOKENRELAY_CLIBEVENT_SHIM_H
 
+// libevent's event-config.h defines _GNU_SOURCE. Were it the first to reach <features.h>, glibc types
+// such as fd_set would be declared differently here than in the Glibc and Dispatch modules, and a clean
+// build fails with "'__fds_bits' from module 'CDispatch' is not present in definition of 'fd_set'".
+// Including a system header first fixes glibc's feature macros the same way for every module.
+#include <sys/types.h>
+#include <sys/select.h>
+#include <sys/time.h>
+
 // Public libevent headers only: http_struct.h stays out so that evhttp_request remains an
 // opaque type (OpaquePointer in Swift) and nobody pokes at its fields.
 #include <event2/event.h>
