@@ -249,6 +249,7 @@ done
 grep -q 'msg=listening' "$TR_LOG" || { cat "$TR_LOG" >&2; die "tokenrelay did not start"; }
 wait_port "$TR_PORT" 5 || die "tokenrelay not listening on $TR_PORT"
 
+LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A PID_OF=([nginx]=$NGX_PID [tokenrelay]=$TR_PID)
 declare -A PORT_OF=([nginx]=$NGX_PORT [tokenrelay]=$TR_PORT)
 declare -A RSS_IDLE
@@ -313,7 +314,7 @@ done
 mb() { awk -v k="$1" 'BEGIN {printf "%.1fM", k / 1024}'; }
 REPORT=$RESULTS_DIR/latest.txt
 {
-    echo "tokenrelay vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    echo "tokenrelay vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'))"
     echo "wrk -t1, ${DURATION}s per run after ${WARMUP}s warm-up; small = 3-byte body, c=$CONNECTIONS; big = 1 MiB body, c=$BIG_CONNECTIONS"
     echo "CPU = utime+stime of the proxy process (nginx: its single worker) over the run / requests"
     echo
