@@ -29,9 +29,15 @@ final class AdminServer {
         case (EVHTTP_REQ_GET, "/healthz"), (EVHTTP_REQ_HEAD, "/healthz"):
             respond(request, 200, json: ["status": "alive"])
         case (EVHTTP_REQ_GET, "/readyz"), (EVHTTP_REQ_HEAD, "/readyz"):
-            let ready = coordinator.state != .loginRequired && !proxy.isDraining
-            var body: [String: Any] = ["ready": ready, "state": coordinator.state.rawValue]
-            if proxy.isDraining { body["reason"] = "shutting down" } else if !ready { body["reason"] = "login required" }
+            let reason: String? = switch coordinator.state {
+            case _ where proxy.isDraining: "shutting down"
+            case .loginRequired: "login required"
+            case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
+            default: nil
+            }
+            var body: [String: Any] = ["ready": reason == nil, "state": coordinator.state.rawValue]
+            body["reason"] = reason
+            let ready = reason == nil
             respond(request, ready ? 200 : 503, json: body)
         case (EVHTTP_REQ_GET, "/status"):
             respond(request, 200, json: statusReport())
@@ -60,7 +66,8 @@ final class AdminServer {
         var report: [String: Any] = [
             "state": coordinator.state.rawValue,
             "generation": coordinator.generation,
-            "expires_at": coordinator.tokens.expiresAt.map(Timestamp.format) ?? NSNull(),
+            "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? NSNull(),
+            "degraded_reason": coordinator.degradedReason ?? NSNull(),
             "has_refresh_token": coordinator.tokens.refreshToken != nil,
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,

@@ -16,6 +16,11 @@ final class RelayMetrics {
     let loginRequired: Gauge
     let tokenFileWriteFailures: Counter
     let accessTokenExpiresAt: Gauge
+    let secondsUntilExpiry: Gauge
+    let lockWaits: Counter
+    let adoptedRotations: Counter
+    let stormGuardTrips: Counter
+    private var refreshesByTrigger: [String: Counter] = [:]
 
     private static let replaysHelp = "Requests sent again with a newer access token, by reason"
 
@@ -32,6 +37,19 @@ final class RelayMetrics {
                                                                             help: "Failed writes of the token file"))
         accessTokenExpiresAt = registry.makeGauge(descriptor: Self.name(
             "access_token_expiry_timestamp", unit: "seconds", help: "Expiry of the current access token (Unix time; 0 when unknown)"))
+        secondsUntilExpiry = registry.makeGauge(descriptor: Self.name(
+            "access_token_remaining", unit: "seconds", help: "Seconds until the current access token expires (-1 when unknown)"))
+        lockWaits = registry.makeCounter(descriptor: Self.name(
+            "token_lock_waits", unit: "total", help: "Refreshes that had to wait for another process holding the token file lock"))
+        adoptedRotations = registry.makeCounter(descriptor: Self.name(
+            "adopted_rotations", unit: "total", help: "Tokens taken from the token file instead of refreshing (rotated by another process or an operator)"))
+        stormGuardTrips = registry.makeCounter(descriptor: Self.name(
+            "storm_guard_trips", unit: "total", help: "Times the refresh storm guard stopped refreshing"))
+    }
+
+    func countRefreshStarted(trigger: String) {
+        counter(in: &refreshesByTrigger, Self.name("refresh_cycles", unit: "total", help: "Refresh cycles started, by trigger (proactive, unauthorized, forced)"),
+                label: "trigger", value: trigger).increment()
     }
 
     private static func name(_ metric: String, unit: String, help: String) -> MetricNameDescriptor {

@@ -20,6 +20,17 @@ struct HeaderList {
         evhttp_find_header(raw, name).map { String(cString: $0) }
     }
 
+    /// Every value of `name`, in order.
+    func values(_ name: String) -> [String] {
+        var result: [String] = []
+        var node = raw.pointee.tqh_first
+        while let current = node {
+            if evutil_ascii_strcasecmp(current.pointee.key, name) == 0 { result.append(String(cString: current.pointee.value)) }
+            node = current.pointee.next.tqe_next
+        }
+        return result
+    }
+
     /// Appends a header; returns false when evhttp refuses it (CR or LF in the value).
     @discardableResult
     func add(_ name: String, _ value: String) -> Bool {

@@ -11,6 +11,9 @@ public struct Config: Sendable {
 
     public struct Upstream: Sendable {
         public var url: HTTPEndpoint
+        /// Request paths forwarded untouched: no token injected, the client's own `Authorization` kept,
+        /// and no refresh on their 401 (an API's own login endpoints: refreshing there would loop).
+        public var passthroughPrefixes: [String] = []
     }
 
     public struct Tokens: Sendable {
@@ -41,6 +44,15 @@ public struct Config: Sendable {
         public var maxAttempts = 4
         /// First retry delay; doubled per attempt.
         public var backoffSeconds = 0.5
+        /// Upstream statuses that may mean "access token expired" (401 always does).
+        public var triggerStatuses: Set<Int> = [401]
+        /// Refresh before expiry, so that requests almost never wait.
+        public var proactive = true
+        /// How long before expiry to refresh; nil: 10% of the token's lifetime, within 1 s ... 5 min.
+        public var skewSeconds: Double?
+        /// Storm guard: at most this many 401-triggered refreshes within `stormWindowSeconds`.
+        public var stormMaxRefreshes = 5
+        public var stormWindowSeconds = 30.0
     }
 
     public struct Admin: Sendable {

@@ -26,7 +26,13 @@ public enum ConfigLoader {
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstreamObject = try root.object("upstream")
-        let upstream = Config.Upstream(url: try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url"))
+        var upstream = Config.Upstream(url: try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url"))
+        if let prefixes = try upstreamObject.optionalStringArray("passthrough_prefixes") {
+            if let index = prefixes.firstIndex(where: { !$0.hasPrefix("/") }) {
+                throw ConfigError("upstream.passthrough_prefixes[\(index)]", "must start with /")
+            }
+            upstream.passthroughPrefixes = prefixes
+        }
         try upstreamObject.rejectUnknownKeys()
 
         let tokensObject = try root.object("tokens")
@@ -95,6 +101,13 @@ public enum ConfigLoader {
         refresh.scope = try object.optionalString("scope")
         if let attempts = try object.optionalInteger("max_attempts", range: 1...20) { refresh.maxAttempts = attempts }
         if let backoff = try object.optionalNumber("backoff_seconds", range: 0.01...60) { refresh.backoffSeconds = backoff }
+        if let statuses = try object.optionalIntegerArray("trigger_statuses", range: 400...499) {
+            refresh.triggerStatuses = Set(statuses).union([401])
+        }
+        if let proactive = try object.optionalBool("proactive") { refresh.proactive = proactive }
+        refresh.skewSeconds = try object.optionalNumber("skew_seconds", range: 0...3600)
+        if let storm = try object.optionalInteger("storm_max_refreshes", range: 1...1000) { refresh.stormMaxRefreshes = storm }
+        if let window = try object.optionalNumber("storm_window_seconds", range: 1...86_400) { refresh.stormWindowSeconds = window }
         try object.rejectUnknownKeys()
         return refresh
     }

@@ -65,6 +65,29 @@ final class JSONObjectReader {
         return number.boolValue
     }
 
+    func optionalIntegerArray(_ key: String, range: ClosedRange<Int>) throws -> [Int]? {
+        guard let value = take(key) else { return nil }
+        guard let array = value as? [Any] else { throw ConfigError(fieldPath(key), "must be an array of numbers") }
+        return try array.enumerated().map { index, element in
+            guard let number = element as? NSNumber, !number.isJSONBoolean, number.doubleValue == number.doubleValue.rounded(),
+                  range.contains(number.intValue) else {
+                throw ConfigError("\(fieldPath(key))[\(index)]", "must be a whole number between \(range.lowerBound) and \(range.upperBound)")
+            }
+            return number.intValue
+        }
+    }
+
+    func optionalStringArray(_ key: String) throws -> [String]? {
+        guard let value = take(key) else { return nil }
+        guard let array = value as? [Any] else { throw ConfigError(fieldPath(key), "must be an array of strings") }
+        return try array.enumerated().map { index, element in
+            guard let string = element as? String, !string.isEmpty else {
+                throw ConfigError("\(fieldPath(key))[\(index)]", "must be a non-empty string")
+            }
+            return string
+        }
+    }
+
     func optionalObject(_ key: String) throws -> JSONObjectReader? {
         guard let value = take(key) else { return nil }
         return try JSONObjectReader(value, path: fieldPath(key))

@@ -43,6 +43,8 @@ final class Exchange: OutgoingRequestDelegate {
     private let method: evhttp_cmd_type
     private let isHTTP10: Bool
     private var target = "/"
+    /// Forwarded untouched: no token injected, no refresh on its 401.
+    private var passthrough = false
     private var forwardedHeaders: [(name: String, value: String)] = []
     private var body: OpaquePointer?
 
@@ -85,7 +87,9 @@ final class Exchange: OutgoingRequestDelegate {
         if method == EVHTTP_REQ_CONNECT { return reply(.connectRefused) }
         guard let target = proxy.upstreamTarget(for: evhttp_request_get_uri(clientRequest)) else { return reply(.badTarget) }
         self.target = target
-        forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries)
+        passthrough = proxy.isPassthrough(target)
+        forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries,
+                                                                keepAuthorization: passthrough)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
         if EvBuffer.length(input) > 0, let owned = evbuffer_new() {
@@ -96,6 +100,7 @@ final class Exchange: OutgoingRequestDelegate {
     }
 
     private func admit() {
+        if passthrough { return acquireConnection() }
         switch proxy.coordinator.admit() {
         case .send: acquireConnection()
         case .hold: hold()
@@ -114,7 +119,8 @@ final class Exchange: OutgoingRequestDelegate {
 
     /// Sends with the token current *now*: a refresh may have finished while we waited for a connection.
     private func send(on connection: OpaquePointer) {
-        guard phase == .waitingForConnection, case .send(let generation, let authorization) = proxy.coordinator.admit() else {
+        let admission = passthrough ? .send(generation: 0, authorization: "") : proxy.coordinator.admit()
+        guard phase == .waitingForConnection, case .send(let generation, let authorization) = admission else {
             proxy.pool.release(connection)
             if phase == .waitingForConnection { admit() }
             return
@@ -130,7 +136,7 @@ final class Exchange: OutgoingRequestDelegate {
             let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
             for header in forwardedHeaders { headers.add(header.name, header.value) }
             headers.add("Host", proxy.upstream.authority)
-            headers.add("Authorization", authorization)
+            if !passthrough { headers.add("Authorization", authorization) }
             let length = EvBuffer.length(body)
             // evhttp adds Content-Length only for POST and PUT (notes P14); framing is ours.
             if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {
@@ -150,7 +156,10 @@ final class Exchange: OutgoingRequestDelegate {
     // MARK: - Upstream response
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
-        if evhttp_request_get_response_code(response) == 401 && sends == 1 {
+        if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
+            status: Int(evhttp_request_get_response_code(response)),
+            challenges: HeaderList(raw: evhttp_request_get_input_headers(response)).values("WWW-Authenticate"),
+            triggerStatuses: proxy.config.refresh.triggerStatuses) {
             phase = .capturing401
             captured = CapturedResponse(response: response)
         } else {

@@ -24,10 +24,13 @@ enum HeaderPolicy {
         return names
     }
 
-    static func forwardedRequestHeaders(_ headers: [(name: String, value: String)]) -> [(name: String, value: String)] {
+    /// - Parameter keepAuthorization: only for passthrough paths, where tokenrelay injects nothing.
+    static func forwardedRequestHeaders(_ headers: [(name: String, value: String)], keepAuthorization: Bool = false)
+        -> [(name: String, value: String)] {
         let listed = connectionListed(headers)
         return headers.filter { header in
             let name = header.name.lowercased()
+            if keepAuthorization && name == "authorization" { return true }
             return !hopByHop.contains(name) && !replacedOnRequest.contains(name) && !listed.contains(name)
         }
     }

@@ -44,6 +44,15 @@ final class ProxyServer {
         exchange.begin()
     }
 
+    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints.
+    func isPassthrough(_ target: String) -> Bool {
+        guard !config.upstream.passthroughPrefixes.isEmpty else { return false }
+        var base = upstream.path
+        while base.hasSuffix("/") { base.removeLast() }
+        let path = target.dropFirst(base.count)
+        return config.upstream.passthroughPrefixes.contains { path.hasPrefix($0) }
+    }
+
     /// Maps the client's request target onto the upstream URL's path. Absolute-form targets are reduced
     /// to their path and query (origin-form).
     func upstreamTarget(for rawURI: UnsafePointer<CChar>?) -> String? {

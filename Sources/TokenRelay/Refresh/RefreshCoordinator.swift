@@ -3,7 +3,7 @@ import Foundation
 import Logging
 
 /// Owns the current access token and its *generation*, and makes sure at most one refresh runs at a
-/// time in this process, however many requests fail at once.
+/// time, in this process and across processes sharing the token file, however many requests fail at once.
 ///
 /// The race it prevents: N requests leave with access token A; A expires; N responses come back 401.
 /// Refreshing once per 401 would present the same refresh token N times, and a server with refresh
@@ -12,11 +12,14 @@ import Logging
 /// - every forwarded request carries the generation it was sent with;
 /// - a 401 for the *current* generation starts a refresh unless one is running, and the request waits;
 /// - a 401 for an *older* generation is not evidence against the current token: replay at once;
-/// - while a refresh runs, new requests wait instead of spending the dead token;
-/// - the new tokens are written to disk *before* anyone is released (the old refresh token is already
-///   burnt: if we crashed after using the new tokens but before saving them, the session would be lost);
-/// - a rejected refresh latches "login required": no further refresh until the token file changes or an
-///   operator asks, so a dead session never turns into a refresh storm.
+/// - while a 401-triggered (reactive) refresh runs, new requests wait instead of spending the dead
+///   token; during a proactive refresh (the token is still valid) they keep flowing;
+/// - each attempt holds an advisory lock on the token file and first re-reads it: if another process
+///   has rotated the tokens already, they are adopted instead of presenting a burnt refresh token;
+/// - new tokens are written to disk *before* anyone is released (the old refresh token is already
+///   burnt: losing the new one in a crash would lose the session);
+/// - a rejected refresh latches "login required", and too many 401-triggered refreshes in a window
+///   trip the storm guard: either way no refresh storm.
 ///
 /// Confined to the event loop thread.
 final class RefreshCoordinator {
@@ -24,6 +27,15 @@ final class RefreshCoordinator {
         case ready
         case refreshing
         case loginRequired = "login_required"
+        /// The storm guard stopped refreshing for a while; 401s pass through.
+        case degraded
+    }
+
+    enum Mode: String {
+        /// Ahead of expiry: the current token still works, requests are not held.
+        case proactive
+        /// The upstream said the token is dead: new requests wait for the new one.
+        case reactive
     }
 
     enum Outcome {
@@ -34,7 +46,7 @@ final class RefreshCoordinator {
         case unavailable(reason: String)
     }
 
-    /// What a request that just got 401 should do.
+    /// What a request that just got a refresh-triggering status should do.
     enum UnauthorizedDecision {
         case replay
         case hold
@@ -51,7 +63,9 @@ final class RefreshCoordinator {
     private let loop: EventLoop
     private let endpoint: TokenEndpointClient
     private let store: TokenFile
+    private let lock: TokenFileLock
     private let settings: Config.Refresh
+    private let lockTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
     private let redactor: SecretRedactor
@@ -59,11 +73,19 @@ final class RefreshCoordinator {
     private(set) var tokens: TokenSet
     private(set) var generation: UInt64 = 1
     private(set) var state: State = .ready
+    private(set) var mode: Mode = .reactive
     private(set) var authorizationValue: String
     private(set) var lastOutcome: (description: String, at: Date)?
     private(set) var refreshCount = 0
+    private(set) var degradedReason: String?
+    private var lifetime: Double?
     private var attempt = 0
     private var retryTimer: LoopEvent?
+    private var proactiveTimer: LoopEvent?
+    private var recoveryTimer: LoopEvent?
+    private var reactiveRefreshTimes: [Double] = []
+    /// Refresh tokens this process has presented: never adopt one of them from disk again.
+    private var spentRefreshTokens: [String] = []
     private var knownFileSignature: TokenFile.Signature?
     private var watchTimer: LoopEvent?
 
@@ -72,104 +94,179 @@ final class RefreshCoordinator {
     /// One-shot waiters, e.g. an admin `POST /refresh`.
     private var completions: [(Outcome) -> Void] = []
 
-    init(loop: EventLoop, endpoint: TokenEndpointClient, store: TokenFile, initialTokens: TokenSet, settings: Config.Refresh,
-         metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
+    init(loop: EventLoop, endpoint: TokenEndpointClient, store: TokenFile, lock: TokenFileLock, initialTokens: TokenSet,
+         settings: Config.Refresh, lockTimeout: Double, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
         self.loop = loop
         self.endpoint = endpoint
         self.store = store
-        self.tokens = initialTokens
+        self.lock = lock
         self.settings = settings
+        self.lockTimeout = lockTimeout
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
+        tokens = initialTokens
         authorizationValue = "Bearer \(initialTokens.accessToken)"
+        let expiry = TokenExpiry.forStoredTokens(initialTokens, now: Date())
+        tokens.expiresAt = expiry.expiresAt
+        lifetime = expiry.lifetime
         knownFileSignature = store.signature()
         publish()
+    }
+
+    /// Starts the timers: proactive refresh (at once if the stored token is already due) and the token
+    /// file watch.
+    func start(watchInterval: Double) {
+        scheduleProactiveRefresh()
+        let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
+            self?.checkTokenFile()
+            self?.publish()
+        }
+        watchTimer = timer
+        timer.schedule(after: watchInterval)
     }
 
     // MARK: - Questions the proxy asks
 
     func admit() -> Admission {
         switch state {
-        case .ready: return .send(generation: generation, authorization: authorizationValue)
+        case .ready, .degraded: return .send(generation: generation, authorization: authorizationValue)
+        case .refreshing where mode == .proactive: return .send(generation: generation, authorization: authorizationValue)
         case .refreshing: return .hold
         case .loginRequired: return .loginRequired
         }
     }
 
-    /// A request sent with `sentGeneration` came back 401 (and it was its first attempt).
+    /// A request sent with `sentGeneration` came back with a refresh-triggering status (its first send).
     func unauthorized(sentGeneration: UInt64) -> UnauthorizedDecision {
-        if state == .loginRequired { return .passThrough }
+        if state == .loginRequired || state == .degraded { return .passThrough }
         if sentGeneration < generation { return .replay }
-        startRefresh(trigger: "unauthorized")
+        if state == .refreshing {
+            if mode == .proactive {
+                // The token died before the proactive refresh finished: from now on requests wait.
+                mode = .reactive
+                logger.info("access token rejected during a proactive refresh; holding requests until it completes")
+            }
+            return .hold
+        }
+        guard stormGuardAllowsRefresh() else { return .passThrough }
+        startRefresh(mode: .reactive, trigger: "unauthorized")
         return .hold
     }
 
-    /// Operator-requested refresh (`POST /refresh`): clears the latch, joins a running refresh.
+    /// Operator-requested refresh (`POST /refresh`): clears the latch and the storm guard, joins a
+    /// running refresh.
     func forceRefresh(completion: @escaping (Outcome) -> Void) {
         completions.append(completion)
-        if state == .loginRequired { state = .ready }
-        startRefresh(trigger: "forced")
+        if state == .loginRequired || state == .degraded { clearLatches() }
+        startRefresh(mode: .reactive, trigger: "forced")
     }
+
+    var expiresAt: Date? { tokens.expiresAt }
 
     // MARK: - The refresh cycle
 
-    private func startRefresh(trigger: String) {
-        guard state != .refreshing else { return }
-        state = .refreshing
-        attempt = 0
-        logger.info("refresh started", metadata: ["trigger": "\(trigger)", "generation": "\(generation)"])
-        publish()
-        attemptRefresh()
-    }
-
-    private func attemptRefresh() {
-        guard let refreshToken = tokens.refreshToken else {
-            logger.error("refresh impossible: the token file has no refresh_token; login required")
-            metrics.countRefresh(outcome: "rejected")
-            latchLoginRequired()
+    private func startRefresh(mode: Mode, trigger: String) {
+        if state == .refreshing {
+            if mode == .reactive { self.mode = .reactive }
             return
         }
-        attempt += 1
-        refreshCount += 1
-        endpoint.refresh(refreshToken: refreshToken) { [weak self] result in
-            self?.handle(result)
+        state = .refreshing
+        self.mode = mode
+        attempt = 0
+        proactiveTimer = nil
+        metrics.countRefreshStarted(trigger: trigger)
+        logger.info("refresh started", metadata: ["trigger": "\(trigger)", "mode": "\(mode.rawValue)", "generation": "\(generation)"])
+        publish()
+        runAttempt()
+    }
+
+    /// One attempt: take the cross-process lock, adopt tokens another process wrote meanwhile, or else
+    /// present the refresh token. The lock is held until the result is on disk.
+    private func runAttempt() {
+        lock.acquire(timeout: lockTimeout) { [weak self] acquired, waited in
+            guard let self else { return }
+            if waited { self.metrics.lockWaits.increment() }
+            guard acquired else {
+                return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false))
+            }
+            if self.adoptRotationFromDisk() { return }
+            guard let refreshToken = self.tokens.refreshToken else {
+                self.lock.release()
+                self.logger.error("refresh impossible: the token file has no refresh_token; login required")
+                self.metrics.countRefresh(outcome: "rejected")
+                return self.latchLoginRequired()
+            }
+            self.attempt += 1
+            self.refreshCount += 1
+            self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
+            self.endpoint.refresh(refreshToken: refreshToken) { [weak self] result in self?.handle(result) }
         }
+    }
+
+    /// Under the lock: if the file holds tokens we have not seen (another process rotated them),
+    /// use those instead of refreshing.
+    private func adoptRotationFromDisk() -> Bool {
+        guard let onDisk = try? store.load(), isNewToUs(onDisk) else { return false }
+        knownFileSignature = store.signature()
+        adopt(onDisk, persist: false, lifetimeSource: nil)
+        lock.release()
+        metrics.adoptedRotations.increment()
+        logger.info("adopted tokens rotated by another process", metadata: ["generation": "\(generation)"])
+        finishCycle(.renewed(generation: generation), description: "adopted from token file")
+        return true
+    }
+
+    private func isNewToUs(_ candidate: TokenSet) -> Bool {
+        let changed = candidate.accessToken != tokens.accessToken || candidate.refreshToken != tokens.refreshToken
+        let spent = candidate.refreshToken.map { spentRefreshTokens.contains($0) } ?? false
+        return changed && !spent
     }
 
     private func handle(_ result: TokenEndpointResult) {
         switch result {
         case .granted(let grant):
             metrics.countRefresh(outcome: "success")
-            adopt(renewed(by: grant), persist: true)
+            adopt(renewed(by: grant), persist: true, lifetimeSource: grant)
+            lock.release()
             logger.info("refresh succeeded", metadata: ["generation": "\(generation)", "attempt": "\(attempt)",
                                                         "expires_at": "\(tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
             finishCycle(.renewed(generation: generation), description: "success")
         case .rejected(let status, let oauthError):
+            lock.release()
             metrics.countRefresh(outcome: "rejected")
             logger.error("refresh rejected; login required", metadata: ["status": "\(status)", "error": "\(oauthError ?? "none")"])
             latchLoginRequired()
         case .transient(let reason, let outcomeUnknown):
+            lock.release()
             metrics.countRefresh(outcome: "transient_failure")
             var metadata: Logger.Metadata = ["reason": "\(reason)", "attempt": "\(attempt)"]
             if outcomeUnknown { metadata["outcome"] = "unknown" }
             guard attempt < settings.maxAttempts else {
                 logger.error("refresh failed; giving up for now", metadata: metadata)
-                state = .ready
-                finishCycle(.unavailable(reason: reason), description: "failed: \(reason)")
-                return
+                return giveUp(reason: reason)
             }
-            let delay = settings.backoffSeconds * pow(2, Double(attempt - 1)) * Double.random(in: 0.8...1.2)
+            let delay = settings.backoffSeconds * pow(2, Double(max(0, attempt - 1))) * Double.random(in: 0.8...1.2)
             metadata["retry_in"] = "\(String(format: "%.2f", delay))s"
             logger.warning(outcomeUnknown ? "refresh outcome unknown; retrying" : "refresh failed; retrying", metadata: metadata)
-            let timer = LoopEvent(loop: loop) { [weak self] _ in self?.attemptRefresh() }
+            let timer = LoopEvent(loop: loop) { [weak self] _ in self?.runAttempt() }
             retryTimer = timer
             timer.schedule(after: delay)
         case .invalidResponse(let reason):
+            lock.release()
             metrics.countRefresh(outcome: "invalid_response")
             logger.error("refresh failed: invalid token endpoint response", metadata: ["reason": "\(reason)"])
-            state = .ready
-            finishCycle(.unavailable(reason: reason), description: "invalid response: \(reason)")
+            giveUp(reason: reason)
+        }
+    }
+
+    /// Ends a cycle without new tokens. A still-valid token keeps being used, and a proactive refresh is
+    /// tried again later.
+    private func giveUp(reason: String) {
+        state = .ready
+        finishCycle(.unavailable(reason: reason), description: "failed: \(reason)")
+        if let expiresAt = tokens.expiresAt, expiresAt.timeIntervalSinceNow > 0, settings.proactive {
+            schedulePoactiveRetry(before: expiresAt)
         }
     }
 
@@ -178,12 +275,13 @@ final class RefreshCoordinator {
         next.accessToken = grant.accessToken
         // RFC 6749 §6: without a new refresh token in the response, the old one stays valid.
         if let refresh = grant.refreshToken { next.refreshToken = refresh }
-        next.expiresAt = grant.expiresIn.map { Date(timeIntervalSinceNow: $0) }
+        next.expiresAt = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date()).expiresAt
         return next
     }
 
     private func latchLoginRequired() {
         state = .loginRequired
+        proactiveTimer = nil
         finishCycle(.rejected, description: "rejected: login required")
     }
 
@@ -197,11 +295,82 @@ final class RefreshCoordinator {
         waiting.forEach { $0(outcome) }
     }
 
+    // MARK: - Storm guard
+
+    /// At most `stormMaxRefreshes` 401-triggered refreshes per window: a token endpoint that keeps
+    /// issuing tokens the API rejects must not turn into an endless refresh loop.
+    private func stormGuardAllowsRefresh() -> Bool {
+        let now = EventLoop.monotonicNow
+        reactiveRefreshTimes.removeAll { now - $0 >= settings.stormWindowSeconds }
+        if reactiveRefreshTimes.count < settings.stormMaxRefreshes {
+            reactiveRefreshTimes.append(now)
+            return true
+        }
+        let reason = "\(reactiveRefreshTimes.count) refreshes within \(Int(settings.stormWindowSeconds)) s and the API still rejects the token"
+        state = .degraded
+        degradedReason = reason
+        metrics.stormGuardTrips.increment()
+        logger.error("storm guard: refreshing paused; passing 401s through", metadata: ["reason": "\(reason)"])
+        let recoverAfter = settings.stormWindowSeconds - (now - (reactiveRefreshTimes.first ?? now))
+        let timer = LoopEvent(loop: loop) { [weak self] _ in
+            guard let self, self.state == .degraded else { return }
+            self.clearLatches()
+            self.logger.info("storm guard: window passed; refreshing allowed again")
+        }
+        recoveryTimer = timer
+        timer.schedule(after: max(0.01, recoverAfter))
+        publish()
+        return false
+    }
+
+    private func clearLatches() {
+        state = .ready
+        degradedReason = nil
+        recoveryTimer = nil
+        reactiveRefreshTimes = []
+        publish()
+    }
+
+    // MARK: - Proactive refresh
+
+    private func scheduleProactiveRefresh() {
+        proactiveTimer = nil
+        guard settings.proactive, state != .loginRequired, let expiresAt = tokens.expiresAt, let lifetime else { return }
+        let skew = TokenExpiry.skew(lifetime: lifetime, configured: settings.skewSeconds)
+        // Jitter spreads a fleet that got its tokens at the same moment.
+        let jitter = Double.random(in: 0...(skew * 0.2))
+        let delay = expiresAt.timeIntervalSinceNow - skew - jitter
+        guard delay > 0 else {
+            // Already due at start (or after adopting an old token): an expired token is useless, so
+            // requests wait for the new one; one inside the skew still works meanwhile.
+            let mode: Mode = expiresAt.timeIntervalSinceNow > 0 ? .proactive : .reactive
+            let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: mode) }
+            proactiveTimer = timer
+            timer.schedule(after: 0)
+            return
+        }
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: .proactive) }
+        proactiveTimer = timer
+        timer.schedule(after: delay)
+    }
+
+    private func schedulePoactiveRetry(before expiresAt: Date) {
+        let delay = min(max(settings.backoffSeconds * 4, 1), max(0.05, expiresAt.timeIntervalSinceNow / 2))
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: .proactive) }
+        proactiveTimer = timer
+        timer.schedule(after: delay)
+    }
+
+    private func startRefreshIfReady(mode: Mode) {
+        guard state == .ready else { return }
+        startRefresh(mode: mode, trigger: mode == .proactive ? "expiring" : "expired")
+    }
+
     // MARK: - Token state
 
     /// Makes `next` the current tokens: first on disk (when they came from the token endpoint), then in
-    /// memory with a new generation.
-    private func adopt(_ next: TokenSet, persist: Bool) {
+    /// memory with a new generation, then plans the next proactive refresh.
+    private func adopt(_ next: TokenSet, persist: Bool, lifetimeSource grant: TokenGrant?) {
         redactor.update([next.accessToken, next.refreshToken])
         if persist {
             do {
@@ -216,29 +385,34 @@ final class RefreshCoordinator {
             }
         }
         tokens = next
+        if let grant {
+            lifetime = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date()).lifetime
+        } else {
+            let expiry = TokenExpiry.forStoredTokens(next, now: Date())
+            tokens.expiresAt = expiry.expiresAt
+            lifetime = expiry.lifetime
+        }
         generation += 1
         authorizationValue = "Bearer \(next.accessToken)"
         state = .ready
+        degradedReason = nil
+        scheduleProactiveRefresh()
     }
 
-    /// Watches the token file for changes made by someone else (an operator seeding tokens after
-    /// "login required", `tokenrelay token import`). A `stat` per interval is cheap and never blocks long.
-    func watchTokenFile(every seconds: Double) {
-        let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in self?.checkTokenFile() }
-        watchTimer = timer
-        timer.schedule(after: seconds)
-    }
-
+    /// Picks up token files written by someone else (an operator seeding tokens after "login
+    /// required", `tokenrelay token import`, another process's rotation). A `stat` per interval is cheap.
     private func checkTokenFile() {
         guard state != .refreshing, let signature = store.signature(), signature != knownFileSignature else { return }
         knownFileSignature = signature
         do {
             try store.checkPermissions()
             let fromDisk = try store.load()
-            guard fromDisk.accessToken != tokens.accessToken || fromDisk.refreshToken != tokens.refreshToken else { return }
-            let wasLatched = state == .loginRequired
-            adopt(fromDisk, persist: false)
-            logger.info("adopted tokens written to the token file", metadata: ["generation": "\(generation)", "cleared_login_required": "\(wasLatched)"])
+            guard isNewToUs(fromDisk) else { return }
+            let previous = state
+            adopt(fromDisk, persist: false, lifetimeSource: nil)
+            metrics.adoptedRotations.increment()
+            logger.info("adopted tokens written to the token file",
+                        metadata: ["generation": "\(generation)", "previous_state": "\(previous.rawValue)"])
             publish()
             onOutcome?(.renewed(generation: generation))
         } catch {
@@ -250,5 +424,6 @@ final class RefreshCoordinator {
         metrics.tokenGeneration.set(to: Double(generation))
         metrics.loginRequired.set(to: state == .loginRequired ? 1 : 0)
         metrics.accessTokenExpiresAt.set(to: tokens.expiresAt?.timeIntervalSince1970 ?? 0)
+        metrics.secondsUntilExpiry.set(to: tokens.expiresAt.map { max(0, $0.timeIntervalSinceNow) } ?? -1)
     }
 }

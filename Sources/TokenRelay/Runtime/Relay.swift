@@ -32,13 +32,15 @@ public final class Relay {
         redactor.add(preflight.clientSecret)
         endpoint = TokenEndpointClient(loop: loop, settings: config.refresh, clientSecret: preflight.clientSecret,
                                        timeoutSeconds: config.timeouts.refreshSeconds)
-        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, initialTokens: preflight.tokens,
-                                         settings: config.refresh, metrics: metrics, redactor: redactor, logger: logger)
+        let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
+        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
+                                         settings: config.refresh, lockTimeout: config.timeouts.refreshSeconds * 3,
+                                         metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, coordinator: coordinator, metrics: metrics, logger: logger)
         if let adminConfig = config.admin {
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)
         }
-        coordinator.watchTokenFile(every: config.tokens.watchIntervalSeconds)
+        coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
     }
 
     /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows.

@@ -1,0 +1,82 @@
+import CLibevent
+import Foundation
+import Synchronization
+import Glibc
+
+/// An advisory lock (flock) on `<token file>.lock`, serialising refreshes across tokenrelay processes
+/// that share one token file (a rolling restart, a second copy started by mistake). The token file itself
+/// is replaced by rename on every write, so it cannot carry the lock.
+///
+/// Waiting never blocks the event loop: an uncontended lock is taken at once; a contended one is
+/// polled on a helper thread, which wakes the loop with `event_active` (safe across threads because
+/// `EventLoop` enables libevent's pthread support).
+final class TokenFileLock {
+    let path: String
+    private let fd: Int32
+    private let loop: EventLoop
+    private var wakeUp: LoopEvent?
+    private var pendingCompletion: ((Bool) -> Void)?
+    private let acquiredOnThread = ThreadResult()
+    private(set) var isHeld = false
+
+    init(tokenFilePath: String, loop: EventLoop) throws {
+        path = tokenFilePath + ".lock"
+        self.loop = loop
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw TokenFileError(path, "cannot open lock file: \(String(cString: strerror(errno)))") }
+    }
+
+    deinit { close(fd) }
+
+    /// Calls `completion(true)` on the loop once the lock is held, or `completion(false)` after `timeout`.
+    func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
+        precondition(pendingCompletion == nil && !isHeld, "one acquisition at a time")
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            isHeld = true
+            return completion(true, false)
+        }
+        let wake = LoopEvent(loop: loop) { [weak self] _ in self?.finishWaiting() }
+        wakeUp = wake
+        pendingCompletion = { completion($0, true) }
+        acquiredOnThread.value.withLock { $0 = nil }
+        let descriptor = fd
+        let result = acquiredOnThread
+        let event = SendableLoopEvent(event: wake)
+        let deadline = EventLoop.monotonicNow + timeout
+        Thread.detachNewThread {
+            var acquired = false
+            // Polling keeps the wait bounded; a blocking flock could not be given a deadline.
+            while EventLoop.monotonicNow < deadline {
+                if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { acquired = true; break }
+                usleep(5_000)
+            }
+            result.value.withLock { $0 = acquired }
+            event.event.activate()
+        }
+    }
+
+    private func finishWaiting() {
+        let acquired = acquiredOnThread.value.withLock { $0 } ?? false
+        isHeld = acquired
+        wakeUp = nil
+        let completion = pendingCompletion
+        pendingCompletion = nil
+        completion?(acquired)
+    }
+
+    func release() {
+        guard isHeld else { return }
+        flock(fd, LOCK_UN)
+        isHeld = false
+    }
+}
+
+/// `event_active` is the one libevent call that may come from another thread; this wrapper says so.
+private struct SendableLoopEvent: @unchecked Sendable {
+    let event: LoopEvent
+}
+
+/// What the waiting thread found, read on the loop after the wake-up.
+private final class ThreadResult: Sendable {
+    let value = Mutex<Bool?>(nil)
+}
