@@ -197,6 +197,7 @@ final class RefreshCoordinator {
                 self.metrics.countRefresh(outcome: "rejected")
                 return self.latchLoginRequired()
             }
+            if self.attempt == 0 && self.mode == .reactive { self.reactiveRefreshTimes.append(EventLoop.monotonicNow) }
             self.attempt += 1
             self.refreshCount += 1
             self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
@@ -298,14 +299,12 @@ final class RefreshCoordinator {
     // MARK: - Storm guard
 
     /// At most `stormMaxRefreshes` 401-triggered refreshes per window: a token endpoint that keeps
-    /// issuing tokens the API rejects must not turn into an endless refresh loop.
+    /// issuing tokens the API rejects must not turn into an endless refresh loop. Only cycles that reach
+    /// the token endpoint count (see `runAttempt`): adopting another process's rotation is not a storm.
     private func stormGuardAllowsRefresh() -> Bool {
         let now = EventLoop.monotonicNow
         reactiveRefreshTimes.removeAll { now - $0 >= settings.stormWindowSeconds }
-        if reactiveRefreshTimes.count < settings.stormMaxRefreshes {
-            reactiveRefreshTimes.append(now)
-            return true
-        }
+        if reactiveRefreshTimes.count < settings.stormMaxRefreshes { return true }
         let reason = "\(reactiveRefreshTimes.count) refreshes within \(Int(settings.stormWindowSeconds)) s and the API still rejects the token"
         state = .degraded
         degradedReason = reason
