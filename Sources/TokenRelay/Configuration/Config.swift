@@ -11,6 +11,8 @@ public struct Config: Sendable {
 
     public struct Upstream: Sendable {
         public var url: HTTPEndpoint
+        /// TLS options for an https:// upstream (nil: the defaults).
+        public var tls: TLSSettings? = nil
     }
 
     public struct Tokens: Sendable {
@@ -41,6 +43,8 @@ public struct Config: Sendable {
         public var maxAttempts = 4
         /// First retry delay; doubled per attempt.
         public var backoffSeconds = 0.5
+        /// TLS options for an https:// token endpoint (nil: the defaults).
+        public var tls: TLSSettings? = nil
     }
 
     public struct Admin: Sendable {

@@ -26,7 +26,8 @@ public enum ConfigLoader {
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstreamObject = try root.object("upstream")
-        let upstream = Config.Upstream(url: try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url"))
+        let upstreamURL = try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url")
+        let upstream = Config.Upstream(url: upstreamURL, tls: try TLSSettings.read(from: upstreamObject, for: upstreamURL))
         try upstreamObject.rejectUnknownKeys()
 
         let tokensObject = try root.object("tokens")
@@ -95,6 +96,7 @@ public enum ConfigLoader {
         refresh.scope = try object.optionalString("scope")
         if let attempts = try object.optionalInteger("max_attempts", range: 1...20) { refresh.maxAttempts = attempts }
         if let backoff = try object.optionalNumber("backoff_seconds", range: 0.01...60) { refresh.backoffSeconds = backoff }
+        refresh.tls = try TLSSettings.read(from: object, for: tokenURL)
         try object.rejectUnknownKeys()
         return refresh
     }
