@@ -31,24 +31,23 @@ class Tokens:
         self.lock = threading.Lock()
         self.access = access
         self.refresh = refresh
-        self.serial = 0
         self.refreshes = 0
+        self.expiries = 0
 
     def rotate(self, presented):
         with self.lock:
             if presented != self.refresh:
                 return None
-            self.serial += 1
             self.refreshes += 1
-            self.access = "tls-access-%d" % self.serial
-            self.refresh = "tls-refresh-%d" % self.serial
+            self.access = "tls-access-%d" % self.refreshes
+            self.refresh = "tls-refresh-%d" % self.refreshes
             return {"access_token": self.access, "refresh_token": self.refresh,
                     "token_type": "Bearer", "expires_in": 3600}
 
     def expire_access(self):
         with self.lock:
-            self.serial += 1
-            self.access = "expired-%d" % self.serial
+            self.expiries += 1
+            self.access = "expired-%d" % self.expiries
 
 
 class Handler(BaseHTTPRequestHandler):
