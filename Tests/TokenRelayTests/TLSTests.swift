@@ -8,11 +8,6 @@ final class TLSTests: RelayTestCase {
     private var pki: TestPKI!
     private var servers: [TLSTestServer] = []
 
-    override class func tearDown() {
-        TestPKI.removeShared()
-        super.tearDown()
-    }
-
     override func setUpWithError() throws {
         try super.setUpWithError()
         pki = try TestPKI.shared()

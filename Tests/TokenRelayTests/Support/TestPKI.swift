@@ -4,7 +4,7 @@ import Foundation
 /// a CA, server certificates for the right host, the wrong host and an expired one, and a client
 /// certificate for mutual TLS. EC P-256 keys keep generation to a fraction of a second.
 ///
-/// `shared` is generated once per test process; its directory is removed by `removeShared()`.
+/// `shared()` is generated once per test process and removed when the process exits.
 struct TestPKI: Sendable {
     struct Identity: Sendable {
         let cert: URL
@@ -24,13 +24,13 @@ struct TestPKI: Sendable {
     /// A key that belongs to none of the certificates (for the mismatch error).
     let strayKey: URL
 
-    private static let generated = Result { try TestPKI.generate(in: makeTemporaryDirectory(prefix: "tokenrelay-pki")) }
+    private static let sharedDirectory = makeTemporaryDirectory(prefix: "tokenrelay-pki")
+    private static let generated = Result {
+        atexit { try? FileManager.default.removeItem(at: TestPKI.sharedDirectory) }
+        return try TestPKI.generate(in: sharedDirectory)
+    }
 
     static func shared() throws -> TestPKI { try generated.get() }
-
-    static func removeShared() {
-        if case .success(let pki) = generated { try? FileManager.default.removeItem(at: pki.directory) }
-    }
 
     private static func generate(in dir: URL) throws -> TestPKI {
         func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
