@@ -41,7 +41,9 @@ let package = Package(
         ),
         .testTarget(
             name: "TokenRelayTests",
-            dependencies: ["TokenRelay"]
+            dependencies: ["TokenRelay"],
+            // Helper programs the tests run from the source tree (located via #filePath), not resources.
+            exclude: ["Fixtures"]
         ),
     ]
 )

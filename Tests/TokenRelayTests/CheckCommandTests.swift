@@ -47,7 +47,8 @@ final class CheckCommandTests: RelayTestCase {
                     mentioning: "/nonexistent/tokenrelay.json")
     }
 
-    /// Every example under config/ passes `check` once its file paths point at this test's files.
+    /// Every example under config/ passes `check` once its file paths point at this test's files
+    /// (TLS files at a PKI generated for the test run).
     func testEveryExampleConfigPassesCheck() throws {
         let configDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("config")
@@ -65,8 +66,22 @@ final class CheckCommandTests: RelayTestCase {
             var refresh = object["refresh"] as! [String: Any]
             if refresh["client_secret_file"] != nil { refresh["client_secret_file"] = secretFile.path }
             object["refresh"] = refresh
+            for target in ["upstream", "refresh"] {
+                guard var section = object[target] as? [String: Any], let tls = section["tls"] as? [String: Any] else { continue }
+                section["tls"] = try pointingAtTestPKI(tls)
+                object[target] = section
+            }
             let result = try check(object)
             XCTAssertEqual(result.exitCode, 0, "\(name): \(result.stderr)")
         }
+    }
+
+    private func pointingAtTestPKI(_ tls: [String: Any]) throws -> [String: Any] {
+        let pki = try TestPKI.shared()
+        var tls = tls
+        if tls["ca_file"] != nil { tls["ca_file"] = pki.caFile.path }
+        if tls["client_cert"] != nil { tls["client_cert"] = pki.client.cert.path }
+        if tls["client_key"] != nil { tls["client_key"] = pki.client.key.path }
+        return tls
     }
 }

@@ -92,4 +92,49 @@ final class ConfigLoaderTests: XCTestCase {
     func testUnsupportedGrantIsRejected() {
         XCTAssertEqual(error(with(["refresh", "grant"], "password"))?.field, "refresh.grant")
     }
+
+    func testHTTPSURLsDefaultToPort443AndTLSDefaults() throws {
+        let config = try parse(with(["upstream", "url"], "https://api.example.com/v1"))
+        XCTAssertTrue(config.upstream.url.usesTLS)
+        XCTAssertEqual(config.upstream.url.port, 443)
+        XCTAssertEqual(config.upstream.url.authority, "api.example.com")
+        XCTAssertNil(config.upstream.tls)
+        XCTAssertFalse(config.refresh.tokenURL.usesTLS)
+    }
+
+    func testTLSObjectIsReadForBothTargets() throws {
+        var object = with(["upstream"], ["url": "https://api.example.com", "tls": [
+            "ca_file": "/etc/ca.pem", "server_name": "api.internal", "client_cert": "/c.pem", "client_key": "/c.key",
+            "insecure_skip_verify": true,
+        ]])
+        var refresh = object["refresh"] as! [String: Any]
+        refresh["token_url"] = "https://auth.example.com/token"
+        refresh["tls"] = ["ca_file": "/etc/auth-ca.pem"]
+        object["refresh"] = refresh
+        let config = try parse(object)
+        let tls = try XCTUnwrap(config.upstream.tls)
+        XCTAssertEqual(tls.caFile, "/etc/ca.pem")
+        XCTAssertEqual(tls.serverName, "api.internal")
+        XCTAssertEqual(tls.clientCert, "/c.pem")
+        XCTAssertEqual(tls.clientKey, "/c.key")
+        XCTAssertTrue(tls.insecureSkipVerify)
+        XCTAssertEqual(config.refresh.tls?.caFile, "/etc/auth-ca.pem")
+        XCTAssertEqual(config.refresh.tls?.insecureSkipVerify, false)
+    }
+
+    func testTLSErrorsNameTheField() {
+        let https = with(["upstream", "url"], "https://api.example.com")
+        func upstreamTLS(_ tls: Any) -> [String: Any] {
+            var object = https
+            object["upstream"] = ["url": "https://api.example.com", "tls": tls]
+            return object
+        }
+        XCTAssertEqual(error(upstreamTLS(["ca_fle": "/x"]))?.description, "upstream.tls.ca_fle: unknown key")
+        XCTAssertEqual(error(upstreamTLS(["client_cert": "/c.pem"]))?.field, "upstream.tls.client_key")
+        XCTAssertEqual(error(upstreamTLS(["client_key": "/c.key"]))?.field, "upstream.tls.client_cert")
+        XCTAssertEqual(error(upstreamTLS(["insecure_skip_verify": "yes"]))?.description, "upstream.tls.insecure_skip_verify: must be true or false")
+        XCTAssertEqual(error(upstreamTLS("strict"))?.description, "upstream.tls: must be a JSON object")
+        XCTAssertEqual(error(with(["upstream", "tls"], ["ca_file": "/x"]))?.description, "upstream.tls: is only allowed with an https:// URL")
+        XCTAssertEqual(error(with(["refresh", "tls"], [String: Any]()))?.field, "refresh.tls")
+    }
 }

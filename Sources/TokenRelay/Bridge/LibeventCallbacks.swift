@@ -80,3 +80,9 @@ let responseFlushedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawP
     let proxy = target(context, as: ProxyServer.self)
     withExtendedLifetime(proxy) { proxy.responseFlushed() }
 }
+
+/// OpenSSL's passphrase callback for encrypted private keys: there is nobody to ask, so loading fails
+/// (and `check` says so) instead of OpenSSL prompting on a terminal a sidecar does not have.
+let refuseKeyPassphraseTrampoline: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in
+    0
+}

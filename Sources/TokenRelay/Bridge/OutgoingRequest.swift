@@ -2,14 +2,19 @@ import CLibevent
 
 /// Why an outgoing request did not complete.
 struct OutgoingFailure: Error, CustomStringConvertible {
-    enum Kind: String { case connect, timeout, connectionLost = "connection_lost", invalidResponse = "invalid_response", tooLarge = "too_large" }
+    enum Kind: String {
+        case connect, timeout, connectionLost = "connection_lost", invalidResponse = "invalid_response", tooLarge = "too_large", tls
+    }
     let kind: Kind
     /// True once any response byte arrived; before that, a failure may still be retried safely in some cases.
     let afterResponseStarted: Bool
+    /// The TLS cause, when the connection's TLS state has one (then `kind` is `.tls`).
+    var tls: TLSFailure? = nil
 
     /// Whether the peer may have received and acted on the request (the refresh path logs this as
-    /// "outcome unknown": a rotated refresh token may be lost in flight).
-    var mayHaveReachedPeer: Bool { kind != .connect }
+    /// "outcome unknown": a rotated refresh token may be lost in flight). A certificate we refused means
+    /// the handshake never finished, so nothing was sent.
+    var mayHaveReachedPeer: Bool { kind != .connect && !(tls?.certificateRejected ?? false) }
 
     var description: String {
         switch kind {
@@ -18,6 +23,7 @@ struct OutgoingFailure: Error, CustomStringConvertible {
         case .connectionLost: return afterResponseStarted ? "connection lost mid-response" : "connection closed before a response"
         case .invalidResponse: return "invalid HTTP response"
         case .tooLarge: return "response too large"
+        case .tls: return "TLS failure: \(tls?.reason ?? "unknown")"
         }
     }
 }
@@ -39,6 +45,8 @@ protocol OutgoingRequestDelegate: AnyObject {
 final class OutgoingRequest {
     weak var delegate: OutgoingRequestDelegate?
     private var request: OpaquePointer?
+    /// Kept to read the TLS cause of a failure (evhttp has detached the request from it by then, P20).
+    private var connection: OpaquePointer?
     private var reportedError: evhttp_request_error?
     private(set) var headersReceived = false
     private var selfRetain: Unmanaged<OutgoingRequest>?
@@ -64,9 +72,11 @@ final class OutgoingRequest {
         prepare(req)
         selfRetain = retained
         request = req
+        self.connection = connection
         if evhttp_make_request(connection, req, method, target) != 0 {
             // evhttp's contract on this path is unclear (it may or may not free req); never touch it again.
             request = nil
+            self.connection = nil
             selfRetain = nil
             retained.release()
             return false
@@ -78,6 +88,7 @@ final class OutgoingRequest {
     func cancel() {
         guard let req = request else { return }
         request = nil
+        connection = nil
         evhttp_cancel_request(req)  // calls `failed(CANCEL)` re-entrantly, which is ignored now
         releaseSelf()
     }
@@ -102,11 +113,17 @@ final class OutgoingRequest {
         guard request != nil else { return }
         request = nil
         defer { releaseSelf() }
+        let connection = self.connection
+        self.connection = nil
         if let response, reportedError == nil, evhttp_request_get_response_code(response) != 0 {
             delegate?.outgoingRequestFinished(self, result: .success(response))
             return
         }
-        delegate?.outgoingRequestFinished(self, result: .failure(failure(connectFailed: response != nil)))
+        var failure = failure(connectFailed: response != nil)
+        if let connection, let tls = TLSDiagnostics.failure(on: connection) {
+            failure = OutgoingFailure(kind: .tls, afterResponseStarted: failure.afterResponseStarted, tls: tls)
+        }
+        delegate?.outgoingRequestFinished(self, result: .failure(failure))
     }
 
     private func failure(connectFailed: Bool) -> OutgoingFailure {

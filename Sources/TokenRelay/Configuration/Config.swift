@@ -14,6 +14,8 @@ public struct Config: Sendable {
         /// Request paths forwarded untouched: no token injected, the client's own `Authorization` kept,
         /// and no refresh on their 401 (an API's own login endpoints: refreshing there would loop).
         public var passthroughPrefixes: [String] = []
+        /// TLS options for an https:// upstream (nil: the defaults).
+        public var tls: TLSSettings? = nil
     }
 
     public struct Tokens: Sendable {
@@ -53,6 +55,8 @@ public struct Config: Sendable {
         /// Storm guard: at most this many 401-triggered refreshes within `stormWindowSeconds`.
         public var stormMaxRefreshes = 5
         public var stormWindowSeconds = 30.0
+        /// TLS options for an https:// token endpoint (nil: the defaults).
+        public var tls: TLSSettings? = nil
     }
 
     public struct Admin: Sendable {

@@ -26,7 +26,8 @@ public enum ConfigLoader {
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstreamObject = try root.object("upstream")
-        var upstream = Config.Upstream(url: try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url"))
+        let upstreamURL = try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url")
+        var upstream = Config.Upstream(url: upstreamURL, tls: try TLSSettings.read(from: upstreamObject, for: upstreamURL))
         if let prefixes = try upstreamObject.optionalStringArray("passthrough_prefixes") {
             if let index = prefixes.firstIndex(where: { !$0.hasPrefix("/") }) {
                 throw ConfigError("upstream.passthrough_prefixes[\(index)]", "must start with /")
@@ -108,6 +109,7 @@ public enum ConfigLoader {
         refresh.skewSeconds = try object.optionalNumber("skew_seconds", range: 0...3600)
         if let storm = try object.optionalInteger("storm_max_refreshes", range: 1...1000) { refresh.stormMaxRefreshes = storm }
         if let window = try object.optionalNumber("storm_window_seconds", range: 1...86_400) { refresh.stormWindowSeconds = window }
+        refresh.tls = try TLSSettings.read(from: object, for: tokenURL)
         try object.rejectUnknownKeys()
         return refresh
     }

@@ -1,6 +1,6 @@
 import CLibevent
 
-/// An `http://` URL, split into what evhttp needs: host and port to connect to, the authority for
+/// An `http://` or `https://` URL, split into what evhttp needs: host and port to connect to, the authority for
 /// the `Host` header, and the path that prefixes every forwarded request.
 public struct HTTPEndpoint: Sendable, CustomStringConvertible {
     public var scheme: String
@@ -10,6 +10,9 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
     public var query: String?
 
     public var description: String { "\(scheme)://\(authority)\(path)" }
+
+    /// Whether connections to this endpoint speak TLS.
+    public var usesTLS: Bool { scheme == "https" }
 
     /// `Host` header value: the port is omitted when it is the scheme's default.
     public var authority: String {
@@ -29,11 +32,8 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
         guard let uri = evhttp_uri_parse(text) else { throw ConfigError(field, "is not a valid URL") }
         defer { evhttp_uri_free(uri) }
         let scheme = evhttp_uri_get_scheme(uri).map { String(cString: $0).lowercased() } ?? ""
-        guard scheme == "http" else {
-            if scheme == "https" {
-                throw ConfigError(field, "https is not supported yet; use an http:// URL")
-            }
-            throw ConfigError(field, "must be an http:// URL")
+        guard scheme == "http" || scheme == "https" else {
+            throw ConfigError(field, "must be an http:// or https:// URL")
         }
         guard let hostPointer = evhttp_uri_get_host(uri), hostPointer.pointee != 0 else {
             throw ConfigError(field, "must name a host")
@@ -45,7 +45,7 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
         return HTTPEndpoint(
             scheme: scheme,
             host: String(cString: hostPointer),
-            port: port > 0 ? port : 80,
+            port: port > 0 ? port : (scheme == "https" ? 443 : 80),
             path: path,
             query: evhttp_uri_get_query(uri).map { String(cString: $0) }
         )

@@ -9,7 +9,24 @@ struct LocalResponse {
         self.status = status
         self.reason = reason
         headers += extraHeaders.map { (name: $0.0, value: $0.1) }
-        body = "{\"error\":\"\(error)\",\"message\":\"\(message)\"}\n"
+        body = "{\"error\":\"\(error)\",\"message\":\"\(Self.jsonEscaped(message))\"}\n"
+    }
+
+    /// Messages may carry text from elsewhere (an OpenSSL error string); it must not break the JSON.
+    private static func jsonEscaped(_ text: String) -> String {
+        var escaped = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": escaped += "\\\""
+            case "\\": escaped += "\\\\"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                escaped += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default:
+                escaped.unicodeScalars.append(scalar)
+            }
+        }
+        return escaped
     }
 
     static let loginRequired = LocalResponse(

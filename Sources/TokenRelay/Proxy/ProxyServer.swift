@@ -22,14 +22,16 @@ final class ProxyServer {
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
-    init(loop: EventLoop, config: Config, coordinator: RefreshCoordinator, metrics: RelayMetrics, logger: Logger) throws {
+    init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, coordinator: RefreshCoordinator, metrics: RelayMetrics,
+         logger: Logger) throws {
         self.loop = loop
         self.config = config
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        pool = UpstreamPool(loop: loop, endpoint: config.upstream.url, maxConnections: config.limits.maxUpstreamConnections,
-                            timeoutSeconds: config.timeouts.upstreamSeconds)
+        let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
+                                                timeoutSeconds: config.timeouts.upstreamSeconds)
+        pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections)
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
             self.accept(request)
         }

@@ -7,26 +7,22 @@ import CLibevent
 /// the rest wait in a FIFO once `maxConnections` are busy. An idle connection the upstream closed is
 /// reconnected by evhttp on its next use, so connections are never freed before shutdown.
 final class UpstreamPool {
-    private let loop: EventLoop
-    private let endpoint: HTTPEndpoint
+    private let factory: HTTPConnectionFactory
     private let maxConnections: Int
-    private let timeoutSeconds: Double
     private var idle: [OpaquePointer] = []
     private var all: [OpaquePointer] = []
     private var waiters: [(id: ObjectIdentifier, grant: (OpaquePointer) -> Void)] = []
 
-    init(loop: EventLoop, endpoint: HTTPEndpoint, maxConnections: Int, timeoutSeconds: Double) {
-        self.loop = loop
-        self.endpoint = endpoint
+    init(factory: HTTPConnectionFactory, maxConnections: Int) {
+        self.factory = factory
         self.maxConnections = maxConnections
-        self.timeoutSeconds = timeoutSeconds
     }
 
     /// Gives a connection now, or later through `grant` (in FIFO order) when all are busy.
     /// Returns the connection when one was available immediately.
     func acquire(for waiter: AnyObject, grant: @escaping (OpaquePointer) -> Void) -> OpaquePointer? {
         if let connection = idle.popLast() { return connection }
-        if all.count < maxConnections, let connection = makeConnection() {
+        if all.count < maxConnections, let connection = factory.makeConnection() {
             all.append(connection)
             return connection
         }
@@ -45,15 +41,6 @@ final class UpstreamPool {
         } else {
             idle.append(connection)
         }
-    }
-
-    private func makeConnection() -> OpaquePointer? {
-        guard let connection = evhttp_connection_base_new(loop.base, loop.dns, endpoint.host, UInt16(endpoint.port)) else { return nil }
-        var tv = timeval(seconds: timeoutSeconds)
-        evhttp_connection_set_timeout_tv(connection, &tv)
-        // evhttp retries only connects; a failed request is the proxy's decision, not evhttp's.
-        evhttp_connection_set_retries(connection, 0)
-        return connection
     }
 
     /// Frees every connection; only once no request is in flight.

@@ -12,27 +12,24 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     private let endpoint: HTTPEndpoint
     private let settings: Config.Refresh
     private let clientSecret: String?
-    private let connection: OpaquePointer
+    private let connection: OpaquePointer?
     private var call: OutgoingRequest?
     private var status = 0
     private var body: [UInt8] = []
     private var completion: ((TokenEndpointResult) -> Void)?
     private static let maxResponseBytes = 1 << 20
 
-    init(loop: EventLoop, settings: Config.Refresh, clientSecret: String?, timeoutSeconds: Double) {
+    init(factory: HTTPConnectionFactory, settings: Config.Refresh, clientSecret: String?) {
         endpoint = settings.tokenURL
         self.settings = settings
         self.clientSecret = clientSecret
-        connection = evhttp_connection_base_new(loop.base, loop.dns, endpoint.host, UInt16(endpoint.port))
-        var tv = timeval(seconds: timeoutSeconds)
-        evhttp_connection_set_timeout_tv(connection, &tv)
-        evhttp_connection_set_retries(connection, 0)
-        evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes))
+        connection = factory.makeConnection()
+        if let connection { evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes)) }
     }
 
     deinit {
         call?.cancel()
-        evhttp_connection_free(connection)
+        if let connection { evhttp_connection_free(connection) }
     }
 
     var isBusy: Bool { call != nil }
@@ -45,6 +42,9 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
         let form = formBody(refreshToken: refreshToken)
         let request = OutgoingRequest(delegate: self)
         call = request
+        guard let connection else {
+            return finish(.transient(reason: "could not create a connection to the token endpoint", outcomeUnknown: false))
+        }
         let started = request.start(on: connection, method: EVHTTP_REQ_POST, target: endpoint.requestTarget) { req in
             let headers = HeaderList(raw: evhttp_request_get_output_headers(req))
             headers.add("Host", endpoint.authority)

@@ -30,13 +30,18 @@ public final class Relay {
         self.logger = logger
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
-        endpoint = TokenEndpointClient(loop: loop, settings: config.refresh, clientSecret: preflight.clientSecret,
-                                       timeoutSeconds: config.timeouts.refreshSeconds)
+        for field in preflight.unverifiedTLSTargets {
+            logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
+        }
+        let tokenEndpointConnections = HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: preflight.refreshTLS,
+                                                             timeoutSeconds: config.timeouts.refreshSeconds)
+        endpoint = TokenEndpointClient(factory: tokenEndpointConnections, settings: config.refresh, clientSecret: preflight.clientSecret)
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
                                          settings: config.refresh, lockTimeout: config.timeouts.refreshSeconds * 3,
                                          metrics: metrics, redactor: redactor, logger: logger)
-        proxy = try ProxyServer(loop: loop, config: config, coordinator: coordinator, metrics: metrics, logger: logger)
+        proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
+                                metrics: metrics, logger: logger)
         if let adminConfig = config.admin {
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)
         }

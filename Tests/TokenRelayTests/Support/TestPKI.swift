@@ -1,0 +1,114 @@
+import Foundation
+
+/// A throwaway PKI made with the `openssl` command line at test time (nothing long-lived is committed):
+/// a CA, server certificates for the right host, the wrong host and an expired one, and a client
+/// certificate for mutual TLS. EC P-256 keys keep generation to a fraction of a second.
+///
+/// `shared()` is generated once per test process and removed when the process exits.
+struct TestPKI: Sendable {
+    struct Identity: Sendable {
+        let cert: URL
+        let key: URL
+    }
+
+    let directory: URL
+    let caFile: URL
+    /// SAN `DNS:localhost, IP:127.0.0.1`.
+    let server: Identity
+    /// SAN `DNS:wrong.example.com` only.
+    let wrongHost: Identity
+    /// SAN `DNS:localhost, IP:127.0.0.1`, valid only during 2020-01-01.
+    let expired: Identity
+    /// CN `tokenrelay-client`, extendedKeyUsage clientAuth.
+    let client: Identity
+    /// A key that belongs to none of the certificates (for the mismatch error).
+    let strayKey: URL
+
+    private static let sharedDirectory = makeTemporaryDirectory(prefix: "tokenrelay-pki")
+    private static let generated = Result {
+        atexit { try? FileManager.default.removeItem(at: TestPKI.sharedDirectory) }
+        return try TestPKI.generate(in: sharedDirectory)
+    }
+
+    static func shared() throws -> TestPKI { try generated.get() }
+
+    private static func generate(in dir: URL) throws -> TestPKI {
+        func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
+        func identity(_ name: String) -> Identity {
+            Identity(cert: dir.appendingPathComponent("\(name).pem"), key: dir.appendingPathComponent("\(name).key"))
+        }
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        try openssl(["req", "-x509"] + ec + ["-keyout", path("ca.key"), "-out", path("ca.pem"), "-days", "3",
+                                             "-subj", "/CN=tokenrelay test CA"], in: dir)
+        func issue(_ name: String, cn: String, extensions: String, validity: [String] = ["-days", "3"]) throws {
+            try openssl(["req"] + ec + ["-keyout", path("\(name).key"), "-out", path("\(name).csr"), "-subj", "/CN=\(cn)"], in: dir)
+            try extensions.write(toFile: path("\(name).ext"), atomically: true, encoding: .utf8)
+            try openssl(["x509", "-req", "-in", path("\(name).csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"),
+                         "-set_serial", "\(UInt32.random(in: 1...UInt32.max))", "-extfile", path("\(name).ext"),
+                         "-out", path("\(name).pem")] + validity, in: dir)
+        }
+        let serverExtensions = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+        try issue("server", cn: "localhost", extensions: serverExtensions)
+        try issue("wrong-host", cn: "wrong.example.com", extensions: "subjectAltName=DNS:wrong.example.com\nextendedKeyUsage=serverAuth\n")
+        try issue("client", cn: "tokenrelay-client", extensions: "extendedKeyUsage=clientAuth\n")
+        try issueExpired(in: dir, extensions: serverExtensions)
+        try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", path("stray.key")], in: dir)
+        return TestPKI(directory: dir, caFile: dir.appendingPathComponent("ca.pem"), server: identity("server"),
+                       wrongHost: identity("wrong-host"), expired: identity("expired"), client: identity("client"),
+                       strayKey: dir.appendingPathComponent("stray.key"))
+    }
+
+    /// OpenSSL 3.0's `x509 -req` cannot set a start date in the past; `openssl ca` can (`-startdate`).
+    private static func issueExpired(in dir: URL, extensions: String) throws {
+        func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
+        let database = dir.appendingPathComponent("ca-db")
+        try FileManager.default.createDirectory(at: database, withIntermediateDirectories: true)
+        try "".write(toFile: database.appendingPathComponent("index.txt").path, atomically: true, encoding: .utf8)
+        try "1000\n".write(toFile: database.appendingPathComponent("serial").path, atomically: true, encoding: .utf8)
+        let config = """
+            [ca]
+            default_ca = test_ca
+            [test_ca]
+            database = \(database.path)/index.txt
+            serial = \(database.path)/serial
+            new_certs_dir = \(database.path)
+            default_md = sha256
+            policy = any_name
+            unique_subject = no
+            [any_name]
+            commonName = supplied
+            [server_ext]
+            \(extensions)
+            """
+        try config.write(toFile: path("ca.cnf"), atomically: true, encoding: .utf8)
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        try openssl(["req"] + ec + ["-keyout", path("expired.key"), "-out", path("expired.csr"), "-subj", "/CN=localhost"], in: dir)
+        try openssl(["ca", "-batch", "-notext", "-config", path("ca.cnf"), "-extensions", "server_ext", "-cert", path("ca.pem"),
+                     "-keyfile", path("ca.key"), "-in", path("expired.csr"), "-out", path("expired.pem"),
+                     "-startdate", "20200101000000Z", "-enddate", "20200102000000Z"], in: dir)
+    }
+
+    private static func openssl(_ arguments: [String], in dir: URL) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl"] + arguments
+        process.currentDirectoryURL = dir
+        let log = dir.appendingPathComponent("openssl.log")
+        if !FileManager.default.fileExists(atPath: log.path) { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
+        let handle = try FileHandle(forWritingTo: log)
+        defer { try? handle.close() }
+        handle.seekToEndOfFile()
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        guard waitUntil(timeout: 30, { !process.isRunning }) else {
+            process.terminate()
+            throw TestSupportError("openssl \(arguments.first ?? "") did not finish within 30 s")
+        }
+        guard process.terminationStatus == 0 else {
+            let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
+            throw TestSupportError("openssl \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)):\n\(output)")
+        }
+    }
+}
