@@ -117,43 +117,51 @@ final class ContainerfileTests: XCTestCase {
 
         let runtime = try XCTUnwrap(try parse().last)
         let allowed = try dependencyClosure(Set(installedPackages(runtime)).union(["apt", "libc6"]))
+        let owners = try owningPackages(libraries)
         for library in libraries {
-            let owner = try owningPackage(library)
-            XCTAssertNotNil(owner, "\(library) belongs to no Debian package", file: file, line: line)
-            if let owner {
-                XCTAssertTrue(allowed.contains(owner), "\(library) comes from \(owner), which the runtime stage does not install",
-                              file: file, line: line)
+            guard let owner = owners[library] else {
+                XCTFail("\(library) belongs to no Debian package", file: file, line: line)
+                continue
             }
+            XCTAssertTrue(allowed.contains(owner), "\(library) comes from \(owner), which the runtime stage does not install",
+                          file: file, line: line)
         }
     }
 
-    /// `dpkg -S` for the path as ldd printed it, its resolved form, and the other side of merged /usr.
-    private func owningPackage(_ path: String) throws -> String? {
-        let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        var candidates = [path, resolved]
-        for candidate in [path, resolved] {
-            candidates.append(candidate.hasPrefix("/usr/") ? String(candidate.dropFirst(4)) : "/usr" + candidate)
-        }
-        for candidate in candidates {
-            let result = try runTool("dpkg", ["-S", candidate], timeout: 30)
-            if result.exitCode == 0, let first = result.stdout.split(separator: "\n").first, let colon = first.firstIndex(of: ":") {
-                return String(first[..<colon])
+    /// One `dpkg -S` for every library, under the path ldd printed, its resolved form, and the other side
+    /// of merged /usr (dpkg knows each file under one of them).
+    private func owningPackages(_ libraries: [String]) throws -> [String: String] {
+        var candidates: [String: String] = [:] // candidate path -> library
+        for library in libraries {
+            let resolved = URL(fileURLWithPath: library).resolvingSymlinksInPath().path
+            for path in [library, resolved] {
+                candidates[path] = library
+                candidates[path.hasPrefix("/usr/") ? String(path.dropFirst(4)) : "/usr" + path] = library
             }
         }
-        return nil
+        // Exit status 1 when some candidate is unknown; the known ones are still printed ("pkg:arch: path").
+        let result = try runTool("dpkg", ["-S"] + candidates.keys.sorted(), timeout: 60)
+        var owners: [String: String] = [:]
+        for entry in result.stdout.split(separator: "\n") {
+            guard let separator = entry.range(of: ": ") else { continue }
+            let path = String(entry[separator.upperBound...])
+            guard let library = candidates[path] else { continue }
+            owners[library] = String(entry[..<separator.lowerBound].split(separator: ":")[0])
+        }
+        return owners
     }
 
-    /// `packages` and everything they Depend/Pre-Depend on, by the host's dpkg database (alternatives all count).
+    /// `packages` and everything they Depend/Pre-Depend on, by the host's dpkg database (alternatives all
+    /// count). A package not installed here owns no library on this host either, so it is not followed.
     private func dependencyClosure(_ packages: Set<String>) throws -> Set<String> {
         var seen = packages
-        var queue = Array(packages)
-        while let package = queue.popLast() {
-            let result = try runTool("dpkg-query", ["-W", "-f=${Depends}, ${Pre-Depends}", package], timeout: 30)
-            guard result.exitCode == 0 else { continue } // not installed here: owns no library on this host either
-            for dependency in result.stdout.split(whereSeparator: { $0 == "," || $0 == "|" }) {
+        var level = packages
+        while !level.isEmpty {
+            let result = try runTool("dpkg-query", ["-W", "-f=${Depends}, ${Pre-Depends}\n"] + level.sorted(), timeout: 60)
+            level = []
+            for dependency in result.stdout.split(whereSeparator: { $0 == "," || $0 == "|" || $0 == "\n" }) {
                 guard let name = dependency.split(whereSeparator: \.isWhitespace).first?.split(separator: ":").first else { continue }
-                let package = String(name)
-                if seen.insert(package).inserted { queue.append(package) }
+                if seen.insert(String(name)).inserted { level.insert(String(name)) }
             }
         }
         return seen
