@@ -16,6 +16,7 @@ public final class Relay {
     private var signalEvents: [LoopEvent] = []
     private var drainTimer: LoopEvent?
     private var stopping = false
+    private let systemd = SystemdNotifier()
 
     /// Bound proxy port (useful when the config asked for port 0).
     public var proxyPort: Int { proxy.listener.boundPort }
@@ -54,6 +55,7 @@ public final class Relay {
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger)
         relay.installSignalHandlers()
         relay.announce()
+        relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
     }
@@ -88,6 +90,7 @@ public final class Relay {
             return
         }
         stopping = true
+        systemd.stopping()
         logger.info("shutting down", metadata: ["signal": "\(signal)", "active_requests": "\(proxy.activeCount)",
                                                 "drain_seconds": "\(config.timeouts.drainSeconds)"])
         proxy.onDrained = { [unowned self] in
@@ -110,6 +113,7 @@ public final class Relay {
     func close() {
         signalEvents = []
         drainTimer = nil
+        systemd.close()
         proxy.pool.close()
     }
 }

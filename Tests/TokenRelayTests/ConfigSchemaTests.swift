@@ -1,0 +1,178 @@
+import Foundation
+import XCTest
+
+/// config/tokenrelay.schema.json and `tokenrelay check` must agree: an editor that accepts a config while
+/// `check` rejects it (or the other way round) is worse than no schema. Each case runs through both, with a
+/// real private token file and the client secret set, so only the config itself can make either fail.
+final class ConfigSchemaTests: XCTestCase {
+    private var workDir: URL!
+    private var tokenFile: URL { workDir.appendingPathComponent("tokens.json") }
+    private var secretFile: URL { workDir.appendingPathComponent("client_secret") }
+    private let secretEnvironment = ["TOKENRELAY_CLIENT_SECRET": "schema-test-secret"]
+
+    override func setUpWithError() throws {
+        workDir = makeTemporaryDirectory(prefix: "tokenrelay-schema")
+        try writeTokenFile(at: tokenFile, access: "access-1", refresh: "refresh-1")
+        try Data("schema-test-secret\n".utf8).write(to: secretFile)
+        guard chmod(secretFile.path, 0o600) == 0 else { throw TestSupportError(errnoContext: "chmod") }
+    }
+
+    override func tearDownWithError() throws {
+        if let workDir { try? FileManager.default.removeItem(at: workDir) }
+    }
+
+    private func baseConfig() -> [String: Any] {
+        [
+            "listen": "127.0.0.1:8080",
+            "upstream": ["url": "http://127.0.0.1:9000"],
+            "tokens": ["file": tokenFile.path],
+            "refresh": ["grant": "refresh_token", "token_url": "http://127.0.0.1:9001/oauth/token", "client_id": "legacy-app",
+                        "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"],
+            "admin": ["listen": "127.0.0.1:8081"],
+        ]
+    }
+
+    private struct Case {
+        let name: String
+        let edits: [(path: String, value: Any?)] // nil removes the key
+        /// nil: valid. Otherwise a text that `check`'s one-line error must contain (normally the field path).
+        let error: String?
+    }
+
+    private static func valid(_ name: String, _ edits: [(String, Any?)]) -> Case { Case(name: name, edits: edits, error: nil) }
+    private static func invalid(_ name: String, _ edits: [(String, Any?)], _ error: String) -> Case {
+        Case(name: name, edits: edits, error: error)
+    }
+
+    private var cases: [Case] {
+        [
+            Self.valid("minimal with env secret and basic auth", []),
+            Self.valid("secret file, post auth, every optional key", [
+                ("refresh.client_secret_env", nil), ("refresh.client_secret_file", secretFile.path),
+                ("refresh.client_auth", "client_secret_post"), ("refresh.scope", "api.read"),
+                ("refresh.max_attempts", 20), ("refresh.backoff_seconds", 0.01), ("tokens.watch_interval_seconds", 3600),
+                ("limits", ["max_body_bytes": 0, "max_header_bytes": 1024, "max_held_requests": 1, "max_upstream_connections": 100_000]),
+                ("timeouts", ["upstream_seconds": 0.05, "refresh_seconds": 86_400, "hold_seconds": 30, "drain_seconds": 0,
+                              "client_seconds": 60]),
+                ("log", ["level": "critical"]),
+            ]),
+            Self.valid("public client without secret", [("refresh.client_secret_env", nil), ("refresh.client_auth", "none")]),
+            Self.valid("no admin listener, port 0, IPv6 host", [("admin", nil), ("listen", "[::1]:0")]),
+            Self.valid("whole number written as 3.0", [("refresh.max_attempts", 3.0)]),
+            Self.invalid("unknown key at the root", [("listn", "127.0.0.1:8080")], "listn: unknown key"),
+            Self.invalid("unknown key in refresh", [("refresh.clinet_id", "typo")], "refresh.clinet_id: unknown key"),
+            Self.invalid("unknown key in limits", [("limits", ["max_body": 1])], "limits.max_body: unknown key"),
+            Self.invalid("unknown key in admin", [("admin.port", 8081)], "admin.port: unknown key"),
+            Self.invalid("missing required section", [("upstream", nil)], "upstream: is required"),
+            Self.invalid("missing required key", [("tokens.file", nil)], "tokens.file: is required"),
+            Self.invalid("listen is a number", [("listen", 8080)], "listen: must be a string"),
+            Self.invalid("section is a string", [("upstream", "http://127.0.0.1:9000")], "upstream: must be a JSON object"),
+            Self.invalid("number given as string", [("tokens.watch_interval_seconds", "1")], "tokens.watch_interval_seconds: must be a number"),
+            Self.invalid("boolean is not a number", [("refresh.max_attempts", true)], "refresh.max_attempts: must be a number"),
+            Self.invalid("empty client id", [("refresh.client_id", "")], "refresh.client_id: must not be empty"),
+            Self.invalid("max_attempts below range", [("refresh.max_attempts", 0)], "refresh.max_attempts: must be between 1 and 20"),
+            Self.invalid("max_header_bytes below range", [("limits", ["max_header_bytes": 512])], "limits.max_header_bytes"),
+            Self.invalid("drain_seconds above range", [("timeouts", ["drain_seconds": 3601])], "timeouts.drain_seconds"),
+            Self.invalid("fractional integer", [("limits", ["max_held_requests": 1.5])], "limits.max_held_requests: must be a whole number"),
+            Self.invalid("port out of range", [("admin.listen", "127.0.0.1:70000")], "admin.listen: port must be a number"),
+            Self.invalid("listen without port", [("listen", "127.0.0.1")], "listen: must be host:port"),
+            Self.invalid("tls on an http upstream", [("upstream.tls", ["server_name": "api.internal"])], "upstream.tls: is only allowed with an https:// URL"),
+            Self.invalid("client_cert without client_key", [("upstream.url", "https://api.example.com"), ("upstream.tls", ["client_cert": "/c.pem"])],
+                         "upstream.tls.client_key: is required"),
+            Self.invalid("trigger status out of range", [("refresh.trigger_statuses", [200])], "refresh.trigger_statuses[0]"),
+            Self.invalid("passthrough prefix without slash", [("upstream.passthrough_prefixes", ["auth"])], "upstream.passthrough_prefixes[0]: must start with /"),
+            Self.valid("https targets and refresh lifecycle keys", [
+                ("upstream.url", "https://api.example.com:8443/v1"), ("upstream.tls", ["server_name": "api.internal", "insecure_skip_verify": false]),
+                ("upstream.passthrough_prefixes", ["/auth/", "/login"]), ("refresh.trigger_statuses", [401, 419, 440]),
+                ("refresh.proactive", true), ("refresh.skew_seconds", 30), ("refresh.storm_max_refreshes", 5), ("refresh.storm_window_seconds", 30),
+            ]),
+            Self.invalid("URL with credentials", [("refresh.token_url", "http://user:pw@127.0.0.1:9001/t")], "refresh.token_url"),
+            Self.invalid("bad log level", [("log", ["level": "verbose"])], "log.level: must be one of"),
+            Self.invalid("bad client_auth", [("refresh.client_auth", "private_key_jwt")], "refresh.client_auth: must be one of"),
+            Self.invalid("unsupported grant", [("refresh.grant", "client_credentials")], "refresh.grant: unsupported grant"),
+            Self.invalid("both secret sources", [("refresh.client_secret_file", secretFile.path)], "set either client_secret_env or client_secret_file"),
+            Self.invalid("basic auth without secret", [("refresh.client_secret_env", nil)], "needs client_secret_env or client_secret_file"),
+            Self.invalid("none with secret", [("refresh.client_auth", "none")], "refresh.client_auth: is none, so no client secret"),
+            Self.invalid("none with secret file", [("refresh.client_auth", "none"), ("refresh.client_secret_env", nil),
+                                                   ("refresh.client_secret_file", secretFile.path)], "refresh.client_auth: is none"),
+        ]
+    }
+
+    func testSchemaAndCheckAgree() throws {
+        let cases = self.cases
+        var files: [URL] = []
+        for (index, testCase) in cases.enumerated() {
+            var config = baseConfig()
+            for edit in testCase.edits { setValue(&config, path: edit.path, edit.value) }
+            let file = workDir.appendingPathComponent("case-\(index).json")
+            try JSONSerialization.data(withJSONObject: config, options: [.sortedKeys]).write(to: file)
+            files.append(file)
+        }
+        let schemaErrors = try ConfigSchema.errors(for: files) // one python run for all cases
+        let paths = files.map(\.path), environment = secretEnvironment
+        let results = HTTPTestClient.concurrently(cases.count) { index in
+            try TokenRelayProcess.runCommand(arguments: ["check", "--config", paths[index]], environment: environment)
+        }
+        for (index, testCase) in cases.enumerated() {
+            let errors = try XCTUnwrap(schemaErrors[files[index].path], testCase.name)
+            let check = try results[index].get()
+            if let expected = testCase.error {
+                XCTAssertFalse(errors.isEmpty, "\(testCase.name): schema accepts a config that check rejects (\(check.stderr))")
+                XCTAssertEqual(check.exitCode, 2, "\(testCase.name): check should report a config error: \(check.stderr)")
+                XCTAssertTrue(check.stderr.contains(expected), "\(testCase.name): expected \"\(expected)\" in: \(check.stderr)")
+            } else {
+                XCTAssertEqual(errors, [], "\(testCase.name): schema rejects a config that check accepts")
+                XCTAssertEqual(check.exitCode, 0, "\(testCase.name): \(check.stderr)")
+            }
+        }
+    }
+
+    /// Every shipped config (config/*.json, deploy/systemd/config.json) is valid against the schema.
+    func testEveryExampleConfigValidates() throws {
+        let configDirectory = repositoryRoot.appendingPathComponent("config")
+        var files = try FileManager.default.contentsOfDirectory(atPath: configDirectory.path)
+            .filter { $0.hasSuffix(".json") && !$0.contains("schema") }
+            .map { configDirectory.appendingPathComponent($0) }
+        XCTAssertGreaterThanOrEqual(files.count, 3)
+        files.append(repositoryRoot.appendingPathComponent("deploy/systemd/config.json"))
+        let errors = try ConfigSchema.errors(for: files)
+        for file in files {
+            XCTAssertEqual(errors[file.path], [], file.lastPathComponent)
+        }
+    }
+
+    /// The schema documents every key with a description, and every optional scalar with its default, and
+    /// closes every object: the properties editors show must be complete.
+    func testSchemaDocumentsEveryKey() throws {
+        let schema = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: ConfigSchema.url)) as? [String: Any])
+        func walk(_ node: [String: Any], path: String) {
+            guard let properties = node["properties"] as? [String: Any] else { return }
+            XCTAssertEqual(node["additionalProperties"] as? Bool, false, "\(path): additionalProperties must be false")
+            let required = Set(node["required"] as? [String] ?? [])
+            for (key, value) in properties {
+                let keyPath = path.isEmpty ? key : "\(path).\(key)"
+                guard let property = value as? [String: Any] else { XCTFail("\(keyPath): not a schema object"); continue }
+                XCTAssertNotNil(property["description"] as? String, "\(keyPath): description missing")
+                let isScalar = property["type"] as? String != "object"
+                let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds"].contains(key)
+                if isScalar && !required.contains(key) && !hasNoNaturalDefault {
+                    XCTAssertNotNil(property["default"], "\(keyPath): default missing")
+                }
+                walk(property, path: keyPath)
+            }
+        }
+        walk(schema, path: "")
+    }
+}
+
+/// Sets (or with nil removes) `a.b.c` in a nested JSON object, creating intermediate objects.
+func setValue(_ object: inout [String: Any], path: String, _ value: Any?) {
+    let parts = path.split(separator: ".", maxSplits: 1).map(String.init)
+    if parts.count == 1 {
+        object[parts[0]] = value
+        return
+    }
+    var child = object[parts[0]] as? [String: Any] ?? [:]
+    setValue(&child, path: parts[1], value)
+    object[parts[0]] = child
+}
