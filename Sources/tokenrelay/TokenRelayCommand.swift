@@ -26,7 +26,7 @@ struct Run: ParsableCommand {
     func run() throws {
         let preflight = try failOnError { try Preflight.run(configPath: options.config) }
         let redactor = SecretRedactor()
-        let logger = bootstrapLogging(level: preflight.config.logLevel, redactor: redactor)
+        let logger = bootstrapLogging(level: preflight.config.logLevel, format: preflight.config.logFormat, redactor: redactor)
         try failOnError { try Relay.run(preflight: preflight, redactor: redactor, logger: logger) }
     }
 }
@@ -69,8 +69,8 @@ func failOnError<T>(_ body: () throws -> T) throws -> T {
     }
 }
 
-func bootstrapLogging(level: String, redactor: SecretRedactor) -> Logger {
+func bootstrapLogging(level: String, format: LogFormat = .text, redactor: SecretRedactor) -> Logger {
     let logLevel = Logger.Level(rawValue: level) ?? .info
-    LoggingSystem.bootstrap { _ in LogfmtHandler(level: logLevel, redactor: redactor) }
+    LoggingSystem.bootstrap { _ in LineLogHandler(level: logLevel, format: format, redactor: redactor) }
     return Logger(label: "tokenrelay")
 }

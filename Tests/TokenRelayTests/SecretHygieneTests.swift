@@ -11,8 +11,21 @@ final class SecretHygieneTests: RelayTestCase {
         XCTAssertEqual(seen.headers(named: "Authorization"), ["Bearer \(tokenServer.currentAccessToken!)"])
     }
 
-    func testCanarySecretsNeverAppearInLogsStatusOrMetrics() throws {
-        let relay = try startRelay()
+    func testCanarySecretsNeverAppearInTextLogsStatusOrMetrics() throws {
+        try assertNoCanaries(logFormat: "text")
+    }
+
+    func testCanarySecretsNeverAppearInJSONLogs() throws {
+        let relay = try assertNoCanaries(logFormat: "json")
+        for line in relay.stderrText.split(separator: "\n") {
+            let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            XCTAssertNotNil(object?["msg"], "not a JSON log line: \(line)")
+        }
+    }
+
+    @discardableResult
+    private func assertNoCanaries(logFormat: String) throws -> TokenRelayProcess {
+        let relay = try startRelay(["log": ["level": "trace", "format": logFormat]])
         let initialAccess = tokenServer.currentAccessToken!
         let initialRefresh = tokenServer.currentRefreshToken!
         tokenServer.expireAccessTokens()
@@ -38,6 +51,7 @@ final class SecretHygieneTests: RelayTestCase {
             XCTAssertFalse(metrics.contains(canary), "secret in /metrics")
             XCTAssertFalse(readiness.contains(canary), "secret in /readyz")
         }
+        return relay
     }
 
     func testConfigErrorsDoNotEchoTheSecret() throws {

@@ -8,6 +8,8 @@ public struct Config: Sendable {
     public var limits = Limits()
     public var timeouts = Timeouts()
     public var logLevel = "info"
+    /// `text` (logfmt, for people and grep) or `json` (one object per line, for collectors).
+    public var logFormat = LogFormat.text
 
     public struct Upstream: Sendable {
         public var url: HTTPEndpoint

@@ -65,6 +65,10 @@ public enum ConfigLoader {
                 }
                 config.logLevel = level
             }
+            if let format = try log.optionalString("format") {
+                guard let parsed = LogFormat(rawValue: format) else { throw ConfigError(log.fieldPath("format"), "must be text or json") }
+                config.logFormat = parsed
+            }
             try log.rejectUnknownKeys()
         }
         return config

@@ -112,11 +112,12 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     /// product's logfmt handler sorts metadata keys (`admin=… generation=… proxy=… upstream=…`);
     /// `admin=disabled` yields admin port 0.
     static func parseListeningLine(_ log: String) -> (proxy: Int, admin: Int)? {
+        // logfmt (`proxy=127.0.0.1:8080`) or JSON (`"proxy":"127.0.0.1:8080"`) log lines.
         for line in log.split(separator: "\n")
-        where line.contains("msg=listening") || line.contains("msg=\"listening\"") {
-            guard let proxy = line.firstMatch(of: #/(?:^|\s)proxy=[0-9.]+:([0-9]+)/#).flatMap({ Int($0.output.1) })
+        where line.contains("msg=listening") || line.contains("msg=\"listening\"") || line.contains("\"msg\":\"listening\"") {
+            guard let proxy = line.firstMatch(of: #/(?:^|[\s,{])"?proxy"?[=:]"?[0-9.]+:([0-9]+)/#).flatMap({ Int($0.output.1) })
             else { continue }
-            let admin = line.firstMatch(of: #/(?:^|\s)admin=[0-9.]+:([0-9]+)/#).flatMap { Int($0.output.1) } ?? 0
+            let admin = line.firstMatch(of: #/(?:^|[\s,{])"?admin"?[=:]"?[0-9.]+:([0-9]+)/#).flatMap { Int($0.output.1) } ?? 0
             return (proxy, admin)
         }
         return nil

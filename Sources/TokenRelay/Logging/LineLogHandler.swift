@@ -2,18 +2,27 @@ import Foundation
 import Glibc
 import Logging
 
-/// swift-log handler writing one logfmt line per event to stderr:
-/// `ts=2026-11-21T10:00:00.123Z level=info msg="refresh succeeded" generation=3`.
+public enum LogFormat: String, Sendable {
+    /// logfmt: `ts=2026-11-21T10:00:00.123Z level=info msg="refresh succeeded" generation=3`
+    case text
+    /// One JSON object per line: `{"ts":"…","level":"info","msg":"refresh succeeded","generation":"3"}`
+    case json
+}
+
+/// swift-log handler writing one line per event to stderr, as logfmt or JSON.
 ///
 /// It writes with `write(2)` (Swift 6 forbids touching the global `stderr`), runs every line through the
-/// `SecretRedactor`, and escapes values so that a hostile string cannot forge extra log lines.
-public struct LogfmtHandler: LogHandler {
+/// `SecretRedactor` whatever the format, and escapes values so that a hostile string cannot forge extra
+/// log lines or fields.
+public struct LineLogHandler: LogHandler {
     public var logLevel: Logger.Level
     public var metadata: Logger.Metadata = [:]
+    private let format: LogFormat
     private let redactor: SecretRedactor
 
-    public init(level: Logger.Level, redactor: SecretRedactor) {
+    public init(level: Logger.Level, format: LogFormat = .text, redactor: SecretRedactor) {
         self.logLevel = level
+        self.format = format
         self.redactor = redactor
     }
 
@@ -23,26 +32,37 @@ public struct LogfmtHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var line = "ts=\(Self.timestamp()) level=\(event.level) msg=\(Self.quote(event.message.description))"
         let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
-        for key in merged.keys.sorted() {
-            line += " \(key)=\(Self.quote(merged[key]!.description))"
-        }
-        line = redactor.redact(line) + "\n"
-        line.withUTF8 { bytes in
+        let fields = [("ts", Self.timestamp()), ("level", "\(event.level)"), ("msg", event.message.description)]
+            + merged.keys.sorted().map { ($0, merged[$0]!.description) }
+        let line = redactor.redact(format == .json ? Self.json(fields) : Self.logfmt(fields)) + "\n"
+        var bytes = line
+        bytes.withUTF8 { buffer in
             var offset = 0
-            while offset < bytes.count {
-                let written = Glibc.write(2, bytes.baseAddress! + offset, bytes.count - offset)
+            while offset < buffer.count {
+                let written = Glibc.write(2, buffer.baseAddress! + offset, buffer.count - offset)
                 if written <= 0 { return }
                 offset += written
             }
         }
     }
 
+    static func logfmt(_ fields: [(String, String)]) -> String {
+        fields.map { "\($0.0)=\(quote($0.1))" }.joined(separator: " ")
+    }
+
+    static func json(_ fields: [(String, String)]) -> String {
+        "{" + fields.map { "\(jsonString($0.0)):\(jsonString($0.1))" }.joined(separator: ",") + "}"
+    }
+
     static func quote(_ value: String) -> String {
         let needsQuotes = value.isEmpty || value.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0.asciiValue.map { $0 < 0x20 } ?? false }
-        guard needsQuotes else { return value }
-        var escaped = ""
+        return needsQuotes ? jsonString(value) : value
+    }
+
+    /// A JSON string literal; logfmt quoting uses the same escapes.
+    static func jsonString(_ value: String) -> String {
+        var escaped = "\""
         for scalar in value.unicodeScalars {
             switch scalar {
             case "\"": escaped += "\\\""
@@ -58,7 +78,7 @@ public struct LogfmtHandler: LogHandler {
                 }
             }
         }
-        return "\"\(escaped)\""
+        return escaped + "\""
     }
 
     private static func timestamp() -> String {
