@@ -5,6 +5,8 @@ public struct Config: Sendable {
     public var tokens: Tokens
     public var refresh: Refresh
     public var admin: Admin?
+    /// Which header carries the access token, and how (`Authorization: Bearer …` unless configured).
+    public var inject = InjectSettings()
     public var limits = Limits()
     public var timeouts = Timeouts()
     public var logLevel = "info"

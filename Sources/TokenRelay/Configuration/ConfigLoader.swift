@@ -52,6 +52,7 @@ public enum ConfigLoader {
         }
 
         var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
+        config.inject = try InjectSettings.read(from: root)
         if let limits = try root.optionalObject("limits") {
             config.limits = try readLimits(limits)
         }

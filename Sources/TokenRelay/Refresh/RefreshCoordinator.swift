@@ -65,6 +65,7 @@ final class RefreshCoordinator {
     private let store: TokenFile
     private let lock: TokenFileLock
     private let settings: Config.Refresh
+    private let injection: InjectSettings
     private let lockTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
@@ -95,18 +96,20 @@ final class RefreshCoordinator {
     private var completions: [(Outcome) -> Void] = []
 
     init(loop: EventLoop, endpoint: TokenEndpointClient, store: TokenFile, lock: TokenFileLock, initialTokens: TokenSet,
-         settings: Config.Refresh, lockTimeout: Double, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
+         settings: Config.Refresh, injection: InjectSettings = InjectSettings(), lockTimeout: Double, metrics: RelayMetrics,
+         redactor: SecretRedactor, logger: Logger) {
         self.loop = loop
         self.endpoint = endpoint
         self.store = store
         self.lock = lock
         self.settings = settings
+        self.injection = injection
         self.lockTimeout = lockTimeout
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
         tokens = initialTokens
-        authorizationValue = "Bearer \(initialTokens.accessToken)"
+        authorizationValue = injection.value(for: initialTokens.accessToken)
         let expiry = TokenExpiry.forStoredTokens(initialTokens, now: Date())
         tokens.expiresAt = expiry.expiresAt
         lifetime = expiry.lifetime
@@ -392,7 +395,7 @@ final class RefreshCoordinator {
             lifetime = expiry.lifetime
         }
         generation += 1
-        authorizationValue = "Bearer \(next.accessToken)"
+        authorizationValue = injection.value(for: next.accessToken)
         state = .ready
         degradedReason = nil
         scheduleProactiveRefresh()
