@@ -86,16 +86,71 @@ final class ConfigSchemaTests: XCTestCase {
                 ("upstream.passthrough_prefixes", ["/auth/", "/login"]), ("refresh.trigger_statuses", [401, 419, 440]),
                 ("refresh.proactive", true), ("refresh.skew_seconds", 30), ("refresh.storm_max_refreshes", 5), ("refresh.storm_window_seconds", 30),
             ]),
+            Self.valid("token in a custom header", [("inject", ["header": "accessToken", "format": "{token}"])]),
+            Self.invalid("inject header not a token", [("inject.header", "access token")], "inject.header: must be an HTTP header name"),
+            Self.invalid("inject header reserved", [("inject.header", "Content-Length")], "inject.header: Content-Length is set by tokenrelay"),
+            Self.invalid("inject format without placeholder", [("inject.format", "Bearer")], "inject.format: must contain {token} exactly once"),
+            Self.invalid("inject format with two placeholders", [("inject.format", "{token}{token}")], "inject.format: must contain {token}"),
+            Self.invalid("inject format with CR LF", [("inject.format", "Bearer {token}\r\nX-Evil: 1")], "inject.format: must not contain control"),
+            Self.invalid("unknown key in inject", [("inject.prefix", "Bearer")], "inject.prefix: unknown key"),
+            Self.valid("client_credentials with scope, audience and resource", [
+                ("refresh.grant", "client_credentials"), ("refresh.scope", "api.read"), ("refresh.audience", "https://api.example"),
+                ("refresh.resource", "https://api.example/v1"),
+            ]),
+            Self.invalid("audience with refresh_token", [("refresh.audience", "x")], "refresh.audience: is only used by the client_credentials grant"),
+            Self.invalid("request with refresh_token", [("refresh.request", ["url": "http://127.0.0.1:9001/auth"])], "refresh.request: is only used by the custom grant"),
+            Self.valid("custom seed-style grant", customGrant([])),
+            Self.valid("custom grant with form body, GET-less method and expires_at", customGrant([
+                ("refresh.request.method", "PUT"), ("refresh.request.body_json", nil),
+                ("refresh.request.body_form", ["token": "{{refresh_token}}", "id": "{{ client_id }}"]),
+                ("refresh.response.expires_in", nil), ("refresh.response.expires_at", "/data/expires~1at"),
+                ("refresh.response.login_required_statuses", [401]),
+            ])),
+            Self.invalid("custom with token_url", customGrant([("refresh.token_url", "http://127.0.0.1:9001/t")]),
+                         "refresh.token_url: is not used by the custom grant"),
+            Self.invalid("custom with client_auth", customGrant([("refresh.client_auth", "none")]), "refresh.client_auth: is not used by the custom grant"),
+            Self.invalid("custom without response", customGrant([("refresh.response", nil)]), "refresh.response: is required"),
+            Self.invalid("custom unknown placeholder", customGrant([("refresh.request.headers", ["X-Refresh-Token": "{{refresh}}"])]),
+                         "refresh.request.headers.X-Refresh-Token: unknown placeholder {{refresh}}"),
+            Self.invalid("custom unterminated placeholder", customGrant([("refresh.request.headers", ["X-Refresh-Token": "{{refresh_token"])]),
+                         "refresh.request.headers.X-Refresh-Token: has {{ without a closing }}"),
+            Self.invalid("custom header with CR LF", customGrant([("refresh.request.headers", ["X-A": "a\r\nX-B: b"])]),
+                         "refresh.request.headers.X-A: must not contain control characters"),
+            Self.invalid("custom reserved header", customGrant([("refresh.request.headers", ["Content-Length": "1"])]),
+                         "refresh.request.headers.Content-Length: is set by tokenrelay"),
+            Self.invalid("custom pointer without slash", customGrant([("refresh.response.access_token", "data/accessToken")]),
+                         "refresh.response.access_token: is not a JSON Pointer"),
+            Self.invalid("custom pointer with bad escape", customGrant([("refresh.response.refresh_token", "/data/~2")]),
+                         "refresh.response.refresh_token: is not a JSON Pointer"),
+            Self.invalid("custom with both bodies", customGrant([("refresh.request.body_form", ["a": "b"])]),
+                         "refresh.request.body_form: set either body_json or body_form"),
+            Self.invalid("custom with both expiries", customGrant([("refresh.response.expires_at", "/data/at")]),
+                         "refresh.response.expires_at: set either expires_in or expires_at"),
+            Self.invalid("custom placeholder in URL", customGrant([("refresh.request.url", "http://127.0.0.1:9001/auth?t={{refresh_token}}")]),
+                         "refresh.request.url: placeholders are not allowed"),
+            Self.invalid("custom bad method", customGrant([("refresh.request.method", "DELETE")]), "refresh.request.method: must be one of"),
+            Self.invalid("custom unknown request key", customGrant([("refresh.request.body", "x")]), "refresh.request.body: unknown key"),
             Self.invalid("URL with credentials", [("refresh.token_url", "http://user:pw@127.0.0.1:9001/t")], "refresh.token_url"),
             Self.invalid("bad log level", [("log", ["level": "verbose"])], "log.level: must be one of"),
             Self.invalid("bad client_auth", [("refresh.client_auth", "private_key_jwt")], "refresh.client_auth: must be one of"),
-            Self.invalid("unsupported grant", [("refresh.grant", "client_credentials")], "refresh.grant: unsupported grant"),
+            Self.invalid("unsupported grant", [("refresh.grant", "password")], "refresh.grant: unsupported grant"),
             Self.invalid("both secret sources", [("refresh.client_secret_file", secretFile.path)], "set either client_secret_env or client_secret_file"),
             Self.invalid("basic auth without secret", [("refresh.client_secret_env", nil)], "needs client_secret_env or client_secret_file"),
             Self.invalid("none with secret", [("refresh.client_auth", "none")], "refresh.client_auth: is none, so no client secret"),
             Self.invalid("none with secret file", [("refresh.client_auth", "none"), ("refresh.client_secret_env", nil),
                                                    ("refresh.client_secret_file", secretFile.path)], "refresh.client_auth: is none"),
         ]
+    }
+
+    /// A seed-style custom grant: the refresh token in a header, client id and secret in a JSON body.
+    private func customGrant(_ more: [(String, Any?)]) -> [(String, Any?)] {
+        [
+            ("refresh.grant", "custom"), ("refresh.token_url", nil), ("refresh.client_auth", nil),
+            ("refresh.request", ["method": "POST", "url": "http://127.0.0.1:9001/auth/token",
+                                 "headers": ["X-Refresh-Token": "{{refresh_token}}"],
+                                 "body_json": ["clientId": "{{client_id}}", "clientSecret": "{{client_secret}}", "n": [1, true, NSNull()]]]),
+            ("refresh.response", ["access_token": "/data/accessToken", "refresh_token": "/data/refreshToken", "expires_in": "/data/expiresIn"]),
+        ] + more
     }
 
     func testSchemaAndCheckAgree() throws {
@@ -154,7 +209,8 @@ final class ConfigSchemaTests: XCTestCase {
                 guard let property = value as? [String: Any] else { XCTFail("\(keyPath): not a schema object"); continue }
                 XCTAssertNotNil(property["description"] as? String, "\(keyPath): description missing")
                 let isScalar = property["type"] as? String != "object"
-                let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds"].contains(key)
+                let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds", "client_id", "token_url", "client_auth", "audience", "resource",
+                                           "body_json", "refresh_token", "expires_in", "expires_at"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

@@ -19,3 +19,23 @@ final class HeaderPolicyTests: XCTestCase {
         XCTAssertEqual(forwarded.map(\.name), ["Content-Length", "Set-Cookie", "Set-Cookie"])
     }
 }
+
+final class InjectedHeaderPolicyTests: XCTestCase {
+    private let incoming: [(name: String, value: String)] = [
+        ("AccessToken", "forged"), ("Authorization", "Basic abc"), ("X-Other", "1"), ("Host", "client"),
+    ]
+
+    func testCustomHeaderDropsClientValueAndKeepsAuthorization() {
+        let names = HeaderPolicy.forwardedRequestHeaders(incoming, injectedHeader: "accessToken").map(\.name)
+        XCTAssertEqual(names, ["Authorization", "X-Other"])
+    }
+
+    func testDefaultDropsAuthorization() {
+        XCTAssertEqual(HeaderPolicy.forwardedRequestHeaders(incoming).map(\.name), ["AccessToken", "X-Other"])
+    }
+
+    func testPassthroughKeepsBoth() {
+        let names = HeaderPolicy.forwardedRequestHeaders(incoming, keepAuthorization: true, injectedHeader: "accessToken").map(\.name)
+        XCTAssertEqual(names, ["AccessToken", "Authorization", "X-Other"])
+    }
+}

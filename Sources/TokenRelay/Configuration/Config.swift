@@ -5,6 +5,8 @@ public struct Config: Sendable {
     public var tokens: Tokens
     public var refresh: Refresh
     public var admin: Admin?
+    /// Which header carries the access token, and how (`Authorization: Bearer …` unless configured).
+    public var inject = InjectSettings()
     public var limits = Limits()
     public var timeouts = Timeouts()
     public var logLevel = "info"
@@ -38,12 +40,26 @@ public struct Config: Sendable {
             case file(String)
         }
 
-        public var grant = "refresh_token"
+        /// How new tokens are obtained (`refresh.grant`).
+        public enum Grant: String, Sendable, CaseIterable {
+            case refreshToken = "refresh_token"
+            case clientCredentials = "client_credentials"
+            case custom
+        }
+
+        public var grant = Grant.refreshToken
+        /// The token endpoint; for the custom grant, `refresh.request.url`.
         public var tokenURL: HTTPEndpoint
+        /// Empty only for a custom grant whose request does not use `{{client_id}}`.
         public var clientID: String
         public var clientSecret: SecretSource?
         public var clientAuth: ClientAuth
         public var scope: String?
+        /// client_credentials only: `audience` (as Auth0 and others want it) and `resource` (RFC 8707).
+        public var audience: String?
+        public var resource: String?
+        /// The templated request and response mapping of the custom grant.
+        public var custom: CustomGrantSettings?
         /// Attempts per refresh cycle for transient failures (connect errors, timeouts, 5xx).
         public var maxAttempts = 4
         /// First retry delay; doubled per attempt.
@@ -59,6 +75,16 @@ public struct Config: Sendable {
         public var stormWindowSeconds = 30.0
         /// TLS options for an https:// token endpoint (nil: the defaults).
         public var tls: TLSSettings? = nil
+
+        /// Whether obtaining a token needs a refresh token. Grants that do not (client_credentials, a
+        /// custom request without `{{refresh_token}}`) may start without a token file and fetch one.
+        public var needsRefreshToken: Bool {
+            switch grant {
+            case .refreshToken: true
+            case .clientCredentials: false
+            case .custom: custom?.placeholders.contains(.refreshToken) ?? true
+            }
+        }
     }
 
     public struct Admin: Sendable {

@@ -52,6 +52,7 @@ public enum ConfigLoader {
         }
 
         var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
+        config.inject = try InjectSettings.read(from: root)
         if let limits = try root.optionalObject("limits") {
             config.limits = try readLimits(limits)
         }
@@ -72,50 +73,6 @@ public enum ConfigLoader {
             try log.rejectUnknownKeys()
         }
         return config
-    }
-
-    private static func readRefresh(_ object: JSONObjectReader) throws -> Config.Refresh {
-        let grant = try object.string("grant")
-        guard grant == "refresh_token" else {
-            throw ConfigError(object.fieldPath("grant"), "unsupported grant \"\(grant)\" (supported: refresh_token)")
-        }
-        let tokenURL = try HTTPEndpoint.parse(object.string("token_url"), field: object.fieldPath("token_url"))
-        let clientID = try object.string("client_id")
-        let authText = try object.string("client_auth")
-        guard let clientAuth = Config.Refresh.ClientAuth(rawValue: authText) else {
-            let allowed = Config.Refresh.ClientAuth.allCases.map(\.rawValue).joined(separator: ", ")
-            throw ConfigError(object.fieldPath("client_auth"), "must be one of \(allowed)")
-        }
-        let secretEnv = try object.optionalString("client_secret_env")
-        let secretFile = try object.optionalString("client_secret_file")
-        var secret: Config.Refresh.SecretSource?
-        switch (secretEnv, secretFile) {
-        case let (env?, nil): secret = .environment(env)
-        case let (nil, file?): secret = .file(file)
-        case (nil, nil):
-            if clientAuth != .none {
-                throw ConfigError(object.fieldPath("client_secret_env"), "client_auth \(authText) needs client_secret_env or client_secret_file")
-            }
-        case (_?, _?):
-            throw ConfigError(object.fieldPath("client_secret_file"), "set either client_secret_env or client_secret_file, not both")
-        }
-        if clientAuth == .none, secret != nil {
-            throw ConfigError(object.fieldPath("client_auth"), "is none, so no client secret may be configured")
-        }
-        var refresh = Config.Refresh(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, clientAuth: clientAuth)
-        refresh.scope = try object.optionalString("scope")
-        if let attempts = try object.optionalInteger("max_attempts", range: 1...20) { refresh.maxAttempts = attempts }
-        if let backoff = try object.optionalNumber("backoff_seconds", range: 0.01...60) { refresh.backoffSeconds = backoff }
-        if let statuses = try object.optionalIntegerArray("trigger_statuses", range: 400...499) {
-            refresh.triggerStatuses = Set(statuses).union([401])
-        }
-        if let proactive = try object.optionalBool("proactive") { refresh.proactive = proactive }
-        refresh.skewSeconds = try object.optionalNumber("skew_seconds", range: 0...3600)
-        if let storm = try object.optionalInteger("storm_max_refreshes", range: 1...1000) { refresh.stormMaxRefreshes = storm }
-        if let window = try object.optionalNumber("storm_window_seconds", range: 1...86_400) { refresh.stormWindowSeconds = window }
-        refresh.tls = try TLSSettings.read(from: object, for: tokenURL)
-        try object.rejectUnknownKeys()
-        return refresh
     }
 
     private static func readLimits(_ object: JSONObjectReader) throws -> Config.Limits {

@@ -20,6 +20,12 @@ final class JSONObjectReader {
 
     func has(_ key: String) -> Bool { object[key] != nil }
 
+    /// Every key of this object, sorted (for maps whose keys are data, such as header names).
+    var keys: [String] { object.keys.sorted() }
+
+    /// Any JSON value (nil when absent or null), for free-form parts such as a request body template.
+    func optionalValue(_ key: String) -> Any? { take(key) }
+
     private func take(_ key: String) -> Any? {
         consumed.insert(key)
         guard let value = object[key], !(value is NSNull) else { return nil }

@@ -6,23 +6,25 @@ import Synchronization
 /// Log lines are written so that no secret is ever put into them; this is the second line of defence for
 /// text we do not control, such as an error body echoed by a token endpoint.
 public final class SecretRedactor: Sendable {
-    private let secrets = Mutex<[String]>([])
+    /// Tokens (replaced on every rotation) and fixed secrets such as the client secret (kept): a rotation
+    /// must not drop the client secret from the list.
+    private let secrets = Mutex<(tokens: [String], fixed: [String])>(([], []))
 
     public init() {}
 
     /// Replaces the set of secrets; short values are ignored to avoid blanking ordinary words.
     func update(_ values: [String?]) {
         let usable = values.compactMap { $0 }.filter { $0.count >= 6 }
-        secrets.withLock { $0 = usable }
+        secrets.withLock { $0.tokens = usable }
     }
 
     func add(_ value: String?) {
         guard let value, value.count >= 6 else { return }
-        secrets.withLock { $0.append(value) }
+        secrets.withLock { $0.fixed.append(value) }
     }
 
     public func redact(_ text: String) -> String {
-        let current = secrets.withLock { $0 }
+        let current = secrets.withLock { $0.tokens + $0.fixed }
         var result = text
         for secret in current where result.contains(secret) {
             result = result.replacingOccurrences(of: secret, with: "[redacted]")

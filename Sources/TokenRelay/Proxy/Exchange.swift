@@ -89,7 +89,7 @@ final class Exchange: OutgoingRequestDelegate {
         self.target = target
         passthrough = proxy.isPassthrough(target)
         forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries,
-                                                                keepAuthorization: passthrough)
+                                                                keepAuthorization: passthrough, injectedHeader: proxy.config.inject.header)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
         if EvBuffer.length(input) > 0, let owned = evbuffer_new() {
@@ -136,7 +136,7 @@ final class Exchange: OutgoingRequestDelegate {
             let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
             for header in forwardedHeaders { headers.add(header.name, header.value) }
             headers.add("Host", proxy.upstream.authority)
-            if !passthrough { headers.add("Authorization", authorization) }
+            if !passthrough { headers.add(proxy.config.inject.header, authorization) }
             let length = EvBuffer.length(body)
             // evhttp adds Content-Length only for POST and PUT (notes P14); framing is ours.
             if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {

@@ -24,14 +24,22 @@ enum HeaderPolicy {
         return names
     }
 
-    /// - Parameter keepAuthorization: only for passthrough paths, where tokenrelay injects nothing.
-    static func forwardedRequestHeaders(_ headers: [(name: String, value: String)], keepAuthorization: Bool = false)
-        -> [(name: String, value: String)] {
+    /// - Parameters:
+    ///   - keepAuthorization: only for passthrough paths, where tokenrelay injects nothing: the client's
+    ///     `Authorization` and its field named `injectedHeader` are kept.
+    ///   - injectedHeader: the header tokenrelay puts the token into (`inject.header`). The client's fields
+    ///     of that name are always dropped; its own `Authorization` is kept when the token goes elsewhere,
+    ///     since it then carries the client's own credentials for the API, not the ones tokenrelay manages.
+    static func forwardedRequestHeaders(_ headers: [(name: String, value: String)], keepAuthorization: Bool = false,
+                                        injectedHeader: String = "authorization") -> [(name: String, value: String)] {
         let listed = connectionListed(headers)
+        let injected = injectedHeader.lowercased()
         return headers.filter { header in
             let name = header.name.lowercased()
-            if keepAuthorization && name == "authorization" { return true }
-            return !hopByHop.contains(name) && !replacedOnRequest.contains(name) && !listed.contains(name)
+            if keepAuthorization && (name == "authorization" || name == injected) { return true }
+            if name == injected { return false }
+            let replaced = name == "authorization" ? injected == "authorization" : replacedOnRequest.contains(name)
+            return !hopByHop.contains(name) && !replaced && !listed.contains(name)
         }
     }
 

@@ -65,6 +65,7 @@ final class RefreshCoordinator {
     private let store: TokenFile
     private let lock: TokenFileLock
     private let settings: Config.Refresh
+    private let injection: InjectSettings
     private let lockTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
@@ -95,18 +96,20 @@ final class RefreshCoordinator {
     private var completions: [(Outcome) -> Void] = []
 
     init(loop: EventLoop, endpoint: TokenEndpointClient, store: TokenFile, lock: TokenFileLock, initialTokens: TokenSet,
-         settings: Config.Refresh, lockTimeout: Double, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
+         settings: Config.Refresh, injection: InjectSettings = InjectSettings(), lockTimeout: Double, metrics: RelayMetrics,
+         redactor: SecretRedactor, logger: Logger) {
         self.loop = loop
         self.endpoint = endpoint
         self.store = store
         self.lock = lock
         self.settings = settings
+        self.injection = injection
         self.lockTimeout = lockTimeout
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
         tokens = initialTokens
-        authorizationValue = "Bearer \(initialTokens.accessToken)"
+        authorizationValue = injection.value(for: initialTokens.accessToken)
         let expiry = TokenExpiry.forStoredTokens(initialTokens, now: Date())
         tokens.expiresAt = expiry.expiresAt
         lifetime = expiry.lifetime
@@ -118,6 +121,7 @@ final class RefreshCoordinator {
     /// file watch.
     func start(watchInterval: Double) {
         scheduleProactiveRefresh()
+        if tokens.accessToken.isEmpty { startRefresh(mode: .reactive, trigger: "no_token") }
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
             self?.checkTokenFile()
             self?.publish()
@@ -129,6 +133,8 @@ final class RefreshCoordinator {
     // MARK: - Questions the proxy asks
 
     func admit() -> Admission {
+        // No token yet (a grant that fetches its own, whose first fetch failed): fetch one, hold meanwhile.
+        if tokens.accessToken.isEmpty && state == .ready { startRefresh(mode: .reactive, trigger: "no_token") }
         switch state {
         case .ready, .degraded: return .send(generation: generation, authorization: authorizationValue)
         case .refreshing where mode == .proactive: return .send(generation: generation, authorization: authorizationValue)
@@ -191,7 +197,7 @@ final class RefreshCoordinator {
                 return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false))
             }
             if self.adoptRotationFromDisk() { return }
-            guard let refreshToken = self.tokens.refreshToken else {
+            if self.endpoint.needsRefreshToken && self.tokens.refreshToken == nil {
                 self.lock.release()
                 self.logger.error("refresh impossible: the token file has no refresh_token; login required")
                 self.metrics.countRefresh(outcome: "rejected")
@@ -200,8 +206,10 @@ final class RefreshCoordinator {
             if self.attempt == 0 && self.mode == .reactive { self.reactiveRefreshTimes.append(EventLoop.monotonicNow) }
             self.attempt += 1
             self.refreshCount += 1
-            self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
-            self.endpoint.refresh(refreshToken: refreshToken) { [weak self] result in self?.handle(result) }
+            if self.endpoint.needsRefreshToken, let refreshToken = self.tokens.refreshToken {
+                self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
+            }
+            self.endpoint.refresh(current: self.tokens) { [weak self] result in self?.handle(result) }
         }
     }
 
@@ -253,6 +261,11 @@ final class RefreshCoordinator {
             let timer = LoopEvent(loop: loop) { [weak self] _ in self?.runAttempt() }
             retryTimer = timer
             timer.schedule(after: delay)
+        case .unusable(let reason):
+            lock.release()
+            metrics.countRefresh(outcome: "rejected")
+            logger.error("refresh impossible; login required", metadata: ["reason": "\(reason)"])
+            latchLoginRequired()
         case .invalidResponse(let reason):
             lock.release()
             metrics.countRefresh(outcome: "invalid_response")
@@ -392,7 +405,7 @@ final class RefreshCoordinator {
             lifetime = expiry.lifetime
         }
         generation += 1
-        authorizationValue = "Bearer \(next.accessToken)"
+        authorizationValue = injection.value(for: next.accessToken)
         state = .ready
         degradedReason = nil
         scheduleProactiveRefresh()

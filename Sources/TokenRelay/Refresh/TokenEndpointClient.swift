@@ -1,7 +1,8 @@
 import CLibevent
 import Foundation
 
-/// Performs the OAuth 2.0 refresh_token grant (RFC 6749 §6) against the configured token endpoint.
+/// Runs one exchange with the token endpoint for the configured grant (`TokenGrantStrategy`: which
+/// request, and how to read the answer).
 ///
 /// It has its own `evhttp_connection`, so a refresh never queues behind the proxied requests it is
 /// about to release, and it is not tied to any client: a client that gives up does not cancel it.
@@ -10,8 +11,7 @@ import Foundation
 /// whole session. Retrying is the coordinator's decision.
 final class TokenEndpointClient: OutgoingRequestDelegate {
     private let endpoint: HTTPEndpoint
-    private let settings: Config.Refresh
-    private let clientSecret: String?
+    private let grant: TokenGrantStrategy
     private let connection: OpaquePointer?
     private var call: OutgoingRequest?
     private var status = 0
@@ -19,10 +19,9 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     private var completion: ((TokenEndpointResult) -> Void)?
     private static let maxResponseBytes = 1 << 20
 
-    init(factory: HTTPConnectionFactory, settings: Config.Refresh, clientSecret: String?) {
-        endpoint = settings.tokenURL
-        self.settings = settings
-        self.clientSecret = clientSecret
+    init(factory: HTTPConnectionFactory, endpoint: HTTPEndpoint, grant: TokenGrantStrategy) {
+        self.endpoint = endpoint
+        self.grant = grant
         connection = factory.makeConnection()
         if let connection { evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes)) }
     }
@@ -34,53 +33,40 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
 
     var isBusy: Bool { call != nil }
 
-    func refresh(refreshToken: String, completion: @escaping (TokenEndpointResult) -> Void) {
+    /// Whether the grant needs a refresh token to run at all.
+    var needsRefreshToken: Bool { grant.needsRefreshToken }
+
+    /// Obtains new tokens for `current` (the grant picks what it presents: refresh token, client
+    /// credentials, or whatever its template names).
+    func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult) -> Void) {
         precondition(call == nil, "one refresh at a time")
         self.completion = completion
         status = 0
         body = []
-        let form = formBody(refreshToken: refreshToken)
+        let prepared: TokenHTTPRequest
+        switch grant.makeRequest(current: current) {
+        case .success(let request): prepared = request
+        case .failure(let unusable): return finish(.unusable(reason: unusable.reason))
+        }
         let request = OutgoingRequest(delegate: self)
         call = request
         guard let connection else {
             return finish(.transient(reason: "could not create a connection to the token endpoint", outcomeUnknown: false))
         }
-        let started = request.start(on: connection, method: EVHTTP_REQ_POST, target: endpoint.requestTarget) { req in
+        let started = request.start(on: connection, method: prepared.method, target: prepared.target) { [endpoint] req in
             let headers = HeaderList(raw: evhttp_request_get_output_headers(req))
             headers.add("Host", endpoint.authority)
-            headers.add("Content-Type", "application/x-www-form-urlencoded")
-            headers.add("Accept", "application/json")
-            headers.add("Content-Length", String(form.utf8.count))
-            if settings.clientAuth == .clientSecretBasic {
-                headers.add("Authorization", basicCredentials())
+            for header in prepared.headers { headers.add(header.name, header.value) }
+            if !prepared.body.isEmpty || prepared.method != EVHTTP_REQ_GET {
+                headers.add("Content-Length", String(prepared.body.count))
             }
-            EvBuffer.append(evhttp_request_get_output_buffer(req), form)
+            if !prepared.body.isEmpty {
+                prepared.body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(req), $0.baseAddress, $0.count) }
+            }
         }
         if !started {
             finish(.transient(reason: "could not start a request to the token endpoint", outcomeUnknown: false))
         }
-    }
-
-    /// Form body of the refresh request; client credentials go here only for client_secret_post.
-    private func formBody(refreshToken: String) -> String {
-        var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
-        if let scope = settings.scope { fields.append(("scope", scope)) }
-        switch settings.clientAuth {
-        case .clientSecretPost:
-            fields.append(("client_id", settings.clientID))
-            fields.append(("client_secret", clientSecret ?? ""))
-        case .none:
-            fields.append(("client_id", settings.clientID))
-        case .clientSecretBasic:
-            break
-        }
-        return FormEncoding.encode(fields)
-    }
-
-    /// RFC 6749 §2.3.1: id and secret are form-encoded before being joined and base64-encoded.
-    private func basicCredentials() -> String {
-        let pair = "\(FormEncoding.escape(settings.clientID)):\(FormEncoding.escape(clientSecret ?? ""))"
-        return "Basic " + Data(pair.utf8).base64EncodedString()
     }
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
@@ -96,7 +82,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         switch result {
         case .success:
-            finish(TokenEndpointResult.classify(status: status, body: body))
+            finish(grant.classify(status: status, body: body))
         case .failure(let failure):
             finish(.transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.mayHaveReachedPeer))
         }
@@ -108,19 +94,5 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
         let completion = self.completion
         self.completion = nil
         completion?(result)
-    }
-}
-
-/// application/x-www-form-urlencoded, using libevent's encoder (everything but RFC 3986 unreserved
-/// characters is percent-encoded).
-enum FormEncoding {
-    static func escape(_ value: String) -> String {
-        guard let encoded = evhttp_uriencode(value, -1, 0) else { return "" }
-        defer { free(encoded) }
-        return String(cString: encoded)
-    }
-
-    static func encode(_ fields: [(String, String)]) -> String {
-        fields.map { "\(escape($0.0))=\(escape($0.1))" }.joined(separator: "&")
     }
 }

@@ -17,8 +17,12 @@ enum TokenEndpointResult {
     /// Connect error, timeout, 5xx, 429: worth retrying. `outcomeUnknown` means the request may have
     /// reached the server, which may have rotated the refresh token without us seeing the answer.
     case transient(reason: String, outcomeUnknown: Bool)
-    /// The server answered 2xx but not with usable tokens.
+    /// The server answered 2xx but not with usable tokens (or, for the custom grant, a status that is
+    /// neither "login required" nor transient).
     case invalidResponse(reason: String)
+    /// No request could be built from the stored tokens and credentials (no refresh token, or a value
+    /// that cannot go where the template puts it). Nothing was sent; only new tokens can help.
+    case unusable(reason: String)
 
     /// Classifies a complete HTTP response from the token endpoint (RFC 6749 §5.1, §5.2).
     static func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {

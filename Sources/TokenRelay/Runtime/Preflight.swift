@@ -21,8 +21,15 @@ public struct Preflight {
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         let file = TokenFile(path: config.tokens.file)
-        try file.checkPermissions()
-        let tokens = try file.load()
+        let tokens: TokenSet
+        if !config.refresh.needsRefreshToken && file.isAbsentOrEmpty {
+            // client_credentials (or a custom grant without {{refresh_token}}) can get its first token by
+            // itself: the coordinator fetches one at start and writes the file.
+            tokens = TokenSet(accessToken: "")
+        } else {
+            try file.checkPermissions()
+            tokens = try file.load()
+        }
         return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: file,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
@@ -39,6 +46,10 @@ public struct Preflight {
 
     /// One line for `check`, with no secret in it.
     public var summary: String {
+        if tokens.accessToken.isEmpty {
+            return "ok: config valid; token file \(tokenFile.path): no token yet, one is fetched from the token endpoint at start"
+                + unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
+        }
         let expiry = tokens.expiresAt.map { "access token expires \(Timestamp.format($0))" } ?? "access token expiry unknown"
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         let unverified = unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()

@@ -36,10 +36,11 @@ public final class Relay {
         }
         let tokenEndpointConnections = HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: preflight.refreshTLS,
                                                              timeoutSeconds: config.timeouts.refreshSeconds)
-        endpoint = TokenEndpointClient(factory: tokenEndpointConnections, settings: config.refresh, clientSecret: preflight.clientSecret)
+        endpoint = TokenEndpointClient(factory: tokenEndpointConnections, endpoint: config.refresh.tokenURL,
+                                       grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
-                                         settings: config.refresh, lockTimeout: config.timeouts.refreshSeconds * 3,
+                                         settings: config.refresh, injection: config.inject, lockTimeout: config.timeouts.refreshSeconds * 3,
                                          metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
                                 metrics: metrics, logger: logger)

@@ -30,6 +30,13 @@ struct TokenFile {
         return Signature(inode: UInt64(info.st_ino), modified: info.st_mtim.tv_sec, modifiedNanos: info.st_mtim.tv_nsec, size: Int(info.st_size))
     }
 
+    /// No file, or an empty one: nothing to load yet (allowed for grants that fetch their first token).
+    var isAbsentOrEmpty: Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return errno == ENOENT }
+        return info.st_size == 0
+    }
+
     /// Like ssh with private keys: a token file others can read is refused rather than used.
     func checkPermissions() throws {
         var info = stat()

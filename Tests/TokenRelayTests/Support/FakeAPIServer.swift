@@ -21,21 +21,26 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
     }
 
     private let validate: TokenValidator
+    /// nil: `Authorization: Bearer <token>`; otherwise the whole value of this header is the token.
+    private let tokenHeader: String?
     private let state = Locked(State())
     private var http: MiniHTTPServer!
 
     var port: Int { http.port }
     var baseURL: String { http.baseURL }
 
-    init(validateToken: @escaping TokenValidator) throws {
+    /// - Parameter tokenHeader: read the token from this header (its whole value) instead of a Bearer
+    ///   `Authorization`, like APIs that want `accessToken: <token>`.
+    init(validateToken: @escaping TokenValidator, tokenHeader: String? = nil) throws {
         validate = validateToken
+        self.tokenHeader = tokenHeader
         http = try MiniHTTPServer { [weak self] request in
             self?.handle(request) ?? TestResponse(status: 503)
         }
     }
 
-    convenience init(tokenServer: FakeTokenServer) throws {
-        try self.init(validateToken: { tokenServer.isAccessTokenValid($0) })
+    convenience init(tokenServer: FakeTokenServer, tokenHeader: String? = nil) throws {
+        try self.init(validateToken: { tokenServer.isAccessTokenValid($0) }, tokenHeader: tokenHeader)
     }
 
     deinit { http?.stop() }
@@ -76,7 +81,8 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
             return (s.delay, forced, s.override)
         }
         if delay > 0 { http.interruptibleDelay(delay) }
-        guard !forced, let token = request.bearerToken, validate(token) else {
+        let token = tokenHeader.map { request.header($0) } ?? request.bearerToken
+        guard !forced, let token, !token.isEmpty, validate(token) else {
             state.withLock { $0.unauthorized += 1 }
             return .json(401, ["error": "invalid_token"],
                          headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])

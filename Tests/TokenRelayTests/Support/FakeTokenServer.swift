@@ -22,6 +22,10 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     }
 
     static let tokenPath = "/oauth/token"
+    /// A seed-style mobile backend's refresh endpoint on the same token families: the refresh token in
+    /// the `X-Refresh-Token` header, a JSON body `{"clientId": …}`, and the answer nested under `data`
+    /// (`{"data":{"accessToken":…,"refreshToken":…,"expiresIn":…}}`), rotating on every call.
+    static let seedPath = "/auth/token"
 
     let clientID: String
     let clientSecret: String
@@ -43,7 +47,7 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         var manuallyExpired: Set<String> = []
         var serial = 0
         var mode = FailureMode.normal
-        var refreshCalls = 0, successfulRefreshes = 0, reuseDetections = 0
+        var refreshCalls = 0, successfulRefreshes = 0, reuseDetections = 0, clientCredentialsGrants = 0
         var received: [RecordedRequest] = []
     }
 
@@ -54,6 +58,7 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     var baseURL: String { http.baseURL }
     /// The full token endpoint URL to put into the product's config.
     var tokenURL: String { baseURL + Self.tokenPath }
+    var seedURL: String { baseURL + Self.seedPath }
 
     init(clientID: String = "test-client", clientSecret: String = "test-secret",
          accessTokenLifetime: Double? = 3600, expectedClientAuth: ClientAuth = .basic) throws {
@@ -79,6 +84,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     var refreshCalls: Int { state.withLock { $0.refreshCalls } }
     var successfulRefreshes: Int { state.withLock { $0.successfulRefreshes } }
     var reuseDetections: Int { state.withLock { $0.reuseDetections } }
+    /// Successful client_credentials grants (each issues a new access token and no refresh token).
+    var clientCredentialsGrants: Int { state.withLock { $0.clientCredentialsGrants } }
     /// Every request received (any path), so tests can check form bodies and headers.
     var receivedRequests: [RecordedRequest] { state.withLock { $0.received } }
     /// Current tokens of the most recently issued family.
@@ -114,9 +121,10 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     // MARK: - Request handling
 
     private func handle(_ request: RecordedRequest) -> TestResponse {
+        let isSeed = request.path == Self.seedPath
         let mode: FailureMode? = state.withLock { s in
             s.received.append(request)
-            guard request.method == "POST" && request.path == Self.tokenPath else { return nil }
+            guard request.method == "POST" && (request.path == Self.tokenPath || isSeed) else { return nil }
             s.refreshCalls += 1
             return s.mode
         }
@@ -127,6 +135,7 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
             guard http.interruptibleDelay(seconds) else { return .json(503, ["error": "server stopping"]) }
         case .normal, .rejectAll: break
         }
+        if isSeed { return handleSeed(request, rejectAll: mode == .rejectAll) }
         guard request.header("Content-Type")?.lowercased().hasPrefix("application/x-www-form-urlencoded") == true else {
             return Self.error(400, "invalid_request", "expected an application/x-www-form-urlencoded body")
         }
@@ -136,9 +145,52 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
             return .json(401, ["error": "invalid_client"], headers: challenge)
         }
         guard mode != .rejectAll else { return Self.error(400, "invalid_grant", "rejected by test (rejectAll)") }
+        if form["grant_type"] == "client_credentials" { return state.withLock { issueClientCredentials(&$0) } }
         guard form["grant_type"] == "refresh_token" else { return Self.error(400, "unsupported_grant_type", nil) }
         guard let presented = form["refresh_token"] else { return Self.error(400, "invalid_request", "missing refresh_token") }
-        return state.withLock { rotate(presented, &$0) }
+        return state.withLock { s in
+            switch rotate(presented, &s) {
+            case .success(let tokens):
+                var body: [String: Any] = ["access_token": tokens.access, "token_type": "Bearer", "refresh_token": tokens.refresh]
+                // expires_in is an integer (RFC 6749 §5.1 / A.14); validity here uses the exact lifetime.
+                if let lifetime = accessTokenLifetime { body["expires_in"] = Int(lifetime.rounded(.up)) }
+                return .json(200, body, headers: [("Cache-Control", "no-store"), ("Pragma", "no-cache")])
+            case .failure(let failure):
+                return Self.error(400, "invalid_grant", failure.reason)
+            }
+        }
+    }
+
+    /// The seed-style endpoint: JSON in, JSON out, errors as 401 with a body of its own.
+    private func handleSeed(_ request: RecordedRequest, rejectAll: Bool) -> TestResponse {
+        guard request.header("Content-Type")?.lowercased().hasPrefix("application/json") == true,
+              let body = try? JSONSerialization.jsonObject(with: request.body) as? [String: Any],
+              body["clientId"] as? String == clientID, body["clientSecret"] as? String == clientSecret else {
+            return .json(400, ["error": ["code": "BAD_REQUEST"]])
+        }
+        guard !rejectAll else { return .json(401, ["error": ["code": "SESSION_EXPIRED"]]) }
+        guard let presented = request.header("X-Refresh-Token") else { return .json(400, ["error": ["code": "NO_TOKEN"]]) }
+        return state.withLock { s in
+            switch rotate(presented, &s) {
+            case .success(let tokens):
+                var data: [String: Any] = ["accessToken": tokens.access, "refreshToken": tokens.refresh]
+                if let lifetime = accessTokenLifetime { data["expiresIn"] = Int(lifetime.rounded(.up)) }
+                return .json(200, ["data": data])
+            case .failure:
+                return .json(401, ["error": ["code": "SESSION_EXPIRED"]])
+            }
+        }
+    }
+
+    /// RFC 6749 §4.4: a new access token, no refresh token.
+    private func issueClientCredentials(_ s: inout State) -> TestResponse {
+        let (access, _) = Self.newTokens(&s)
+        s.families.append(Family(access: access, accessIssuedAt: Self.now(), refresh: ""))
+        s.clientCredentialsGrants += 1
+        s.successfulRefreshes += 1
+        var body: [String: Any] = ["access_token": access, "token_type": "Bearer"]
+        if let lifetime = accessTokenLifetime { body["expires_in"] = Int(lifetime.rounded(.up)) }
+        return .json(200, body, headers: [("Cache-Control", "no-store")])
     }
 
     /// Exactly one client authentication method is accepted (RFC 6749 §2.3: a client MUST NOT use
@@ -160,16 +212,16 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         }
     }
 
-    private func rotate(_ presented: String, _ s: inout State) -> TestResponse {
-        guard let index = s.familyOfRefreshToken[presented] else {
-            return Self.error(400, "invalid_grant", "unknown refresh token")
-        }
+    private struct RotationFailure: Error { let reason: String }
+
+    private func rotate(_ presented: String, _ s: inout State) -> Result<(access: String, refresh: String), RotationFailure> {
+        guard let index = s.familyOfRefreshToken[presented] else { return .failure(RotationFailure(reason: "unknown refresh token")) }
         if s.families[index].burnt.contains(presented) {
             s.reuseDetections += 1
             s.families[index].revoked = true
-            return Self.error(400, "invalid_grant", "refresh token reuse detected")
+            return .failure(RotationFailure(reason: "refresh token reuse detected"))
         }
-        guard !s.families[index].revoked else { return Self.error(400, "invalid_grant", "token family revoked") }
+        guard !s.families[index].revoked else { return .failure(RotationFailure(reason: "token family revoked")) }
         let (access, refresh) = Self.newTokens(&s)
         s.families[index].burnt.insert(presented)
         s.families[index].access = access
@@ -177,10 +229,7 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         s.families[index].refresh = refresh
         s.familyOfRefreshToken[refresh] = index
         s.successfulRefreshes += 1
-        var body: [String: Any] = ["access_token": access, "token_type": "Bearer", "refresh_token": refresh]
-        // expires_in is an integer (RFC 6749 §5.1 / A.14); validity here uses the exact lifetime.
-        if let lifetime = accessTokenLifetime { body["expires_in"] = Int(lifetime.rounded(.up)) }
-        return .json(200, body, headers: [("Cache-Control", "no-store"), ("Pragma", "no-cache")])
+        return .success((access, refresh))
     }
 
     private func isExpired(_ family: Family) -> Bool {

@@ -70,14 +70,20 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     }
 
     /// Runs `tokenrelay <arguments>` to completion (e.g. `check --config X`); killed after `timeout`.
-    static func runCommand(arguments: [String], environment: [String: String] = [:],
+    /// `stdin` is fed from a file (not a pipe, so a child that does not read it cannot block the test).
+    static func runCommand(arguments: [String], environment: [String: String] = [:], stdin: Data? = nil,
                            timeout: Double = 30) throws -> (exitCode: Int32, stdout: String, stderr: String) {
         let dir = makeTemporaryDirectory(prefix: "tokenrelay-cmd")
         defer { try? FileManager.default.removeItem(at: dir) }
         let out = dir.appendingPathComponent("stdout.log"), err = dir.appendingPathComponent("stderr.log")
+        var input: URL?
+        if let stdin {
+            input = dir.appendingPathComponent("stdin")
+            try stdin.write(to: input!)
+        }
         let process = try launch(arguments: arguments, environment: environment,
                                  workDir: URL(fileURLWithPath: FileManager.default.currentDirectoryPath),
-                                 stdout: out, stderr: err)
+                                 stdout: out, stderr: err, stdin: input)
         guard waitUntil(timeout: timeout, { !process.isRunning }) else {
             terminate(process, grace: 0)
             throw TestSupportError("tokenrelay \(arguments.joined(separator: " ")) did not finish within \(timeout) s")
@@ -158,7 +164,7 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     /// The child gets a minimal environment (PATH, plus LLVM_PROFILE_FILE for coverage runs) with
     /// `environment` on top, so nothing from the developer's shell changes its behaviour.
     private static func launch(arguments: [String], environment: [String: String], workDir: URL,
-                               stdout: URL, stderr: URL) throws -> Process {
+                               stdout: URL, stderr: URL, stdin: URL? = nil) throws -> Process {
         let parent = ProcessInfo.processInfo.environment
         var env = ["PATH": parent["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"]
         env["LLVM_PROFILE_FILE"] = parent["LLVM_PROFILE_FILE"]
@@ -169,7 +175,9 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
         process.arguments = arguments
         process.environment = env
         process.currentDirectoryURL = workDir
-        process.standardInput = FileHandle.nullDevice
+        let inHandle = try stdin.map { try FileHandle(forReadingFrom: $0) }
+        defer { try? inHandle?.close() }
+        process.standardInput = inHandle ?? FileHandle.nullDevice
         let outHandle = try FileHandle(forWritingTo: stdout), errHandle = try FileHandle(forWritingTo: stderr)
         defer { try? outHandle.close(); try? errHandle.close() } // the child has its own copies
         process.standardOutput = outHandle

@@ -1,0 +1,70 @@
+import Foundation
+
+/// Reads the custom grant's answer through the configured JSON Pointers, and maps failures:
+///
+/// - a status in `login_required_statuses` (default 400, 401, 403): the credentials are dead, latch
+///   "login required";
+/// - 408, 425, 429, 5xx: transient, retried with backoff;
+/// - any other status (404, 405, 3xx, …): the cycle fails without retry and without a latch. Such an
+///   answer usually means a wrong URL or method, which retrying the identical request cannot fix, but
+///   which is no reason to declare the session dead either; the next cycle tries again.
+struct CustomResponseMapping {
+    let settings: CustomGrantSettings
+
+    func classify(status: Int, body: [UInt8], now: Date) -> TokenEndpointResult {
+        if (200..<300).contains(status) { return parse(body, now: now) }
+        if settings.loginRequiredStatuses.contains(status) { return .rejected(status: status, oauthError: nil) }
+        switch status {
+        case 408, 425, 429, 500..<600:
+            return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
+        default:
+            return .invalidResponse(reason: "token endpoint answered \(status) (not in refresh.response.login_required_statuses)")
+        }
+    }
+
+    private func parse(_ body: [UInt8], now: Date) -> TokenEndpointResult {
+        guard let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]) else {
+            return .invalidResponse(reason: "response body is not JSON")
+        }
+        guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.isHeaderSafe(access) else {
+            return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII)")
+        }
+        var grant = TokenGrant(accessToken: access)
+        if let pointer = settings.refreshToken, let value = pointer.evaluate(json), !(value is NSNull) {
+            guard let refresh = value as? String, TokenSet.isHeaderSafe(refresh) else {
+                return .invalidResponse(reason: "the refresh token at \(pointer) is not a usable string")
+            }
+            grant.refreshToken = refresh
+        }
+        switch settings.expiry {
+        case nil:
+            break
+        case .seconds(let pointer)?:
+            guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
+            guard let seconds = Self.number(value), seconds >= 0 else {
+                return .invalidResponse(reason: "the value at \(pointer) is not a number of seconds")
+            }
+            grant.expiresIn = seconds
+        case .absolute(let pointer)?:
+            guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
+            guard let date = Self.date(value) else {
+                return .invalidResponse(reason: "the value at \(pointer) is neither RFC 3339 time nor epoch seconds")
+            }
+            grant.expiresIn = max(0, date.timeIntervalSince(now))
+        }
+        return .granted(grant)
+    }
+
+    /// A JSON number or a numeric string (some servers quote their numbers); booleans are not numbers.
+    static func number(_ value: Any) -> Double? {
+        if let number = value as? NSNumber, !number.isJSONBoolean { return number.doubleValue.isFinite ? number.doubleValue : nil }
+        if let text = value as? String, let double = Double(text), double.isFinite { return double }
+        return nil
+    }
+
+    /// RFC 3339 text, or epoch seconds as a number or numeric string.
+    static func date(_ value: Any) -> Date? {
+        if let text = value as? String, let date = Timestamp.parse(text) { return date }
+        return number(value).map(Date.init(timeIntervalSince1970:))
+    }
+}

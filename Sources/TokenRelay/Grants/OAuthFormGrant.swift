@@ -1,0 +1,64 @@
+import CLibevent
+import Foundation
+
+/// The two form-encoded OAuth 2.0 grants: refresh_token (RFC 6749 §6) and client_credentials (§4.4),
+/// with client authentication exactly as configured (never guessed, never switched between attempts).
+struct OAuthFormGrant: TokenGrantStrategy {
+    enum Kind { case refreshToken, clientCredentials }
+
+    let kind: Kind
+    let settings: Config.Refresh
+    let clientSecret: String?
+
+    var needsRefreshToken: Bool { kind == .refreshToken }
+
+    func makeRequest(current: TokenSet) -> Result<TokenHTTPRequest, UnusableRequest> {
+        var fields: [(String, String)]
+        switch kind {
+        case .refreshToken:
+            guard let refreshToken = current.refreshToken else { return .failure(UnusableRequest(reason: "no refresh token")) }
+            fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
+        case .clientCredentials:
+            fields = [("grant_type", "client_credentials")]
+        }
+        if let scope = settings.scope { fields.append(("scope", scope)) }
+        if let audience = settings.audience { fields.append(("audience", audience)) }
+        if let resource = settings.resource { fields.append(("resource", resource)) }
+        var headers = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
+        switch settings.clientAuth {
+        case .clientSecretPost:
+            fields.append(("client_id", settings.clientID))
+            fields.append(("client_secret", clientSecret ?? ""))
+        case .none:
+            fields.append(("client_id", settings.clientID))
+        case .clientSecretBasic:
+            headers.append(("Authorization", basicCredentials()))
+        }
+        let body = Array(FormEncoding.encode(fields).utf8)
+        return .success(TokenHTTPRequest(method: EVHTTP_REQ_POST, target: settings.tokenURL.requestTarget, headers: headers, body: body))
+    }
+
+    /// RFC 6749 §2.3.1: id and secret are form-encoded before being joined and base64-encoded.
+    private func basicCredentials() -> String {
+        let pair = "\(FormEncoding.escape(settings.clientID)):\(FormEncoding.escape(clientSecret ?? ""))"
+        return "Basic " + Data(pair.utf8).base64EncodedString()
+    }
+
+    func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {
+        TokenEndpointResult.classify(status: status, body: body)
+    }
+}
+
+/// application/x-www-form-urlencoded, using libevent's encoder (everything but RFC 3986 unreserved
+/// characters is percent-encoded).
+enum FormEncoding {
+    static func escape(_ value: String) -> String {
+        guard let encoded = evhttp_uriencode(value, -1, 0) else { return "" }
+        defer { free(encoded) }
+        return String(cString: encoded)
+    }
+
+    static func encode(_ fields: [(String, String)]) -> String {
+        fields.map { "\(escape($0.0))=\(escape($0.1))" }.joined(separator: "&")
+    }
+}

@@ -1,0 +1,40 @@
+import Foundation
+import Glibc
+
+/// `tokenrelay token show`: the state of the token file without revealing a token — fingerprint, expiry,
+/// time left, whether a refresh token is present, mode and owner.
+public enum TokenFileReport {
+    public static func show(configPath: String, now: Date = Date()) throws -> String {
+        let config = try ConfigLoader.load(path: configPath)
+        let file = TokenFile(path: config.tokens.file)
+        var info = stat()
+        guard stat(file.path, &info) == 0 else { throw TokenFileError(file.path, String(cString: strerror(errno))) }
+        let mode = info.st_mode & 0o777
+        let owner = getpwuid(info.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
+        var lines = ["token file: \(file.path)",
+                     "mode: \(String(format: "%04o", mode))\(mode & 0o077 != 0 ? " (too open: tokenrelay refuses it; chmod 600)" : ""), owner: \(owner) (uid \(info.st_uid))"]
+        let tokens = try file.load()
+        lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
+        lines.append("expires: \(describeExpiry(of: tokens, now: now))")
+        lines.append("refresh token: \(tokens.refreshToken.map { "present (\(TokenFingerprint.of($0)))" } ?? "absent")")
+        return lines.joined(separator: "\n")
+    }
+
+    static func describeExpiry(of tokens: TokenSet, now: Date) -> String {
+        guard let expiresAt = TokenExpiry.forStoredTokens(tokens, now: now).expiresAt else {
+            return "unknown (no expires_at, not a JWT with exp)"
+        }
+        let left = expiresAt.timeIntervalSince(now)
+        let when = Timestamp.format(expiresAt)
+        return left > 0 ? "\(when) (in \(duration(left)))" : "\(when) (expired \(duration(-left)) ago)"
+    }
+
+    static func duration(_ seconds: Double) -> String {
+        let total = Int(seconds.rounded(.down))
+        let (days, hours, minutes, secs) = (total / 86_400, total % 86_400 / 3600, total % 3600 / 60, total % 60)
+        if days > 0 { return "\(days)d \(hours)h" }
+        if hours > 0 { return "\(hours)h \(minutes)m" }
+        if minutes > 0 { return "\(minutes)m \(secs)s" }
+        return "\(secs)s"
+    }
+}

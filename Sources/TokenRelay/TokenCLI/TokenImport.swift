@@ -1,0 +1,77 @@
+import Foundation
+import Glibc
+
+/// `tokenrelay token import`: validates tokens given as JSON on standard input (or in a named file) and
+/// writes the token file through the same atomic, 0600 writer the proxy uses. Tokens never come from
+/// argv, where `ps` and the shell history would show them.
+///
+/// Input: `{"access_token": …, "refresh_token": …, "expires_at": "<RFC 3339>" | <epoch seconds>}` or
+/// `"expires_in": <seconds>` instead of `expires_at`, so a token endpoint's answer can be piped in as is
+/// (`token_type` and other keys are kept in the file, as the proxy keeps them).
+public enum TokenImport {
+    public static func run(configPath: String, input: Data, now: Date = Date()) throws -> String {
+        let config = try ConfigLoader.load(path: configPath)
+        let tokens = try parse(input, now: now)
+        if config.refresh.needsRefreshToken && tokens.refreshToken == nil {
+            throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
+        }
+        let file = TokenFile(path: config.tokens.file)
+        try withFileLock(tokenFilePath: file.path) { try file.write(tokens) }
+        let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
+        return "imported: token file \(file.path) (mode 0600): access token \(TokenFingerprint.of(tokens.accessToken)), "
+            + "expires \(TokenFileReport.describeExpiry(of: tokens, now: now)), \(refresh). "
+            + "A running tokenrelay picks it up within tokens.watch_interval_seconds."
+    }
+
+    static func parse(_ input: Data, now: Date) throws -> TokenSet {
+        guard let object = (try? JSONSerialization.jsonObject(with: input)) as? [String: Any] else {
+            throw TokenImportError("input is not a JSON object")
+        }
+        var rest = object
+        let expiresIn = rest.removeValue(forKey: "expires_in")
+        let expiresAt = rest.removeValue(forKey: "expires_at")
+        // The token file's own decoder checks access and refresh token the way the proxy will at start.
+        var tokens = try TokenFile.decode(JSONSerialization.data(withJSONObject: rest), path: "input")
+        if let refresh = tokens.refreshToken, !TokenSet.isHeaderSafe(refresh) {
+            throw TokenImportError("refresh_token contains characters not allowed in an HTTP header")
+        }
+        switch (expiresIn, expiresAt) {
+        case (nil, nil):
+            break
+        case (let seconds?, nil):
+            guard let seconds = CustomResponseMapping.number(seconds), seconds >= 0 else {
+                throw TokenImportError("expires_in must be a number of seconds")
+            }
+            tokens.expiresAt = now.addingTimeInterval(seconds)
+        case (nil, let absolute?):
+            guard let date = CustomResponseMapping.date(absolute) else {
+                throw TokenImportError("expires_at must be an RFC 3339 time (2026-11-21T10:00:00Z) or epoch seconds")
+            }
+            tokens.expiresAt = date
+        case (_?, _?):
+            throw TokenImportError("give either expires_in or expires_at, not both")
+        }
+        return tokens
+    }
+
+    /// The lock a refreshing tokenrelay holds (`<file>.lock`), so an import never lands in the middle of
+    /// a rotation; waited for up to 30 s.
+    private static func withFileLock(tokenFilePath: String, _ body: () throws -> Void) throws {
+        let lockPath = tokenFilePath + ".lock"
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw TokenFileError(lockPath, "cannot open lock file: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let deadline = Date(timeIntervalSinceNow: 30)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard Date() < deadline else { throw TokenFileError(lockPath, "still locked by a refreshing tokenrelay after 30 s") }
+            usleep(20_000)
+        }
+        defer { flock(fd, LOCK_UN) }
+        try body()
+    }
+}
+
+public struct TokenImportError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ reason: String) { description = "token import: \(reason)" }
+}
