@@ -61,7 +61,8 @@ final class TokenFileTests: XCTestCase {
     func testBadContentNamesTheFileAndCauseWithoutLeakingTokens() {
         let cases = [
             ("not json", "not a JSON object"),
-            (#"{"refresh_token":"secret-refresh-value"}"#, "access_token is missing"),
+            (#"{"access_token":42,"refresh_token":"secret-refresh-value"}"#, "access_token is missing"),
+            (#"{"expires_at":"2026-11-21T10:00:00Z"}"#, "access_token is missing"),
             (#"{"access_token":"bad\r\nX-Injected: 1","refresh_token":"r"}"#, "not allowed in an HTTP header"),
             (#"{"access_token":"a","refresh_token":"r","expires_at":"tomorrow"}"#, "expires_at must be"),
         ]

@@ -80,3 +80,18 @@ final class TokenPersistenceTests: RelayTestCase {
         XCTAssertEqual(try Data(contentsOf: tokenFileURL), garbage)
     }
 }
+
+/// A token file seeded by hand with only a refresh token: the access token is fetched at start.
+final class RefreshTokenBootstrapTests: RelayTestCase {
+    func testRefreshTokenOnlyFileIsBootstrappedAtStart() throws {
+        let tokens = tokenServer.issueInitialTokens()
+        try JSONSerialization.data(withJSONObject: ["refresh_token": tokens.refresh]).write(to: tokenFileURL)
+        chmod(tokenFileURL.path, 0o600)
+        let relay = try startRelay()
+        let responses = burst(5) { i in try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/first/\(i)") }
+        XCTAssertEqual(statusCounts(responses), [200: 5])
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+        XCTAssertEqual(api.unauthorizedCount, 0, "no request goes out without a token")
+        XCTAssertEqual(try readTokenFile()["access_token"] as? String, tokenServer.currentAccessToken)
+    }
+}

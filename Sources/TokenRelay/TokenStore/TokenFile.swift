@@ -58,18 +58,21 @@ struct TokenFile {
         guard let json = try? JSONSerialization.jsonObject(with: data), var object = json as? [String: Any] else {
             throw TokenFileError(path, "is not a JSON object")
         }
-        guard let access = object.removeValue(forKey: "access_token") as? String, !access.isEmpty else {
-            throw TokenFileError(path, "access_token is missing or not a non-empty string")
-        }
-        guard TokenSet.isHeaderSafe(access) else {
-            throw TokenFileError(path, "access_token contains characters not allowed in an HTTP header")
-        }
         var refresh: String?
         if let value = object.removeValue(forKey: "refresh_token"), !(value is NSNull) {
             guard let string = value as? String, !string.isEmpty else {
                 throw TokenFileError(path, "refresh_token must be a non-empty string")
             }
             refresh = string
+        }
+        // A file seeded with only a refresh token is a valid bootstrap: the access token is fetched at start.
+        let accessValue = object.removeValue(forKey: "access_token")
+        let access = (accessValue as? String) ?? ""
+        if access.isEmpty && (refresh == nil || !(accessValue == nil || accessValue is NSNull)) {
+            throw TokenFileError(path, "access_token is missing or not a non-empty string")
+        }
+        guard access.isEmpty || TokenSet.isHeaderSafe(access) else {
+            throw TokenFileError(path, "access_token contains characters not allowed in an HTTP header")
         }
         var expiresAt: Date?
         if let value = object.removeValue(forKey: "expires_at"), !(value is NSNull) {
@@ -83,7 +86,7 @@ struct TokenFile {
 
     static func encode(_ tokens: TokenSet) throws -> Data {
         var object = tokens.otherFields
-        object["access_token"] = tokens.accessToken
+        object["access_token"] = tokens.accessToken.isEmpty ? nil : tokens.accessToken
         object["refresh_token"] = tokens.refreshToken
         object["expires_at"] = tokens.expiresAt.map(Timestamp.format)
         return try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
