@@ -28,6 +28,9 @@ final class RefreshFailureTests: RelayTestCase {
         XCTAssertEqual(api.requestCount, upstreamBefore)
         XCTAssertEqual(tokenServer.refreshCalls, 1)
         XCTAssertTrue(try admin(relay, "/status").bodyText.contains("login_required"))
+        let metrics = try admin(relay, "/metrics").bodyText
+        XCTAssertTrue(metrics.contains("tokenrelay_refresh_errors_total{error=\"invalid_grant\"} 1"), metrics)
+        XCTAssertTrue(metrics.contains("tokenrelay_refresh_duration_seconds_count 1"), metrics)
     }
 
     func testNewTokenFileClearsTheLatch() throws {

@@ -21,6 +21,8 @@ final class RelayMetrics {
     let adoptedRotations: Counter
     let stormGuardTrips: Counter
     private var refreshesByTrigger: [String: Counter] = [:]
+    private var refreshErrorsByCode: [String: Counter] = [:]
+    let refreshDuration: DurationHistogram
 
     private static let replaysHelp = "Requests sent again with a newer access token, by reason"
 
@@ -43,6 +45,10 @@ final class RelayMetrics {
             "token_lock_waits", unit: "total", help: "Refreshes that had to wait for another process holding the token file lock"))
         adoptedRotations = registry.makeCounter(descriptor: Self.name(
             "adopted_rotations", unit: "total", help: "Tokens taken from the token file instead of refreshing (rotated by another process or an operator)"))
+        refreshDuration = registry.makeDurationHistogram(
+            descriptor: Self.name("refresh_duration", unit: "seconds", help: "Duration of one exchange with the token endpoint"),
+            buckets: [.milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+                      .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10)])
         stormGuardTrips = registry.makeCounter(descriptor: Self.name(
             "storm_guard_trips", unit: "total", help: "Times the refresh storm guard stopped refreshing"))
     }
@@ -67,6 +73,12 @@ final class RelayMetrics {
     func countRefresh(outcome: String) {
         counter(in: &refreshesByOutcome, Self.name("refreshes", unit: "total", help: "Token refresh attempts, by outcome"),
                 label: "outcome", value: outcome).increment()
+    }
+
+    /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
+    func countRefreshError(code: String) {
+        counter(in: &refreshErrorsByCode, Self.name("refresh_errors", unit: "total", help: "Refreshes refused by the token endpoint, by OAuth error code"),
+                label: "error", value: code).increment()
     }
 
     func countUpstreamError(kind: String) {

@@ -209,7 +209,11 @@ final class RefreshCoordinator {
             if self.endpoint.needsRefreshToken, let refreshToken = self.tokens.refreshToken {
                 self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
             }
-            self.endpoint.refresh(current: self.tokens) { [weak self] result in self?.handle(result) }
+            let started = ContinuousClock.now
+            self.endpoint.refresh(current: self.tokens) { [weak self] result in
+                self?.metrics.refreshDuration.record(ContinuousClock.now - started)
+                self?.handle(result)
+            }
         }
     }
 
@@ -242,6 +246,7 @@ final class RefreshCoordinator {
                                                         "expires_at": "\(tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
             finishCycle(.renewed(generation: generation), description: "success")
         case .rejected(let status, let oauthError):
+            metrics.countRefreshError(code: oauthError ?? "http_\(status)")
             lock.release()
             metrics.countRefresh(outcome: "rejected")
             logger.error("refresh rejected; login required", metadata: ["status": "\(status)", "error": "\(oauthError ?? "none")"])
