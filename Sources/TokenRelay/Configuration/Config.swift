@@ -7,6 +7,7 @@ public struct Config: Sendable {
     public var admin: Admin?
     public var limits = Limits()
     public var timeouts = Timeouts()
+    public var forwarding = Forwarding()
     public var logLevel = "info"
 
     public struct Upstream: Sendable {
@@ -68,6 +69,16 @@ public struct Config: Sendable {
         public var maxHeaderBytes = 64 * 1024
         public var maxHeldRequests = 1024
         public var maxUpstreamConnections = 128
+    }
+
+    /// Proxy headers added to forwarded requests (`ForwardingHeaders`).
+    public struct Forwarding: Sendable {
+        /// Append the client's address to `X-Forwarded-For`.
+        public var xForwardedFor = true
+        /// Set `X-Forwarded-Proto: http`.
+        public var xForwardedProto = true
+        /// Append `1.1 tokenrelay` to `Via`.
+        public var via = true
     }
 
     public struct Timeouts: Sendable {

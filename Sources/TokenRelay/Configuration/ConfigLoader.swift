@@ -58,6 +58,9 @@ public enum ConfigLoader {
         if let timeouts = try root.optionalObject("timeouts") {
             config.timeouts = try readTimeouts(timeouts)
         }
+        if let forwarding = try root.optionalObject("forwarding") {
+            config.forwarding = try readForwarding(forwarding)
+        }
         if let log = try root.optionalObject("log") {
             if let level = try log.optionalString("level") {
                 guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {

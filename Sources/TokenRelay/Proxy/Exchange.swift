@@ -84,12 +84,16 @@ final class Exchange: OutgoingRequestDelegate {
             watcher.schedule()
             hangUpWatcher = watcher
         }
-        if method == EVHTTP_REQ_CONNECT { return reply(.connectRefused) }
-        guard let target = proxy.upstreamTarget(for: evhttp_request_get_uri(clientRequest)) else { return reply(.badTarget) }
-        self.target = target
+        if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
+        let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
+        if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
+        switch proxy.targets.upstreamTarget(for: evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? "") {
+        case .success(let target): self.target = target
+        case .failure(let refusal): return refuse(refusal.description)
+        }
         passthrough = proxy.isPassthrough(target)
-        forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries,
-                                                                keepAuthorization: passthrough)
+        forwardedHeaders = ForwardingHeaders.apply(to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough),
+                                                   clientAddress: clientAddress, settings: proxy.config.forwarding)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
         if EvBuffer.length(input) > 0, let owned = evbuffer_new() {
@@ -97,6 +101,29 @@ final class Exchange: OutgoingRequestDelegate {
             body = owned
         }
         admit()
+    }
+
+    /// The client's IP address, for `X-Forwarded-For`.
+    private var clientAddress: String? {
+        guard let clientConnection else { return nil }
+        var address: UnsafeMutablePointer<CChar>?
+        var port: UInt16 = 0
+        evhttp_connection_get_peer(clientConnection, &address, &port)
+        return address.map { String(cString: $0) }
+    }
+
+    /// Ambiguous or foreign requests (nil: CONNECT): answered 400 (405) and never forwarded. The
+    /// connection is closed after the answer: after a message whose framing we doubt, we cannot know
+    /// where the next one starts (RFC 9112 §6.3).
+    /// evhttp decides about closing from the *input* headers, and for requests it takes for proxy
+    /// requests (CONNECT, foreign absolute-form) from `Proxy-Connection` only, hence both there.
+    private func refuse(_ reason: String?) {
+        proxy.refused(reason ?? "CONNECT")
+        let input = HeaderList(raw: evhttp_request_get_input_headers(clientRequest))
+        input.add("Connection", "close")
+        input.add("Proxy-Connection", "close")
+        HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
+        reply(reason.map { .badRequest($0) } ?? .connectRefused)
     }
 
     private func admit() {
