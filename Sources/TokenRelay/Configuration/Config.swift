@@ -82,8 +82,15 @@ public struct Config: Sendable {
     }
 
     public struct Timeouts: Sendable {
-        /// Connect, send and wait-for-bytes on an upstream connection (evhttp uses one value for all three).
+        /// Sending a request and waiting for the response headers (evhttp's one per-connection timeout,
+        /// also the outer bound of the connect).
         public var upstreamSeconds = 60.0
+        /// Establishing a new upstream connection (our own timer; evhttp 2.1 has no separate one).
+        public var connectSeconds = 5.0
+        /// Silence from the upstream once its response has started (an SSE stream between events).
+        public var streamIdleSeconds = 300.0
+        /// How long an unused keep-alive upstream connection is kept.
+        public var poolIdleSeconds = 30.0
         /// One token-endpoint exchange.
         public var refreshSeconds = 10.0
         /// How long a request may wait for a refresh before it is answered 503.

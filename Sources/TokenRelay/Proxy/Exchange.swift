@@ -53,6 +53,7 @@ final class Exchange: OutgoingRequestDelegate {
     private var sentGeneration: UInt64 = 0
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
+    private var connectWatchdog: ConnectWatchdog?
     private var captured: CapturedResponse?
     private var holdDeadline: Double?
     private var holdTimer: LoopEvent?
@@ -153,6 +154,7 @@ final class Exchange: OutgoingRequestDelegate {
             return
         }
         self.connection = connection
+        let reused = proxy.pool.willSend(on: connection)
         sends += 1
         sentGeneration = generation
         captured = nil
@@ -172,6 +174,11 @@ final class Exchange: OutgoingRequestDelegate {
             // Referenced, not copied; never reference an empty buffer (libevent bug, notes P22).
             if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
         }
+        if started && !reused {
+            connectWatchdog = ConnectWatchdog(loop: proxy.loop, connection: connection, seconds: proxy.config.timeouts.connectSeconds) {
+                [unowned self] in self.connectTimedOut()
+            }
+        }
         if !started {
             self.call = nil
             self.connection = nil
@@ -183,6 +190,8 @@ final class Exchange: OutgoingRequestDelegate {
     // MARK: - Upstream response
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
+        connectWatchdog = nil
+        if let connection { proxy.pool.responseStarted(on: connection) }
         if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
             status: Int(evhttp_request_get_response_code(response)),
             challenges: HeaderList(raw: evhttp_request_get_input_headers(response)).values("WWW-Authenticate"),
@@ -205,6 +214,7 @@ final class Exchange: OutgoingRequestDelegate {
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         self.call = nil
+        connectWatchdog = nil
         returnConnection()
         switch (result, phase) {
         case (.success, .capturing401): unauthorized()
@@ -224,9 +234,20 @@ final class Exchange: OutgoingRequestDelegate {
         proxy.pool.release(connection)
     }
 
+    /// No TCP connection within `timeouts.connect_seconds`: give the request up (the cancel also stops
+    /// evhttp's connect attempt).
+    private func connectTimedOut() {
+        connectWatchdog = nil
+        call?.cancel()
+        call = nil
+        returnConnection()
+        upstreamFailed(OutgoingFailure(kind: .connectTimeout, afterResponseStarted: false))
+    }
+
     private func upstreamFailed(_ failure: OutgoingFailure) {
         proxy.upstreamFailed(failure)
-        reply(failure.kind == .timeout ? .gatewayTimeout : .badGateway("upstream \(failure)"))
+        let timedOut = failure.kind == .timeout || failure.kind == .connectTimeout
+        reply(timedOut ? .gatewayTimeout : .badGateway("upstream \(failure)"))
     }
 
     // MARK: - The 401 path
@@ -399,6 +420,7 @@ final class Exchange: OutgoingRequestDelegate {
         detachFromClient()
         call?.cancel()
         call = nil
+        connectWatchdog = nil
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil
