@@ -54,6 +54,9 @@ final class Exchange: OutgoingRequestDelegate {
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
     private var connectWatchdog: ConnectWatchdog?
+    private var sentOnReusedConnection = false
+    private var retried = false
+    private var retryTimer: LoopEvent?
     private var captured: CapturedResponse?
     private var holdDeadline: Double?
     private var holdTimer: LoopEvent?
@@ -155,6 +158,7 @@ final class Exchange: OutgoingRequestDelegate {
         }
         self.connection = connection
         let reused = proxy.pool.willSend(on: connection)
+        sentOnReusedConnection = reused
         sends += 1
         sentGeneration = generation
         captured = nil
@@ -215,6 +219,10 @@ final class Exchange: OutgoingRequestDelegate {
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         self.call = nil
         connectWatchdog = nil
+        if case .failure(let failure) = result, phase == .awaitingResponse, !retried,
+           RetryPolicy.mayRetry(failure, method: method, sentOnReusedConnection: sentOnReusedConnection) {
+            return retryOnFreshConnection(after: failure)
+        }
         returnConnection()
         switch (result, phase) {
         case (.success, .capturing401): unauthorized()
@@ -232,6 +240,24 @@ final class Exchange: OutgoingRequestDelegate {
             bufferevent_enable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
         }
         proxy.pool.release(connection)
+    }
+
+    /// evhttp has already reset the failed connection, so its next request connects afresh: the retry
+    /// goes out on it (not on another idle connection that may be just as stale), from a timer rather
+    /// than inside the connection's own callback. It does not count as a send for the 401 rules.
+    private func retryOnFreshConnection(after failure: OutgoingFailure) {
+        retried = true
+        sends -= 1
+        phase = .waitingForConnection
+        proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+            self.retryTimer = nil
+            guard let connection = self.connection else { return }
+            self.connection = nil
+            self.send(on: connection)
+        }
+        timer.schedule(after: 0)
+        retryTimer = timer
     }
 
     /// No TCP connection within `timeouts.connect_seconds`: give the request up (the cancel also stops
@@ -421,6 +447,7 @@ final class Exchange: OutgoingRequestDelegate {
         call?.cancel()
         call = nil
         connectWatchdog = nil
+        retryTimer = nil
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil
