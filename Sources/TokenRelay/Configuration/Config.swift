@@ -69,6 +69,8 @@ public struct Config: Sendable {
         public var maxHeaderBytes = 64 * 1024
         public var maxHeldRequests = 1024
         public var maxUpstreamConnections = 128
+        /// Requests that may wait for a busy pool; beyond it 503.
+        public var maxUpstreamWaiters = 256
     }
 
     /// Proxy headers added to forwarded requests (`ForwardingHeaders`).
@@ -91,6 +93,8 @@ public struct Config: Sendable {
         public var streamIdleSeconds = 300.0
         /// How long an unused keep-alive upstream connection is kept.
         public var poolIdleSeconds = 30.0
+        /// How long a request may wait for a free pooled connection before 503.
+        public var poolWaitSeconds = 10.0
         /// One token-endpoint exchange.
         public var refreshSeconds = 10.0
         /// How long a request may wait for a refresh before it is answered 503.

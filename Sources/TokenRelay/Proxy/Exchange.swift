@@ -57,6 +57,7 @@ final class Exchange: OutgoingRequestDelegate {
     private var sentOnReusedConnection = false
     private var retried = false
     private var retryTimer: LoopEvent?
+    private var poolWaitTimer: LoopEvent?
     private var captured: CapturedResponse?
     private var holdDeadline: Double?
     private var holdTimer: LoopEvent?
@@ -141,10 +142,27 @@ final class Exchange: OutgoingRequestDelegate {
 
     // MARK: - Sending
 
+    /// A request waits for a pooled connection only so long, and only so many wait: a stalled upstream
+    /// must turn into quick 503s, not into an unbounded queue of clients.
     private func acquireConnection() {
         phase = .waitingForConnection
-        if let connection = proxy.pool.acquire(for: self, grant: { [unowned self] in self.send(on: $0) }) {
+        let acquisition = proxy.pool.acquire(for: self) { [unowned self] connection in
+            self.poolWaitTimer = nil
+            self.send(on: connection)
+        }
+        switch acquisition {
+        case .ready(let connection):
             send(on: connection)
+        case .queued:
+            let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+                self.poolWaitTimer = nil
+                self.proxy.pool.cancelWait(for: self)
+                self.reply(.poolExhausted("timed out waiting for a free upstream connection"))
+            }
+            timer.schedule(after: proxy.config.timeouts.poolWaitSeconds)
+            poolWaitTimer = timer
+        case .full:
+            reply(.poolExhausted("too many requests are waiting for an upstream connection"))
         }
     }
 
@@ -448,6 +466,7 @@ final class Exchange: OutgoingRequestDelegate {
         call = nil
         connectWatchdog = nil
         retryTimer = nil
+        poolWaitTimer = nil
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil

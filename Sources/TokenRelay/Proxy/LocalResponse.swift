@@ -50,6 +50,11 @@ struct LocalResponse {
         LocalResponse(status: 400, reason: "Bad Request", error: "bad_request", message: message)
     }
 
+    static func poolExhausted(_ message: String) -> LocalResponse {
+        LocalResponse(status: 503, reason: "Service Unavailable", error: "overloaded", message: message,
+                      extraHeaders: [("Retry-After", "1")])
+    }
+
     static func badGateway(_ message: String) -> LocalResponse {
         LocalResponse(status: 502, reason: "Bad Gateway", error: "bad_gateway", message: message)
     }

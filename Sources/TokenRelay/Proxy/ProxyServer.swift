@@ -32,6 +32,7 @@ final class ProxyServer {
         let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
                                                 timeoutSeconds: config.timeouts.upstreamSeconds)
         pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections,
+                            maxWaiters: config.limits.maxUpstreamWaiters,
                             timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
                                             idle: config.timeouts.poolIdleSeconds))
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
