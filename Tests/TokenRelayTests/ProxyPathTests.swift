@@ -97,7 +97,8 @@ final class ProxyPathTests: RelayTestCase {
 
     func testConnectIsRefused() throws {
         let relay = try startRelay()
-        let raw = try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n".utf8))
+        let raw = try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n".utf8),
+                                             timeout: 0.5)
         XCTAssertTrue(String(decoding: raw, as: UTF8.self).hasPrefix("HTTP/1.1 405"), String(decoding: raw, as: UTF8.self))
         XCTAssertEqual(api.requestCount, 0)
     }

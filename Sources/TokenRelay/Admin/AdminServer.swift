@@ -72,6 +72,7 @@ final class AdminServer {
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,
             "active_requests": proxy.activeCount,
+            "upstream_waiters": proxy.pool.waiterCount,
             "draining": proxy.isDraining,
             "started_at": Timestamp.format(startedAt),
         ]

@@ -1,4 +1,5 @@
 import CLibevent
+import Glibc
 
 /// Makes `evhttp_connection`s to one endpoint, plain or TLS, with the settings every outgoing connection
 /// shares: the timeout and no retries by evhttp (a failed request is the caller's decision).
@@ -32,6 +33,19 @@ final class HTTPConnectionFactory {
         evhttp_connection_set_timeout_tv(connection, &tv)
         evhttp_connection_set_retries(connection, 0)
         return connection
+    }
+
+    /// Whether the connection has an established TCP connection (a kept-alive one, or one whose connect
+    /// finished). evhttp resets a connection to no socket after a failure or when it notices the peer
+    /// closed an idle one; resolving and connecting have a socket without a peer.
+    static func isConnected(_ connection: OpaquePointer) -> Bool {
+        let fd = bufferevent_getfd(evhttp_connection_get_bufferevent(connection))
+        guard fd >= 0 else { return false }
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        return withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) == 0 }
+        }
     }
 
     /// The bufferevent starts in the connecting state with no socket; evhttp creates the socket, and on

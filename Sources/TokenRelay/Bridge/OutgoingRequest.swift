@@ -3,7 +3,7 @@ import CLibevent
 /// Why an outgoing request did not complete.
 struct OutgoingFailure: Error, CustomStringConvertible {
     enum Kind: String {
-        case connect, timeout, connectionLost = "connection_lost", invalidResponse = "invalid_response", tooLarge = "too_large", tls
+        case connect, connectTimeout = "connect_timeout", timeout, connectionLost = "connection_lost", invalidResponse = "invalid_response", tooLarge = "too_large", tls
     }
     let kind: Kind
     /// True once any response byte arrived; before that, a failure may still be retried safely in some cases.
@@ -14,11 +14,12 @@ struct OutgoingFailure: Error, CustomStringConvertible {
     /// Whether the peer may have received and acted on the request (the refresh path logs this as
     /// "outcome unknown": a rotated refresh token may be lost in flight). A certificate we refused means
     /// the handshake never finished, so nothing was sent.
-    var mayHaveReachedPeer: Bool { kind != .connect && !(tls?.certificateRejected ?? false) }
+    var mayHaveReachedPeer: Bool { kind != .connect && kind != .connectTimeout && !(tls?.certificateRejected ?? false) }
 
     var description: String {
         switch kind {
         case .connect: return "could not connect"
+        case .connectTimeout: return "could not connect in time"
         case .timeout: return "timed out"
         case .connectionLost: return afterResponseStarted ? "connection lost mid-response" : "connection closed before a response"
         case .invalidResponse: return "invalid HTTP response"

@@ -9,6 +9,7 @@ public struct Config: Sendable {
     public var inject = InjectSettings()
     public var limits = Limits()
     public var timeouts = Timeouts()
+    public var forwarding = Forwarding()
     public var logLevel = "info"
     /// `text` (logfmt, for people and grep) or `json` (one object per line, for collectors).
     public var logFormat = LogFormat.text
@@ -96,11 +97,32 @@ public struct Config: Sendable {
         public var maxHeaderBytes = 64 * 1024
         public var maxHeldRequests = 1024
         public var maxUpstreamConnections = 128
+        /// Requests that may wait for a busy pool; beyond it 503.
+        public var maxUpstreamWaiters = 256
+    }
+
+    /// Proxy headers added to forwarded requests (`ForwardingHeaders`).
+    public struct Forwarding: Sendable {
+        /// Append the client's address to `X-Forwarded-For`.
+        public var xForwardedFor = true
+        /// Set `X-Forwarded-Proto: http`.
+        public var xForwardedProto = true
+        /// Append `1.1 tokenrelay` to `Via`.
+        public var via = true
     }
 
     public struct Timeouts: Sendable {
-        /// Connect, send and wait-for-bytes on an upstream connection (evhttp uses one value for all three).
+        /// Sending a request and waiting for the response headers (evhttp's one per-connection timeout,
+        /// also the outer bound of the connect).
         public var upstreamSeconds = 60.0
+        /// Establishing a new upstream connection (our own timer; evhttp 2.1 has no separate one).
+        public var connectSeconds = 5.0
+        /// Silence from the upstream once its response has started (an SSE stream between events).
+        public var streamIdleSeconds = 300.0
+        /// How long an unused keep-alive upstream connection is kept.
+        public var poolIdleSeconds = 30.0
+        /// How long a request may wait for a free pooled connection before 503.
+        public var poolWaitSeconds = 10.0
         /// One token-endpoint exchange.
         public var refreshSeconds = 10.0
         /// How long a request may wait for a refresh before it is answered 503.

@@ -59,6 +59,9 @@ public enum ConfigLoader {
         if let timeouts = try root.optionalObject("timeouts") {
             config.timeouts = try readTimeouts(timeouts)
         }
+        if let forwarding = try root.optionalObject("forwarding") {
+            config.forwarding = try readForwarding(forwarding)
+        }
         if let log = try root.optionalObject("log") {
             if let level = try log.optionalString("level") {
                 guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(level) else {
@@ -81,6 +84,7 @@ public enum ConfigLoader {
         if let value = try object.optionalInteger("max_header_bytes", range: 1024...(1 << 24)) { limits.maxHeaderBytes = value }
         if let value = try object.optionalInteger("max_held_requests", range: 1...1_000_000) { limits.maxHeldRequests = value }
         if let value = try object.optionalInteger("max_upstream_connections", range: 1...100_000) { limits.maxUpstreamConnections = value }
+        if let value = try object.optionalInteger("max_upstream_waiters", range: 0...1_000_000) { limits.maxUpstreamWaiters = value }
         try object.rejectUnknownKeys()
         return limits
     }
@@ -93,6 +97,10 @@ public enum ConfigLoader {
         if let value = try object.optionalNumber("hold_seconds", range: range) { timeouts.holdSeconds = value }
         if let value = try object.optionalNumber("drain_seconds", range: 0...3600) { timeouts.drainSeconds = value }
         if let value = try object.optionalNumber("client_seconds", range: range) { timeouts.clientSeconds = value }
+        if let value = try object.optionalNumber("connect_seconds", range: range) { timeouts.connectSeconds = value }
+        if let value = try object.optionalNumber("stream_idle_seconds", range: range) { timeouts.streamIdleSeconds = value }
+        if let value = try object.optionalNumber("pool_idle_seconds", range: range) { timeouts.poolIdleSeconds = value }
+        if let value = try object.optionalNumber("pool_wait_seconds", range: range) { timeouts.poolWaitSeconds = value }
         try object.rejectUnknownKeys()
         return timeouts
     }

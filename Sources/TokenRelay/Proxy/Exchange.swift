@@ -53,6 +53,11 @@ final class Exchange: OutgoingRequestDelegate {
     private var sentGeneration: UInt64 = 0
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
+    private var connectWatchdog: ConnectWatchdog?
+    private var sentOnReusedConnection = false
+    private var retried = false
+    private var retryTimer: LoopEvent?
+    private var poolWaitTimer: LoopEvent?
     private var captured: CapturedResponse?
     private var holdDeadline: Double?
     private var holdTimer: LoopEvent?
@@ -84,12 +89,17 @@ final class Exchange: OutgoingRequestDelegate {
             watcher.schedule()
             hangUpWatcher = watcher
         }
-        if method == EVHTTP_REQ_CONNECT { return reply(.connectRefused) }
-        guard let target = proxy.upstreamTarget(for: evhttp_request_get_uri(clientRequest)) else { return reply(.badTarget) }
-        self.target = target
+        if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
+        let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
+        if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
+        switch proxy.targets.upstreamTarget(for: evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? "") {
+        case .success(let target): self.target = target
+        case .failure(let refusal): return refuse(refusal.description)
+        }
         passthrough = proxy.isPassthrough(target)
-        forwardedHeaders = HeaderPolicy.forwardedRequestHeaders(HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries,
-                                                                keepAuthorization: passthrough, injectedHeader: proxy.config.inject.header)
+        forwardedHeaders = ForwardingHeaders.apply(
+            to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: proxy.config.inject.header),
+            clientAddress: clientAddress, settings: proxy.config.forwarding)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
         if EvBuffer.length(input) > 0, let owned = evbuffer_new() {
@@ -97,6 +107,29 @@ final class Exchange: OutgoingRequestDelegate {
             body = owned
         }
         admit()
+    }
+
+    /// The client's IP address, for `X-Forwarded-For`.
+    private var clientAddress: String? {
+        guard let clientConnection else { return nil }
+        var address: UnsafeMutablePointer<CChar>?
+        var port: UInt16 = 0
+        evhttp_connection_get_peer(clientConnection, &address, &port)
+        return address.map { String(cString: $0) }
+    }
+
+    /// Ambiguous or foreign requests (nil: CONNECT): answered 400 (405) and never forwarded. The
+    /// connection is closed after the answer: after a message whose framing we doubt, we cannot know
+    /// where the next one starts (RFC 9112 §6.3).
+    /// evhttp decides about closing from the *input* headers, and for requests it takes for proxy
+    /// requests (CONNECT, foreign absolute-form) from `Proxy-Connection` only, hence both there.
+    private func refuse(_ reason: String?) {
+        proxy.refused(reason ?? "CONNECT")
+        let input = HeaderList(raw: evhttp_request_get_input_headers(clientRequest))
+        input.add("Connection", "close")
+        input.add("Proxy-Connection", "close")
+        HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
+        reply(reason.map { .badRequest($0) } ?? .connectRefused)
     }
 
     private func admit() {
@@ -110,10 +143,27 @@ final class Exchange: OutgoingRequestDelegate {
 
     // MARK: - Sending
 
+    /// A request waits for a pooled connection only so long, and only so many wait: a stalled upstream
+    /// must turn into quick 503s, not into an unbounded queue of clients.
     private func acquireConnection() {
         phase = .waitingForConnection
-        if let connection = proxy.pool.acquire(for: self, grant: { [unowned self] in self.send(on: $0) }) {
+        let acquisition = proxy.pool.acquire(for: self) { [unowned self] connection in
+            self.poolWaitTimer = nil
+            self.send(on: connection)
+        }
+        switch acquisition {
+        case .ready(let connection):
             send(on: connection)
+        case .queued:
+            let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+                self.poolWaitTimer = nil
+                self.proxy.pool.cancelWait(for: self)
+                self.reply(.poolExhausted("timed out waiting for a free upstream connection"))
+            }
+            timer.schedule(after: proxy.config.timeouts.poolWaitSeconds)
+            poolWaitTimer = timer
+        case .full:
+            reply(.poolExhausted("too many requests are waiting for an upstream connection"))
         }
     }
 
@@ -126,6 +176,8 @@ final class Exchange: OutgoingRequestDelegate {
             return
         }
         self.connection = connection
+        let reused = proxy.pool.willSend(on: connection)
+        sentOnReusedConnection = reused
         sends += 1
         sentGeneration = generation
         captured = nil
@@ -145,6 +197,11 @@ final class Exchange: OutgoingRequestDelegate {
             // Referenced, not copied; never reference an empty buffer (libevent bug, notes P22).
             if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
         }
+        if started && !reused {
+            connectWatchdog = ConnectWatchdog(loop: proxy.loop, connection: connection, seconds: proxy.config.timeouts.connectSeconds) {
+                [unowned self] in self.connectTimedOut()
+            }
+        }
         if !started {
             self.call = nil
             self.connection = nil
@@ -156,6 +213,8 @@ final class Exchange: OutgoingRequestDelegate {
     // MARK: - Upstream response
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
+        connectWatchdog = nil
+        if let connection { proxy.pool.responseStarted(on: connection) }
         if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
             status: Int(evhttp_request_get_response_code(response)),
             challenges: HeaderList(raw: evhttp_request_get_input_headers(response)).values("WWW-Authenticate"),
@@ -178,6 +237,11 @@ final class Exchange: OutgoingRequestDelegate {
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         self.call = nil
+        connectWatchdog = nil
+        if case .failure(let failure) = result, phase == .awaitingResponse, !retried,
+           RetryPolicy.mayRetry(failure, method: method, sentOnReusedConnection: sentOnReusedConnection) {
+            return retryOnFreshConnection(after: failure)
+        }
         returnConnection()
         switch (result, phase) {
         case (.success, .capturing401): unauthorized()
@@ -197,9 +261,38 @@ final class Exchange: OutgoingRequestDelegate {
         proxy.pool.release(connection)
     }
 
+    /// evhttp has already reset the failed connection, so its next request connects afresh: the retry
+    /// goes out on it (not on another idle connection that may be just as stale), from a timer rather
+    /// than inside the connection's own callback. It does not count as a send for the 401 rules.
+    private func retryOnFreshConnection(after failure: OutgoingFailure) {
+        retried = true
+        sends -= 1
+        phase = .waitingForConnection
+        proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+            self.retryTimer = nil
+            guard let connection = self.connection else { return }
+            self.connection = nil
+            self.send(on: connection)
+        }
+        timer.schedule(after: 0)
+        retryTimer = timer
+    }
+
+    /// No TCP connection within `timeouts.connect_seconds`: give the request up (the cancel also stops
+    /// evhttp's connect attempt).
+    private func connectTimedOut() {
+        connectWatchdog = nil
+        call?.cancel()
+        call = nil
+        returnConnection()
+        upstreamFailed(OutgoingFailure(kind: .connectTimeout, afterResponseStarted: false))
+    }
+
     private func upstreamFailed(_ failure: OutgoingFailure) {
         proxy.upstreamFailed(failure)
-        reply(failure.kind == .timeout ? .gatewayTimeout : .badGateway("upstream \(failure)"))
+        let timedOut = failure.kind == .timeout || failure.kind == .connectTimeout
+        reply(timedOut ? .gatewayTimeout : .badGateway("upstream \(failure)"))
     }
 
     // MARK: - The 401 path
@@ -372,6 +465,9 @@ final class Exchange: OutgoingRequestDelegate {
         detachFromClient()
         call?.cancel()
         call = nil
+        connectWatchdog = nil
+        retryTimer = nil
+        poolWaitTimer = nil
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil

@@ -46,8 +46,14 @@ struct LocalResponse {
     static let connectRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "CONNECT is not supported")
 
-    static let badTarget = LocalResponse(
-        status: 400, reason: "Bad Request", error: "bad_request", message: "the request target is not valid")
+    static func badRequest(_ message: String) -> LocalResponse {
+        LocalResponse(status: 400, reason: "Bad Request", error: "bad_request", message: message)
+    }
+
+    static func poolExhausted(_ message: String) -> LocalResponse {
+        LocalResponse(status: 503, reason: "Service Unavailable", error: "overloaded", message: message,
+                      extraHeaders: [("Retry-After", "1")])
+    }
 
     static func badGateway(_ message: String) -> LocalResponse {
         LocalResponse(status: 502, reason: "Bad Gateway", error: "bad_gateway", message: message)

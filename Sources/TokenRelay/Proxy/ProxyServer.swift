@@ -31,12 +31,16 @@ final class ProxyServer {
         self.logger = logger
         let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
                                                 timeoutSeconds: config.timeouts.upstreamSeconds)
-        pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections)
+        pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections,
+                            maxWaiters: config.limits.maxUpstreamWaiters,
+                            timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
+                                            idle: config.timeouts.poolIdleSeconds))
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
             self.accept(request)
         }
         listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
                            timeoutSeconds: config.timeouts.clientSeconds)
+        targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
     }
 
@@ -55,22 +59,12 @@ final class ProxyServer {
         return config.upstream.passthroughPrefixes.contains { path.hasPrefix($0) }
     }
 
-    /// Maps the client's request target onto the upstream URL's path. Absolute-form targets are reduced
-    /// to their path and query (origin-form).
-    func upstreamTarget(for rawURI: UnsafePointer<CChar>?) -> String? {
-        guard let rawURI else { return nil }
-        var target = String(cString: rawURI)
-        if !target.hasPrefix("/") {
-            guard let uri = evhttp_uri_parse(rawURI) else { return nil }
-            defer { evhttp_uri_free(uri) }
-            let path = evhttp_uri_get_path(uri).map { String(cString: $0) } ?? ""
-            target = path.isEmpty ? "/" : path
-            if let query = evhttp_uri_get_query(uri) { target += "?" + String(cString: query) }
-            guard target.hasPrefix("/") else { return nil }
-        }
-        var base = upstream.path
-        while base.hasSuffix("/") { base.removeLast() }
-        return base + target
+    /// Maps request targets onto the upstream; built once the listener knows its port.
+    private(set) var targets: RequestTarget!
+
+    /// A request refused before anything was forwarded (smuggling probes, foreign hosts).
+    func refused(_ reason: String) {
+        logger.info("request refused", metadata: ["reason": "\(reason)"])
     }
 
     // MARK: - Held requests

@@ -4,43 +4,89 @@ import CLibevent
 ///
 /// evhttp queues a second request behind the first on the same connection (no pipelining), so sharing
 /// one would add head-of-line blocking; the pool hands each request a connection of its own and makes
-/// the rest wait in a FIFO once `maxConnections` are busy. An idle connection the upstream closed is
+/// the rest wait in a FIFO once `maxConnections` are busy. The FIFO is bounded (`maxWaiters`): beyond
+/// it a request is refused at once rather than queued without limit; how long a waiter may wait is the
+/// caller's timer. An idle connection the upstream closed is
 /// reconnected by evhttp on its next use, so connections are never freed before shutdown.
+///
+/// evhttp has one timeout per connection (connect, send, read, and while idle: shared notes P23), so
+/// the pool switches it with the connection's phase: the response timeout while a request waits for
+/// headers, the stream idle timeout once a response is flowing (an idle SSE stream must not be cut by
+/// the header timeout), and the pool idle timeout while it sits unused, which closes it before the
+/// upstream's own keep-alive timeout races us.
 final class UpstreamPool {
+    struct Timeouts {
+        var response: Double
+        var streamIdle: Double
+        var idle: Double
+    }
+
     private let factory: HTTPConnectionFactory
     private let maxConnections: Int
+    private let maxWaiters: Int
+    private let timeouts: Timeouts
     private var idle: [OpaquePointer] = []
     private var all: [OpaquePointer] = []
     private var waiters: [(id: ObjectIdentifier, grant: (OpaquePointer) -> Void)] = []
 
-    init(factory: HTTPConnectionFactory, maxConnections: Int) {
+    enum Acquisition {
+        case ready(OpaquePointer)
+        /// `grant` will be called with a connection (unless the waiter cancels).
+        case queued
+        /// Every connection is busy and the wait queue is full.
+        case full
+    }
+
+    init(factory: HTTPConnectionFactory, maxConnections: Int, maxWaiters: Int, timeouts: Timeouts) {
         self.factory = factory
         self.maxConnections = maxConnections
+        self.maxWaiters = maxWaiters
+        self.timeouts = timeouts
     }
 
     /// Gives a connection now, or later through `grant` (in FIFO order) when all are busy.
-    /// Returns the connection when one was available immediately.
-    func acquire(for waiter: AnyObject, grant: @escaping (OpaquePointer) -> Void) -> OpaquePointer? {
-        if let connection = idle.popLast() { return connection }
+    func acquire(for waiter: AnyObject, grant: @escaping (OpaquePointer) -> Void) -> Acquisition {
+        if let connection = idle.popLast() { return .ready(connection) }
         if all.count < maxConnections, let connection = factory.makeConnection() {
             all.append(connection)
-            return connection
+            return .ready(connection)
         }
+        guard waiters.count < maxWaiters else { return .full }
         waiters.append((ObjectIdentifier(waiter), grant))
-        return nil
+        return .queued
     }
+
+    var waiterCount: Int { waiters.count }
 
     /// A waiter that no longer needs a connection (its client went away).
     func cancelWait(for waiter: AnyObject) {
         waiters.removeAll { $0.id == ObjectIdentifier(waiter) }
     }
 
+    /// Called just before a request is sent on `connection`. Returns whether it goes over an established
+    /// keep-alive connection (which the upstream may close at the same moment) rather than a new one.
+    func willSend(on connection: OpaquePointer) -> Bool {
+        setTimeout(connection, timeouts.response)
+        return HTTPConnectionFactory.isConnected(connection)
+    }
+
+    /// Response headers are in: from now on only a silent stream ends the request.
+    func responseStarted(on connection: OpaquePointer) {
+        setTimeout(connection, timeouts.streamIdle)
+    }
+
     func release(_ connection: OpaquePointer) {
+        setTimeout(connection, timeouts.idle)
         if !waiters.isEmpty {
             waiters.removeFirst().grant(connection)
         } else {
             idle.append(connection)
         }
+    }
+
+    private func setTimeout(_ connection: OpaquePointer, _ seconds: Double) {
+        var tv = timeval(seconds: seconds)
+        evhttp_connection_set_timeout_tv(connection, &tv)
     }
 
     /// Frees every connection; only once no request is in flight.

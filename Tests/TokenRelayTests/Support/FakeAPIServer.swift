@@ -53,6 +53,8 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
     var unauthorizedCount: Int { state.withLock { $0.unauthorized } }
     /// TCP connections accepted so far (upstream keep-alive checks).
     var acceptedConnections: Int { http.acceptedConnections }
+    /// TCP connections open right now (idle pool timeout checks).
+    var openConnections: Int { http.openConnections }
 
     /// Delay before every answer, capped at 60 s and cut short by stop(), to simulate a slow upstream.
     var responseDelay: Double {

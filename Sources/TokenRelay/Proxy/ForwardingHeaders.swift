@@ -1,0 +1,35 @@
+/// The de-facto proxy headers (`X-Forwarded-For`, `X-Forwarded-Proto`, `Via`) added to forwarded requests.
+///
+/// The upstream otherwise sees every request coming from tokenrelay's address. Each header can be
+/// switched off (`forwarding.*`): some APIs treat `X-Forwarded-For` as an allow-list input, and a
+/// sidecar that is meant to be invisible should then not add it.
+enum ForwardingHeaders {
+    /// Returns `headers` (the client's headers after hop-by-hop removal) with the forwarding headers
+    /// updated for this hop. `clientAddress` is the peer address of the client connection.
+    static func apply(to headers: [(name: String, value: String)], clientAddress: String?, settings: Config.Forwarding)
+        -> [(name: String, value: String)] {
+        var result = headers
+        if settings.xForwardedFor, let clientAddress {
+            // Appended, so an upstream that trusts a chain of proxies still sees it whole.
+            appendToList("X-Forwarded-For", clientAddress, in: &result)
+        }
+        if settings.xForwardedProto {
+            // Replaced, not appended: clients talk plain HTTP to tokenrelay, and a client must not be
+            // able to claim otherwise.
+            result.removeAll { $0.name.lowercased() == "x-forwarded-proto" }
+            result.append((name: "X-Forwarded-Proto", value: "http"))
+        }
+        if settings.via {
+            appendToList("Via", "1.1 tokenrelay", in: &result)
+        }
+        return result
+    }
+
+    /// Folds every existing `name` field into one, with `element` appended (RFC 9110 §5.3).
+    private static func appendToList(_ name: String, _ element: String, in headers: inout [(name: String, value: String)]) {
+        let lowered = name.lowercased()
+        let existing = headers.filter { $0.name.lowercased() == lowered }.map(\.value).filter { !$0.isEmpty }
+        headers.removeAll { $0.name.lowercased() == lowered }
+        headers.append((name: name, value: (existing + [element]).joined(separator: ", ")))
+    }
+}

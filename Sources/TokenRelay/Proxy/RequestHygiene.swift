@@ -1,0 +1,89 @@
+/// Refuses requests whose framing or header syntax is ambiguous, before anything is forwarded.
+///
+/// Request smuggling needs two parsers that disagree about where a message ends or what it says.
+/// tokenrelay re-frames every request (an exact Content-Length, headers re-emitted one per line), so the
+/// upstream always sees one unambiguous message; but *which* message that is must not depend on a
+/// guess. evhttp (2.1.12 with Debian's patches) already answers 400 for CL together with TE, a
+/// non-final `chunked`, and CR/LF inside a value. It still accepts, among others (shared notes §6):
+/// a duplicate Content-Length (the first wins), `+3` as a length, an empty header name, and
+/// `Transfer-Encoding` values it does not understand. Those are refused here.
+///
+/// Accepted on purpose, because the message they produce is unambiguous once evhttp has parsed it and
+/// the upstream never sees the original bytes: bare-LF line endings (RFC 9112 §2.2 allows a recipient
+/// to accept them) and obs-fold, which evhttp replaces with a space (the RFC 9112 §5.2 option for a
+/// proxy).
+enum RequestHygiene {
+    struct Violation: Error, Equatable, CustomStringConvertible {
+        let description: String
+    }
+
+    /// Checks the client's parsed request headers. `isHTTP11` enables the one-Host rule.
+    static func check(_ headers: [(name: String, value: String)], isHTTP11: Bool) -> Violation? {
+        var lengths: [String] = []
+        var encodings: [String] = []
+        var hosts = 0
+        for header in headers {
+            guard isToken(header.name) else {
+                return Violation(description: header.name.isEmpty ? "empty header name" : "invalid header name")
+            }
+            guard !containsControlCharacter(header.value) else {
+                return Violation(description: "control character in the value of \(header.name)")
+            }
+            switch header.name.lowercased() {
+            case "content-length": lengths.append(header.value)
+            case "transfer-encoding": encodings.append(header.value)
+            case "host": hosts += 1
+            default: break
+            }
+        }
+        if let violation = checkFraming(lengths: lengths, encodings: encodings) { return violation }
+        // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host is answered 400.
+        if hosts > 1 || (isHTTP11 && hosts == 0) { return Violation(description: "a request needs exactly one Host header") }
+        return nil
+    }
+
+    private static func checkFraming(lengths: [String], encodings: [String]) -> Violation? {
+        if !lengths.isEmpty && !encodings.isEmpty {
+            return Violation(description: "Content-Length together with Transfer-Encoding")
+        }
+        // Even identical duplicates are refused: a proxy in front of us may have merged or split them.
+        if lengths.count > 1 { return Violation(description: "more than one Content-Length") }
+        if let length = lengths.first, length.isEmpty || !length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
+            return Violation(description: "invalid Content-Length")
+        }
+        // The only coding evhttp decodes is a lone `chunked`; anything else would reach the upstream as
+        // a body it decodes differently (or not at all).
+        if !encodings.isEmpty {
+            let codings = encodings.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
+                .map { trimmedWhitespace($0).lowercased() }
+            if codings != ["chunked"] { return Violation(description: "unsupported Transfer-Encoding") }
+        }
+        return nil
+    }
+
+    /// RFC 9110 §5.6.2 token: one or more tchar.
+    static func isToken(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.allSatisfy { tchar.contains($0) }
+    }
+
+    private static let tchar: Set<UInt8> = {
+        var set = Set(Array("!#$%&'*+-.^_`|~".utf8))
+        set.formUnion(UInt8(ascii: "0")...UInt8(ascii: "9"))
+        set.formUnion(UInt8(ascii: "a")...UInt8(ascii: "z"))
+        set.formUnion(UInt8(ascii: "A")...UInt8(ascii: "Z"))
+        return set
+    }()
+
+    private static func trimmedWhitespace(_ text: Substring) -> Substring {
+        let isWhitespace = { (c: Character) in c == " " || c == "\t" }
+        guard let first = text.firstIndex(where: { !isWhitespace($0) }), let last = text.lastIndex(where: { !isWhitespace($0) }) else {
+            return ""
+        }
+        return text[first...last]
+    }
+
+    /// RFC 9110 §5.5: field values carry no control characters other than horizontal tab.
+    private static func containsControlCharacter(_ value: String) -> Bool {
+        value.utf8.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }
+    }
+}

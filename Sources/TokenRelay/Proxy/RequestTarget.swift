@@ -1,0 +1,70 @@
+import CLibevent
+
+/// Maps a client's request target onto the upstream, and refuses targets that name another origin.
+///
+/// tokenrelay attaches credentials to everything it forwards, so it must never act as an open proxy: an
+/// absolute-form target (`GET http://host/path`, which evhttp passes through verbatim) is reduced to
+/// origin-form only when it names the configured upstream (same scheme, host and port) or tokenrelay's
+/// own listen address; any other host is a 400, not a request sent with a token to where the config
+/// says. Authority-form (CONNECT) and asterisk-form targets are refused elsewhere or here.
+struct RequestTarget {
+    let upstream: HTTPEndpoint
+    /// tokenrelay's own listen host and bound port: a client configured to use it as an HTTP proxy names
+    /// the proxy itself.
+    let listenHost: String
+    let listenPort: Int
+
+    struct Refusal: Error, Equatable, CustomStringConvertible {
+        let description: String
+    }
+
+    /// The target to send upstream (the upstream URL's path prefixed), or why the request is refused.
+    func upstreamTarget(for rawURI: String) -> Result<String, Refusal> {
+        var target = rawURI
+        if !target.hasPrefix("/") {
+            switch originForm(ofAbsolute: rawURI) {
+            case .success(let path): target = path
+            case .failure(let refusal): return .failure(refusal)
+            }
+        }
+        var base = upstream.path
+        while base.hasSuffix("/") { base.removeLast() }
+        return .success(base + target)
+    }
+
+    private func originForm(ofAbsolute rawURI: String) -> Result<String, Refusal> {
+        guard let uri = evhttp_uri_parse(rawURI) else { return .failure(Refusal(description: "the request target is not valid")) }
+        defer { evhttp_uri_free(uri) }
+        guard let scheme = evhttp_uri_get_scheme(uri).map({ String(cString: $0).lowercased() }), scheme == "http" || scheme == "https",
+              let host = evhttp_uri_get_host(uri).map({ String(cString: $0).lowercased() }), !host.isEmpty else {
+            return .failure(Refusal(description: "the request target is not valid"))
+        }
+        if evhttp_uri_get_userinfo(uri) != nil { return .failure(Refusal(description: "the request target must not carry user information")) }
+        let explicitPort = Int(evhttp_uri_get_port(uri))
+        let port = explicitPort > 0 ? explicitPort : (scheme == "https" ? 443 : 80)
+        guard namesUpstream(scheme: scheme, host: host, port: port) || namesProxy(scheme: scheme, host: host, port: port) else {
+            return .failure(Refusal(description: "the request names a host tokenrelay does not forward to"))
+        }
+        var target = evhttp_uri_get_path(uri).map { String(cString: $0) } ?? ""
+        if target.isEmpty { target = "/" }
+        guard target.hasPrefix("/") else { return .failure(Refusal(description: "the request target is not valid")) }
+        if let query = evhttp_uri_get_query(uri) { target += "?" + String(cString: query) }
+        return .success(target)
+    }
+
+    private func namesUpstream(scheme: String, host: String, port: Int) -> Bool {
+        scheme == upstream.scheme && Self.sameHost(host, upstream.host) && port == upstream.port
+    }
+
+    private func namesProxy(scheme: String, host: String, port: Int) -> Bool {
+        guard scheme == "http" && port == listenPort else { return false }
+        return Self.sameHost(host, listenHost) || ["localhost", "127.0.0.1", "::1"].contains(Self.bare(host))
+    }
+
+    private static func sameHost(_ a: String, _ b: String) -> Bool { bare(a).lowercased() == bare(b).lowercased() }
+
+    /// evhttp keeps the brackets of an IPv6 literal; the config's host has none.
+    private static func bare(_ host: String) -> String {
+        host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An upstream whose every connection is handled by test code over the raw socket: for responses
+/// `MiniHTTPServer` deliberately cannot produce (chunked, server-sent events, generated 100 MiB bodies,
+/// a body cut off mid-way, headers that never come, a keep-alive connection closed as a request
+/// arrives). One thread per connection; `stop()` shuts every socket down, which wakes blocked handlers.
+final class RawUpstream: @unchecked Sendable { // mutable state is guarded by `state`
+    typealias Handler = @Sendable (RawUpstreamConnection) throws -> Void
+
+    let port: Int
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+    private let listenFD: Int32
+    private let handler: Handler
+    private let state = NSCondition()
+    private var stopped = false
+    private var openFDs = Set<Int32>()
+    private var liveThreads = 0
+    private var accepted = 0
+    private var listenClosed = false
+
+    /// Connections accepted so far / currently open.
+    var acceptedConnections: Int { state.lock(); defer { state.unlock() }; return accepted }
+    var openConnections: Int { state.lock(); defer { state.unlock() }; return openFDs.count }
+
+    /// `backlog` 0 with nobody accepting makes connects hang once the queue is full (connect timeout tests).
+    init(backlog: Int32 = 512, accepting: Bool = true, handler: @escaping Handler) throws {
+        (listenFD, port) = try LoopbackSocket.listen(backlog: backlog)
+        self.handler = handler
+        if accepting {
+            liveThreads = 1
+            Thread { [self] in acceptLoop() }.start()
+        }
+    }
+
+    deinit { stop() }
+
+    func stop() {
+        state.lock()
+        defer { state.unlock() }
+        if !stopped {
+            stopped = true
+            shutdown(listenFD, Int32(SHUT_RDWR))
+            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
+            state.broadcast()
+        }
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while liveThreads > 0 && state.wait(until: deadline) {}
+        if liveThreads == 0 && !listenClosed {
+            listenClosed = true
+            close(listenFD)
+        }
+    }
+
+    private var isStopped: Bool { state.lock(); defer { state.unlock() }; return stopped }
+
+    private func acceptLoop() {
+        defer { state.lock(); liveThreads -= 1; state.broadcast(); state.unlock() }
+        while !isStopped {
+            var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 200) > 0 else { continue }
+            let fd = accept(listenFD, nil, nil)
+            guard fd >= 0 else { continue }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            state.lock()
+            if stopped { state.unlock(); close(fd); return }
+            openFDs.insert(fd)
+            accepted += 1
+            liveThreads += 1
+            let id = accepted
+            state.unlock()
+            Thread { [self] in
+                LoopbackSocket.setTimeouts(fd, seconds: 60)
+                try? handler(RawUpstreamConnection(fd: fd, id: id))
+                state.lock()
+                openFDs.remove(fd)
+                close(fd)
+                liveThreads -= 1
+                state.broadcast()
+                state.unlock()
+            }.start()
+        }
+    }
+}
+
+/// One accepted connection, as seen by a `RawUpstream` handler.
+final class RawUpstreamConnection {
+    let fd: Int32
+    /// 1 for the first connection accepted, and so on.
+    let id: Int
+    private let reader: SocketReader
+
+    init(fd: Int32, id: Int) {
+        self.fd = fd
+        self.id = id
+        reader = SocketReader(fd: fd)
+    }
+
+    /// Reads one request (body framed by Content-Length); nil when the peer closed first.
+    func readRequest() throws -> RecordedRequest? {
+        guard let line = try reader.readLine() else { return nil }
+        let parts = line.split(separator: " ")
+        guard parts.count == 3 else { throw TestSupportError("bad request line: \(line)") }
+        let headers = try reader.readHeaderFields()
+        let length = headers.first { $0.0.lowercased() == "content-length" }.flatMap { Int($0.1) } ?? 0
+        let body = try reader.readExactly(length)
+        return RecordedRequest(method: String(parts[0]), target: String(parts[1]), version: String(parts[2]), headers: headers,
+                               body: body, connectionID: id, wasChunked: false)
+    }
+
+    func write(_ text: String) throws { try LoopbackSocket.writeAll(fd, Data(text.utf8)) }
+    func write(_ data: Data) throws { try LoopbackSocket.writeAll(fd, data) }
+
+    /// A chunk of a `Transfer-Encoding: chunked` body.
+    func writeChunk(_ text: String) throws {
+        try write(String(text.utf8.count, radix: 16) + "\r\n" + text + "\r\n")
+    }
+
+    /// Waits until the peer closes (or resets) the connection; false if it is still open after `timeout`.
+    func waitForPeerClose(timeout: Double) -> Bool {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        var scratch = [UInt8](repeating: 0, count: 64 * 1024)
+        while Date() < deadline {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, 50) > 0 else { continue }
+            let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) { return true }
+        }
+        return false
+    }
+
+    /// Makes the close after the handler returns a reset instead of an orderly FIN (SO_LINGER 0), like
+    /// a crashing upstream.
+    func resetOnClose() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+}
+
+/// A one-shot signal between a test and a server thread (bounded waits only).
+final class TestSignal: @unchecked Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    func fire() { semaphore.signal() }
+    @discardableResult
+    func wait(timeout: Double) -> Bool { semaphore.wait(timeout: .now() + timeout) == .success }
+}
