@@ -66,7 +66,9 @@ public enum DemoRunner {
             "upstream": ["url": api.url],
             "tokens": ["file": "\(directory)/tokens.json"],
             "refresh": ["grant": "refresh_token", "token_url": tokenServer.url, "client_id": "demo-app",
-                        "client_secret_file": secretPath, "client_auth": "client_secret_basic"],
+                        "client_secret_file": secretPath, "client_auth": "client_secret_basic",
+                        // Off so that the demo shows the 401 path; in production proactive refresh makes it rare.
+                        "proactive": false],
             "admin": ["listen": "127.0.0.1:\(listenPort == 0 ? 0 : listenPort + 1)"],
         ]
         let config = try ConfigLoader.parse(try JSONSerialization.data(withJSONObject: json), source: "demo config")
