@@ -368,9 +368,13 @@ final class Exchange: OutgoingRequestDelegate {
     private func relay(_ input: OpaquePointer) {
         guard let clientConnection, let connection else { return }
         let backlog = EvBuffer.length(bufferevent_get_output(evhttp_connection_get_bufferevent(clientConnection)))
-        if !upstreamReadingPaused && backlog + EvBuffer.length(input) > Self.clientBacklogLimit {
-            upstreamReadingPaused = true
-            bufferevent_disable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
+        if upstreamReadingPaused || backlog + EvBuffer.length(input) > Self.clientBacklogLimit {
+            if !upstreamReadingPaused {
+                upstreamReadingPaused = true
+                bufferevent_disable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
+            }
+            // Every chunk sent while paused must carry the callback: evhttp keeps only the last one given,
+            // and a plain send would clear it, leaving the upstream paused for good.
             evhttp_send_reply_chunk_with_cb(clientRequest, input, clientDrainedTrampoline, unretainedContext(self))
         } else {
             evhttp_send_reply_chunk(clientRequest, input)
