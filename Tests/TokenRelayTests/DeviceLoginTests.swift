@@ -99,6 +99,17 @@ final class DeviceLoginTests: RelayTestCase {
         XCTAssertNil(try readTokenFile()["expires_at"], "no expires_in, not a JWT: expiry unknown")
     }
 
+    /// RFC 8628 §3.5: a 5xx or a lost connection does not end the login; polling goes on, further apart.
+    func testTransientFailuresKeepPolling() throws {
+        let provider = try startProvider([.error("server_error", status: 503), .error("temporarily_unavailable", status: 503), .pending,
+                                          .tokens(access: "a-3", refresh: "r-3", expiresIn: 60)])
+        let result = try login(try loginConfig(provider))
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertEqual(provider.polls.count, 4)
+        let times = provider.polls.map(\.time)
+        XCTAssertGreaterThanOrEqual(times[2] - times[1], 0.039, "the interval doubles after a failure")
+    }
+
     func testAccessDeniedFailsAndLeavesTheTokenFileAlone() throws {
         let before = try Data(contentsOf: tokenFileURL)
         let provider = try startProvider([.pending, .error("access_denied")])
