@@ -9,7 +9,7 @@ struct TokenRelayCommand: ParsableCommand {
         commandName: "tokenrelay",
         abstract: "A reverse proxy that injects short-lived access tokens and refreshes them once, however many requests fail.",
         version: TokenRelayVersion.current,
-        subcommands: [Run.self, Check.self, TokenCommand.self, Demo.self]
+        subcommands: [Run.self, Check.self, TokenCommand.self, Login.self, Demo.self]
     )
 }
 

@@ -5,6 +5,8 @@ public struct Config: Sendable {
     public var tokens: Tokens
     public var refresh: Refresh
     public var admin: Admin?
+    /// `tokenrelay login` (device authorization grant); nil when the config has no `login` object.
+    public var login: LoginSettings?
     /// Which header carries the access token, and how (`Authorization: Bearer …` unless configured).
     public var inject = InjectSettings()
     public var limits = Limits()

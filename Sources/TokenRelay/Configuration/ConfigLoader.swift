@@ -53,6 +53,7 @@ public enum ConfigLoader {
 
         var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
         config.inject = try InjectSettings.read(from: root)
+        config.login = try LoginSettings.read(from: root, refresh: refresh)
         if let limits = try root.optionalObject("limits") {
             config.limits = try readLimits(limits)
         }

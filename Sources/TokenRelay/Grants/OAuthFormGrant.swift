@@ -24,24 +24,8 @@ struct OAuthFormGrant: TokenGrantStrategy {
         if let scope = settings.scope { fields.append(("scope", scope)) }
         if let audience = settings.audience { fields.append(("audience", audience)) }
         if let resource = settings.resource { fields.append(("resource", resource)) }
-        var headers = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
-        switch settings.clientAuth {
-        case .clientSecretPost:
-            fields.append(("client_id", settings.clientID))
-            fields.append(("client_secret", clientSecret ?? ""))
-        case .none:
-            fields.append(("client_id", settings.clientID))
-        case .clientSecretBasic:
-            headers.append(("Authorization", basicCredentials()))
-        }
-        let body = Array(FormEncoding.encode(fields).utf8)
-        return .success(TokenHTTPRequest(method: EVHTTP_REQ_POST, target: settings.tokenURL.requestTarget, headers: headers, body: body))
-    }
-
-    /// RFC 6749 §2.3.1: id and secret are form-encoded before being joined and base64-encoded.
-    private func basicCredentials() -> String {
-        let pair = "\(FormEncoding.escape(settings.clientID)):\(FormEncoding.escape(clientSecret ?? ""))"
-        return "Basic " + Data(pair.utf8).base64EncodedString()
+        let client = OAuthClientAuthentication(method: settings.clientAuth, clientID: settings.clientID, clientSecret: clientSecret)
+        return .success(.oauthForm(to: settings.tokenURL, fields: fields, client: client))
     }
 
     func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {

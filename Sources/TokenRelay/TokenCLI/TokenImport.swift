@@ -1,5 +1,4 @@
 import Foundation
-import Glibc
 
 /// `tokenrelay token import`: validates tokens given as JSON on standard input (or in a named file) and
 /// writes the token file through the same atomic, 0600 writer the proxy uses. Tokens never come from
@@ -16,7 +15,7 @@ public enum TokenImport {
             throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
         }
         let file = TokenFile(path: config.tokens.file)
-        try withFileLock(tokenFilePath: file.path) { try file.write(tokens) }
+        try TokenFileLock.withBlockingLock(tokenFilePath: file.path) { try file.write(tokens) }
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         return "imported: token file \(file.path) (mode 0600): access token \(TokenFingerprint.of(tokens.accessToken)), "
             + "expires \(TokenFileReport.describeExpiry(of: tokens, now: now)), \(refresh). "
@@ -52,22 +51,6 @@ public enum TokenImport {
             throw TokenImportError("give either expires_in or expires_at, not both")
         }
         return tokens
-    }
-
-    /// The lock a refreshing tokenrelay holds (`<file>.lock`), so an import never lands in the middle of
-    /// a rotation; waited for up to 30 s.
-    private static func withFileLock(tokenFilePath: String, _ body: () throws -> Void) throws {
-        let lockPath = tokenFilePath + ".lock"
-        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw TokenFileError(lockPath, "cannot open lock file: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        let deadline = Date(timeIntervalSinceNow: 30)
-        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            guard Date() < deadline else { throw TokenFileError(lockPath, "still locked by a refreshing tokenrelay after 30 s") }
-            usleep(20_000)
-        }
-        defer { flock(fd, LOCK_UN) }
-        try body()
     }
 }
 

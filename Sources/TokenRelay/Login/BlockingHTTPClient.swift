@@ -1,0 +1,63 @@
+import CLibevent
+
+/// Sends one request at a time to one endpoint over the libevent bridge and blocks until the answer is
+/// in. `tokenrelay login` is a one-shot command with nothing else to serve, so running a private event
+/// loop per request is the simplest correct client — and going through `HTTPConnectionFactory` gives it
+/// https, `refresh.tls` and the TLS failure diagnostics exactly as the proxy has them.
+final class BlockingHTTPClient: OutgoingRequestDelegate {
+    struct Response {
+        let status: Int
+        let body: [UInt8]
+    }
+
+    private let loop: EventLoop
+    private let factory: HTTPConnectionFactory
+    private var status = 0
+    private var body: [UInt8] = []
+    private var outcome: Result<Response, OutgoingFailure>?
+    private static let maxResponseBytes = 1 << 20
+
+    init(endpoint: HTTPEndpoint, tls: TLSContext?, timeoutSeconds: Double) throws {
+        loop = try EventLoop()
+        factory = HTTPConnectionFactory(loop: loop, endpoint: endpoint, tls: tls, timeoutSeconds: timeoutSeconds)
+    }
+
+    func send(_ prepared: TokenHTTPRequest) -> Result<Response, OutgoingFailure> {
+        status = 0
+        body = []
+        outcome = nil
+        // A fresh connection per request: between two polls the server may well close an idle one, and
+        // with retries off a stale keep-alive connection would turn into a spurious failure.
+        guard let connection = factory.makeConnection() else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
+        defer { evhttp_connection_free(connection) }
+        evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes))
+        let endpoint = factory.endpoint
+        let request = OutgoingRequest(delegate: self)
+        let started = request.start(on: connection, method: prepared.method, target: prepared.target) { req in
+            let headers = HeaderList(raw: evhttp_request_get_output_headers(req))
+            headers.add("Host", endpoint.authority)
+            for header in prepared.headers { headers.add(header.name, header.value) }
+            headers.add("Content-Length", String(prepared.body.count))
+            prepared.body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(req), $0.baseAddress, $0.count) }
+        }
+        guard started else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
+        if outcome == nil { loop.run() }
+        // The loop only runs out of events without an outcome if evhttp dropped the request silently.
+        return outcome ?? .failure(OutgoingFailure(kind: .connectionLost, afterResponseStarted: false))
+    }
+
+    func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
+        status = Int(evhttp_request_get_response_code(response))
+    }
+
+    func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
+        let input = evhttp_request_get_input_buffer(response)
+        if body.count < Self.maxResponseBytes { body += EvBuffer.bytes(input) }
+        evbuffer_drain(input, EvBuffer.length(input))
+    }
+
+    func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
+        outcome = result.map { _ in Response(status: status, body: body) }
+        loop.stop()
+    }
+}

@@ -1,0 +1,34 @@
+import Foundation
+import Glibc
+
+/// Writes the tokens a device login obtained: the proxy's own atomic 0600 writer, under the token file
+/// lock, keeping the keys of an existing file that tokenrelay does not interpret (as a refresh would).
+enum LoginTokenFile {
+    /// Fails early — before the user is asked to sign in — when the file could not be written at all:
+    /// a login that succeeds and then has nowhere to put its tokens wastes the user's time.
+    static func checkWritable(_ path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        guard access(directory, W_OK) == 0 else {
+            throw TokenFileError(path, "directory \(directory) is not writable: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func write(_ grant: TokenGrant, to path: String, now: Date = Date()) throws {
+        let file = TokenFile(path: path)
+        try TokenFileLock.withBlockingLock(tokenFilePath: path) {
+            let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: now)
+            let tokens = TokenSet(accessToken: grant.accessToken, refreshToken: grant.refreshToken, expiresAt: expiry.expiresAt,
+                                  otherFields: keptFields(of: path))
+            try file.write(tokens)
+        }
+    }
+
+    /// Read raw rather than through `TokenFile.load`: the old file may be exactly what the login is
+    /// replacing (expired, half-seeded, refused), and it must not stand in the way.
+    private static func keptFields(of path: String) -> [String: Any] {
+        guard let data = FileManager.default.contents(atPath: path),
+              var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return [:] }
+        for key in ["access_token", "refresh_token", "expires_at"] { object[key] = nil }
+        return object
+    }
+}
