@@ -23,6 +23,8 @@ final class RelayMetrics {
     private var refreshesByTrigger: [String: Counter] = [:]
     private var refreshErrorsByCode: [String: Counter] = [:]
     let refreshDuration: DurationHistogram
+    let upstreamLatency: ValueHistogram
+    let holdDuration: ValueHistogram
 
     private static let replaysHelp = "Requests sent again with a newer access token, by reason"
 
@@ -49,6 +51,13 @@ final class RelayMetrics {
             descriptor: Self.name("refresh_duration", unit: "seconds", help: "Duration of one exchange with the token endpoint"),
             buckets: [.milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
                       .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10)])
+        let latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
+        upstreamLatency = registry.makeValueHistogram(
+            descriptor: Self.name("upstream_response", unit: "seconds", help: "Time from sending a request upstream to its response headers"),
+            buckets: latencyBuckets)
+        holdDuration = registry.makeValueHistogram(
+            descriptor: Self.name("hold_duration", unit: "seconds", help: "Time requests spent held waiting for a token refresh"),
+            buckets: latencyBuckets)
         stormGuardTrips = registry.makeCounter(descriptor: Self.name(
             "storm_guard_trips", unit: "total", help: "Times the refresh storm guard stopped refreshing"))
     }

@@ -15,6 +15,13 @@ public struct Config: Sendable {
     public var logLevel = "info"
     /// `text` (logfmt, for people and grep) or `json` (one object per line, for collectors).
     public var logFormat = LogFormat.text
+    public var accessLog = AccessLog()
+
+    /// One log line per client request (`log.access`), the query string only on request.
+    public struct AccessLog: Sendable {
+        public var enabled = false
+        public var includeQuery = false
+    }
 
     public struct Upstream: Sendable {
         public var url: HTTPEndpoint

@@ -70,6 +70,8 @@ public enum ConfigLoader {
                 }
                 config.logLevel = level
             }
+            if let access = try log.optionalBool("access") { config.accessLog.enabled = access }
+            if let query = try log.optionalBool("access_query") { config.accessLog.includeQuery = query }
             if let format = try log.optionalString("format") {
                 guard let parsed = LogFormat(rawValue: format) else { throw ConfigError(log.fieldPath("format"), "must be text or json") }
                 config.logFormat = parsed

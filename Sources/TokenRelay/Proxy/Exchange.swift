@@ -50,6 +50,12 @@ final class Exchange: OutgoingRequestDelegate {
 
     private var phase = Phase.admitted
     private var sends = 0
+    private let arrivedAt = EventLoop.monotonicNow
+    private var sentAt = 0.0
+    private var heldSince: Double?
+    /// The client's request target, copied only when the access log is on (the request may be freed
+    /// before the exchange finishes).
+    private var accessLogTarget: String?
     private var sentGeneration: UInt64 = 0
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
@@ -89,6 +95,7 @@ final class Exchange: OutgoingRequestDelegate {
             watcher.schedule()
             hangUpWatcher = watcher
         }
+        if proxy.config.accessLog.enabled { accessLogTarget = evhttp_request_get_uri(clientRequest).map { String(cString: $0) } }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
         let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
         if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
@@ -179,6 +186,7 @@ final class Exchange: OutgoingRequestDelegate {
         let reused = proxy.pool.willSend(on: connection)
         sentOnReusedConnection = reused
         sends += 1
+        sentAt = EventLoop.monotonicNow
         sentGeneration = generation
         captured = nil
         phase = .awaitingResponse
@@ -214,6 +222,7 @@ final class Exchange: OutgoingRequestDelegate {
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
         connectWatchdog = nil
+        proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         if let connection { proxy.pool.responseStarted(on: connection) }
         if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
             status: Int(evhttp_request_get_response_code(response)),
@@ -313,20 +322,29 @@ final class Exchange: OutgoingRequestDelegate {
         guard proxy.hold(self) else { return reply(.tooManyHeld) }
         phase = .held
         let now = EventLoop.monotonicNow
+        heldSince = now
         let deadline = holdDeadline ?? now + proxy.config.timeouts.holdSeconds
         holdDeadline = deadline
         let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
             self.proxy.unhold(self)
+            self.recordHoldEnded()
             self.reply(.unavailable("timed out waiting for a token refresh"))
         }
         timer.schedule(after: max(0, deadline - now))
         holdTimer = timer
     }
 
+    private func recordHoldEnded() {
+        guard let since = heldSince else { return }
+        heldSince = nil
+        proxy.metrics.holdDuration.record(EventLoop.monotonicNow - since)
+    }
+
     /// Called by the proxy for every held exchange when a refresh cycle ends.
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
         guard phase == .held else { return }
         holdTimer = nil
+        recordHoldEnded()
         switch outcome {
         case .renewed:
             if sends > 0 { proxy.metrics.replaysAfterRefresh.increment() }
@@ -478,7 +496,9 @@ final class Exchange: OutgoingRequestDelegate {
         if wasHeld { proxy.unhold(self) }
         if let body { evbuffer_free(body) }
         body = nil
-        proxy.exchangeFinished(self, status: answeredStatus)
+        proxy.exchangeFinished(self, status: answeredStatus, summary: AccessLogEntry(
+            method: method, target: accessLogTarget, status: answeredStatus,
+            seconds: EventLoop.monotonicNow - arrivedAt, attempts: sends, generation: sentGeneration))
         let retained = selfRetain
         selfRetain = nil
         retained?.release()

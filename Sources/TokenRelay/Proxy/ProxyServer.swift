@@ -106,9 +106,10 @@ final class ProxyServer {
 
     var activeCount: Int { active.count }
 
-    func exchangeFinished(_ exchange: Exchange, status: Int32) {
+    func exchangeFinished(_ exchange: Exchange, status: Int32, summary: AccessLogEntry) {
         active.removeValue(forKey: ObjectIdentifier(exchange))
         if status > 0 { metrics.countRequest(status: Int(status)) }
+        if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
     }
 

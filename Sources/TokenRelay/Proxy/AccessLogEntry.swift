@@ -1,0 +1,41 @@
+import CLibevent
+import Logging
+
+/// One access-log line per client request: method, path (query left out by default: it often carries
+/// identifiers or credentials of its own), status, duration, upstream attempts and token generation.
+struct AccessLogEntry {
+    let method: evhttp_cmd_type
+    let target: String?
+    let status: Int32
+    let seconds: Double
+    let attempts: Int
+    let generation: UInt64
+
+    func log(to logger: Logger, includeQuery: Bool) {
+        var path = target ?? "-"
+        if !includeQuery, let question = path.firstIndex(of: "?") { path = String(path[..<question]) }
+        logger.info("request", metadata: [
+            "method": "\(Self.name(of: method))",
+            "path": "\(path)",
+            "status": "\(status)",
+            "duration_ms": "\(Int((seconds * 1000).rounded()))",
+            "attempts": "\(attempts)",
+            "generation": "\(generation)",
+        ])
+    }
+
+    private static func name(of method: evhttp_cmd_type) -> String {
+        switch method {
+        case EVHTTP_REQ_GET: return "GET"
+        case EVHTTP_REQ_POST: return "POST"
+        case EVHTTP_REQ_HEAD: return "HEAD"
+        case EVHTTP_REQ_PUT: return "PUT"
+        case EVHTTP_REQ_DELETE: return "DELETE"
+        case EVHTTP_REQ_OPTIONS: return "OPTIONS"
+        case EVHTTP_REQ_TRACE: return "TRACE"
+        case EVHTTP_REQ_CONNECT: return "CONNECT"
+        case EVHTTP_REQ_PATCH: return "PATCH"
+        default: return "OTHER"
+        }
+    }
+}
