@@ -12,10 +12,8 @@ final class BlockingHTTPClient: OutgoingRequestDelegate {
 
     private let loop: EventLoop
     private let factory: HTTPConnectionFactory
-    private var status = 0
-    private var body: [UInt8] = []
+    private var response = SmallResponse()
     private var outcome: Result<Response, OutgoingFailure>?
-    private static let maxResponseBytes = 1 << 20
 
     init(endpoint: HTTPEndpoint, tls: TLSContext?, timeoutSeconds: Double) throws {
         loop = try EventLoop()
@@ -23,14 +21,13 @@ final class BlockingHTTPClient: OutgoingRequestDelegate {
     }
 
     func send(_ prepared: TokenHTTPRequest) -> Result<Response, OutgoingFailure> {
-        status = 0
-        body = []
+        self.response = SmallResponse()
         outcome = nil
         // A fresh connection per request: between two polls the server may well close an idle one, and
         // with retries off a stale keep-alive connection would turn into a spurious failure.
         guard let connection = factory.makeConnection() else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
         defer { evhttp_connection_free(connection) }
-        evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes))
+        evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes)
         let endpoint = factory.endpoint
         let request = OutgoingRequest(delegate: self)
         let started = request.start(on: connection, method: prepared.method, target: prepared.target) { req in
@@ -47,17 +44,15 @@ final class BlockingHTTPClient: OutgoingRequestDelegate {
     }
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
-        status = Int(evhttp_request_get_response_code(response))
+        self.response.receivedHeaders(response)
     }
 
     func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
-        let input = evhttp_request_get_input_buffer(response)
-        if body.count < Self.maxResponseBytes { body += EvBuffer.bytes(input) }
-        evbuffer_drain(input, EvBuffer.length(input))
+        self.response.receivedBody(response)
     }
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
-        outcome = result.map { _ in Response(status: status, body: body) }
+        outcome = result.map { _ in Response(status: response.status, body: response.body) }
         loop.stop()
     }
 }

@@ -14,16 +14,14 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     private let grant: TokenGrantStrategy
     private let connection: OpaquePointer?
     private var call: OutgoingRequest?
-    private var status = 0
-    private var body: [UInt8] = []
+    private var response = SmallResponse()
     private var completion: ((TokenEndpointResult) -> Void)?
-    private static let maxResponseBytes = 1 << 20
 
     init(factory: HTTPConnectionFactory, endpoint: HTTPEndpoint, grant: TokenGrantStrategy) {
         self.endpoint = endpoint
         self.grant = grant
         connection = factory.makeConnection()
-        if let connection { evhttp_connection_set_max_body_size(connection, Int(Self.maxResponseBytes)) }
+        if let connection { evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes) }
     }
 
     deinit {
@@ -41,8 +39,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult) -> Void) {
         precondition(call == nil, "one refresh at a time")
         self.completion = completion
-        status = 0
-        body = []
+        self.response = SmallResponse()
         let prepared: TokenHTTPRequest
         switch grant.makeRequest(current: current) {
         case .success(let request): prepared = request
@@ -70,19 +67,17 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     }
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
-        status = Int(evhttp_request_get_response_code(response))
+        self.response.receivedHeaders(response)
     }
 
     func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
-        let input = evhttp_request_get_input_buffer(response)
-        if body.count < Self.maxResponseBytes { body += EvBuffer.bytes(input) }
-        evbuffer_drain(input, EvBuffer.length(input))
+        self.response.receivedBody(response)
     }
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         switch result {
         case .success:
-            finish(grant.classify(status: status, body: body))
+            finish(grant.classify(status: response.status, body: response.body))
         case .failure(let failure):
             finish(.transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.mayHaveReachedPeer))
         }
@@ -90,7 +85,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
 
     private func finish(_ result: TokenEndpointResult) {
         call = nil
-        body = []
+        response = SmallResponse()
         let completion = self.completion
         self.completion = nil
         completion?(result)
