@@ -235,7 +235,7 @@ final class ConfigSchemaTests: XCTestCase {
                 XCTAssertNotNil(property["description"] as? String, "\(keyPath): description missing")
                 let isScalar = property["type"] as? String != "object"
                 let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds", "client_id", "token_url", "client_auth", "audience", "resource",
-                                           "body_json", "refresh_token", "expires_in", "expires_at"].contains(key)
+                                           "body_json", "refresh_token", "expires_in", "expires_at", "error"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

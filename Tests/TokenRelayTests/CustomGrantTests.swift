@@ -56,6 +56,27 @@ final class CustomGrantTests: RelayTestCase {
         XCTAssertNotNil(file["expires_at"])
     }
 
+    func testLoginRequiredErrorCodeLatchesWhateverTheStatus() throws {
+        let backend = try MiniHTTPServer { _ in .json(500, ["error": ["code": "SESSION_EXPIRED"]]) }
+        defer { backend.stop() }
+        var config = seedConfig(response: ["error": "/error/code", "login_required_errors": ["SESSION_EXPIRED"]])
+        var refresh = config["refresh"] as! [String: Any]
+        var request = refresh["request"] as! [String: Any]
+        request["url"] = "\(backend.baseURL)/auth/token"
+        refresh["request"] = request
+        config["refresh"] = refresh
+        var merged = self.config()["refresh"] as! [String: Any]
+        merged.removeValue(forKey: "token_url")
+        merged.removeValue(forKey: "client_auth")
+        merged.merge(refresh) { _, new in new }
+        config["refresh"] = merged
+        let relay = try startRelayReplacingRefresh(config)
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 401)
+        XCTAssertEqual(try admin(relay, "/readyz").status, 503, "a 500 carrying SESSION_EXPIRED means login required, not retry")
+        XCTAssertTrue(try admin(relay, "/metrics").bodyText.contains("tokenrelay_refresh_errors_total{error=\"SESSION_EXPIRED\"} 1"))
+    }
+
     func testLoginRequiredStatusLatches() throws {
         let relay = try startSeedRelay()
         tokenServer.failureMode = .rejectAll

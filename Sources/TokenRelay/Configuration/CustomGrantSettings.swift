@@ -29,6 +29,10 @@ public struct CustomGrantSettings: Sendable {
     /// Statuses that mean "the credentials are dead, log in again"; other 4xx fail the cycle without a
     /// latch, 408/425/429/5xx are retried.
     public var loginRequiredStatuses: Set<Int> = [400, 401, 403]
+    /// Where a failure answer carries its error code (e.g. `/error/code`), and the codes that mean
+    /// "log in again" whatever the status (some backends answer 200 or 500 with `SESSION_EXPIRED`).
+    public var errorCode: JSONPointer?
+    public var loginRequiredErrors: Set<String> = []
 
     /// Placeholders used anywhere in the request.
     public var placeholders: Set<StringTemplate.Placeholder> {
@@ -68,6 +72,13 @@ public struct CustomGrantSettings: Sendable {
         }
         if let statuses = try response.optionalIntegerArray("login_required_statuses", range: 400...499) {
             settings.loginRequiredStatuses = Set(statuses)
+        }
+        settings.errorCode = try pointer(response, "error", required: false)
+        if let codes = try response.optionalStringArray("login_required_errors") {
+            guard settings.errorCode != nil else {
+                throw ConfigError(response.fieldPath("login_required_errors"), "needs refresh.response.error (where the code is)")
+            }
+            settings.loginRequiredErrors = Set(codes)
         }
         try response.rejectUnknownKeys()
         return settings

@@ -2,7 +2,8 @@ import Foundation
 
 /// Reads the custom grant's answer through the configured JSON Pointers, and maps failures:
 ///
-/// - a status in `login_required_statuses` (default 400, 401, 403): the credentials are dead, latch
+/// - an error code in `login_required_errors` (read at the `error` pointer), whatever the status, or a
+///   status in `login_required_statuses` (default 400, 401, 403): the credentials are dead, latch
 ///   "login required";
 /// - 408, 425, 429, 5xx: transient, retried with backoff;
 /// - any other status (404, 405, 3xx, …): the cycle fails without retry and without a latch. Such an
@@ -12,6 +13,7 @@ struct CustomResponseMapping {
     let settings: CustomGrantSettings
 
     func classify(status: Int, body: [UInt8], now: Date) -> TokenEndpointResult {
+        if let code = loginRequiredError(in: body) { return .rejected(status: status, oauthError: code) }
         if (200..<300).contains(status) { return parse(body, now: now) }
         if settings.loginRequiredStatuses.contains(status) { return .rejected(status: status, oauthError: nil) }
         switch status {
@@ -20,6 +22,14 @@ struct CustomResponseMapping {
         default:
             return .invalidResponse(reason: "token endpoint answered \(status) (not in refresh.response.login_required_statuses)")
         }
+    }
+
+    /// A configured "log in again" error code found at `refresh.response.error`, whatever the status.
+    private func loginRequiredError(in body: [UInt8]) -> String? {
+        guard let pointer = settings.errorCode, !settings.loginRequiredErrors.isEmpty,
+              let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]),
+              let code = pointer.evaluate(json) as? String, settings.loginRequiredErrors.contains(code) else { return nil }
+        return code
     }
 
     private func parse(_ body: [UInt8], now: Date) -> TokenEndpointResult {
