@@ -1,104 +1,93 @@
+import CoreMetrics
 import Prometheus
 
-/// The metrics tokenrelay exports on the admin listener's `/metrics`, in Prometheus text format.
+/// The metrics tokenrelay exports on the admin listener's `/metrics`: recorded through the swift-metrics
+/// API, kept and rendered in Prometheus text format by swift-prometheus (nothing is hand-formatted).
 ///
+/// The factory is handed to each metric explicitly instead of bootstrapping the process-wide
+/// `MetricsSystem`, so a test process can run several relays side by side without them sharing counters.
 /// Labels have small fixed value sets (status codes, outcome names); nothing derived from a request
 /// path or a token ever becomes a label. Confined to the event loop, except `exposition()`.
 final class RelayMetrics {
-    let registry = PrometheusCollectorRegistry()
-    private var requestsByStatus: [Int: Counter] = [:]
-    private var refreshesByOutcome: [String: Counter] = [:]
-    private var upstreamErrorsByKind: [String: Counter] = [:]
-    let heldRequests: Gauge
-    let replaysAfterRefresh: Counter
-    let replaysStaleGeneration: Counter
-    let tokenGeneration: Gauge
-    let loginRequired: Gauge
-    let tokenFileWriteFailures: Counter
-    let accessTokenExpiresAt: Gauge
-    let secondsUntilExpiry: Gauge
-    let lockWaits: Counter
-    let adoptedRotations: Counter
-    let stormGuardTrips: Counter
-    private var refreshesByTrigger: [String: Counter] = [:]
-    private var refreshErrorsByCode: [String: Counter] = [:]
-    let refreshDuration: DurationHistogram
-    let upstreamLatency: ValueHistogram
-    let holdDuration: ValueHistogram
+    private let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+    private var requestsByStatus: [Int: CoreMetrics.Counter] = [:]
+    private var labelled: [String: CoreMetrics.Counter] = [:]
 
-    private static let replaysHelp = "Requests sent again with a newer access token, by reason"
+    let heldRequests: CoreMetrics.Gauge
+    let replaysAfterRefresh: CoreMetrics.Counter
+    let replaysStaleGeneration: CoreMetrics.Counter
+    let tokenGeneration: CoreMetrics.Gauge
+    let loginRequired: CoreMetrics.Gauge
+    let tokenFileWriteFailures: CoreMetrics.Counter
+    let accessTokenExpiresAt: CoreMetrics.Gauge
+    let secondsUntilExpiry: CoreMetrics.Gauge
+    let lockWaits: CoreMetrics.Counter
+    let adoptedRotations: CoreMetrics.Counter
+    let stormGuardTrips: CoreMetrics.Counter
+    /// Seconds of one exchange with the token endpoint.
+    let refreshDuration: CoreMetrics.Recorder
+    /// Seconds from sending a request upstream to its response headers.
+    let upstreamLatency: CoreMetrics.Recorder
+    /// Seconds requests spent held waiting for a token refresh.
+    let holdDuration: CoreMetrics.Recorder
 
     init() {
-        heldRequests = registry.makeGauge(descriptor: Self.name("held_requests", unit: "", help: "Requests waiting for a token refresh"))
-        replaysAfterRefresh = registry.makeCounter(descriptor: Self.name("replays", unit: "total", help: Self.replaysHelp),
-                                                   labels: [("reason", "refreshed")])
-        replaysStaleGeneration = registry.makeCounter(descriptor: Self.name("replays", unit: "total", help: Self.replaysHelp),
-                                                      labels: [("reason", "stale_token")])
-        tokenGeneration = registry.makeGauge(descriptor: Self.name("token_generation", unit: "", help: "Current access-token generation"))
-        loginRequired = registry.makeGauge(descriptor: Self.name(
-            "login_required", unit: "", help: "1 while the refresh token was rejected and a new login is needed"))
-        tokenFileWriteFailures = registry.makeCounter(descriptor: Self.name("token_file_write_failures", unit: "total",
-                                                                            help: "Failed writes of the token file"))
-        accessTokenExpiresAt = registry.makeGauge(descriptor: Self.name(
-            "access_token_expiry_timestamp", unit: "seconds", help: "Expiry of the current access token (Unix time; 0 when unknown)"))
-        secondsUntilExpiry = registry.makeGauge(descriptor: Self.name(
-            "access_token_remaining", unit: "seconds", help: "Seconds until the current access token expires (-1 when unknown)"))
-        lockWaits = registry.makeCounter(descriptor: Self.name(
-            "token_lock_waits", unit: "total", help: "Refreshes that had to wait for another process holding the token file lock"))
-        adoptedRotations = registry.makeCounter(descriptor: Self.name(
-            "adopted_rotations", unit: "total", help: "Tokens taken from the token file instead of refreshing (rotated by another process or an operator)"))
-        refreshDuration = registry.makeDurationHistogram(
-            descriptor: Self.name("refresh_duration", unit: "seconds", help: "Duration of one exchange with the token endpoint"),
-            buckets: [.milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
-                      .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10)])
+        var factory = PrometheusMetricsFactory(registry: registry)
         let latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
-        upstreamLatency = registry.makeValueHistogram(
-            descriptor: Self.name("upstream_response", unit: "seconds", help: "Time from sending a request upstream to its response headers"),
-            buckets: latencyBuckets)
-        holdDuration = registry.makeValueHistogram(
-            descriptor: Self.name("hold_duration", unit: "seconds", help: "Time requests spent held waiting for a token refresh"),
-            buckets: latencyBuckets)
-        stormGuardTrips = registry.makeCounter(descriptor: Self.name(
-            "storm_guard_trips", unit: "total", help: "Times the refresh storm guard stopped refreshing"))
+        for name in ["tokenrelay_refresh_duration_seconds", "tokenrelay_upstream_response_seconds", "tokenrelay_hold_duration_seconds"] {
+            factory.valueHistogramBuckets[name] = latencyBuckets
+        }
+        self.factory = factory
+        heldRequests = Gauge(label: "tokenrelay_held_requests", factory: factory)
+        replaysAfterRefresh = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "refreshed")], factory: factory)
+        replaysStaleGeneration = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "stale_token")], factory: factory)
+        tokenGeneration = Gauge(label: "tokenrelay_token_generation", factory: factory)
+        loginRequired = Gauge(label: "tokenrelay_login_required", factory: factory)
+        tokenFileWriteFailures = Counter(label: "tokenrelay_token_file_write_failures_total", factory: factory)
+        accessTokenExpiresAt = Gauge(label: "tokenrelay_access_token_expiry_timestamp_seconds", factory: factory)
+        secondsUntilExpiry = Gauge(label: "tokenrelay_access_token_remaining_seconds", factory: factory)
+        lockWaits = Counter(label: "tokenrelay_token_lock_waits_total", factory: factory)
+        adoptedRotations = Counter(label: "tokenrelay_adopted_rotations_total", factory: factory)
+        stormGuardTrips = Counter(label: "tokenrelay_storm_guard_trips_total", factory: factory)
+        refreshDuration = Recorder(label: "tokenrelay_refresh_duration_seconds", aggregate: true, factory: factory)
+        upstreamLatency = Recorder(label: "tokenrelay_upstream_response_seconds", aggregate: true, factory: factory)
+        holdDuration = Recorder(label: "tokenrelay_hold_duration_seconds", aggregate: true, factory: factory)
     }
 
-    func countRefreshStarted(trigger: String) {
-        counter(in: &refreshesByTrigger, Self.name("refresh_cycles", unit: "total", help: "Refresh cycles started, by trigger (proactive, unauthorized, forced)"),
-                label: "trigger", value: trigger).increment()
-    }
-
-    private static func name(_ metric: String, unit: String, help: String) -> MetricNameDescriptor {
-        MetricNameDescriptor(namespace: "tokenrelay", metricName: metric, unitName: unit, helpText: help)
-    }
-
+    /// Client requests answered, by HTTP status (the hot path: counters are cached per status).
     func countRequest(status: Int) {
         if let counter = requestsByStatus[status] { return counter.increment() }
-        let counter = registry.makeCounter(descriptor: Self.name("requests", unit: "total", help: "Client requests answered, by HTTP status"),
-                                           labels: [("status", String(status))])
+        let counter = Counter(label: "tokenrelay_requests_total", dimensions: [("status", String(status))], factory: factory)
         requestsByStatus[status] = counter
         counter.increment()
     }
 
+    /// Token refresh attempts, by outcome (success, rejected, transient_failure, invalid_response).
     func countRefresh(outcome: String) {
-        counter(in: &refreshesByOutcome, Self.name("refreshes", unit: "total", help: "Token refresh attempts, by outcome"),
-                label: "outcome", value: outcome).increment()
+        counter("tokenrelay_refreshes_total", "outcome", outcome).increment()
+    }
+
+    /// Refresh cycles started, by trigger (expiring = proactive, unauthorized, forced, …).
+    func countRefreshStarted(trigger: String) {
+        counter("tokenrelay_refresh_cycles_total", "trigger", trigger).increment()
     }
 
     /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
     func countRefreshError(code: String) {
-        counter(in: &refreshErrorsByCode, Self.name("refresh_errors", unit: "total", help: "Refreshes refused by the token endpoint, by OAuth error code"),
-                label: "error", value: code).increment()
+        counter("tokenrelay_refresh_errors_total", "error", code).increment()
     }
 
+    /// Upstream requests that failed without a response, by kind (connect, timeout, tls, …).
     func countUpstreamError(kind: String) {
-        counter(in: &upstreamErrorsByKind, Self.name("upstream_errors", unit: "total", help: "Upstream requests that failed without a response"),
-                label: "kind", value: kind).increment()
+        counter("tokenrelay_upstream_errors_total", "kind", kind).increment()
     }
 
-    private func counter(in cache: inout [String: Counter], _ descriptor: MetricNameDescriptor, label: String, value: String) -> Counter {
-        if let counter = cache[value] { return counter }
-        let counter = registry.makeCounter(descriptor: descriptor, labels: [(label, value)])
-        cache[value] = counter
+    private func counter(_ name: String, _ label: String, _ value: String) -> CoreMetrics.Counter {
+        let key = "\(name)\u{0}\(value)"
+        if let counter = labelled[key] { return counter }
+        let counter = Counter(label: name, dimensions: [(label, value)], factory: factory)
+        labelled[key] = counter
         return counter
     }
 

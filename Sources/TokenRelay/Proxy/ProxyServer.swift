@@ -75,7 +75,7 @@ final class ProxyServer {
         guard held.count < config.limits.maxHeldRequests else { return false }
         held[id] = exchange
         heldOrder.append(id)
-        metrics.heldRequests.set(to: Double(held.count))
+        metrics.heldRequests.record(Double(held.count))
         return true
     }
 
@@ -83,7 +83,7 @@ final class ProxyServer {
         let id = ObjectIdentifier(exchange)
         guard held.removeValue(forKey: id) != nil else { return }
         heldOrder.removeAll { $0 == id }
-        metrics.heldRequests.set(to: Double(held.count))
+        metrics.heldRequests.record(Double(held.count))
     }
 
     var heldCount: Int { held.count }
@@ -93,7 +93,7 @@ final class ProxyServer {
         let waiting = heldOrder.compactMap { held[$0] }
         held = [:]
         heldOrder = []
-        metrics.heldRequests.set(to: 0)
+        metrics.heldRequests.record(0)
         waiting.forEach { $0.refreshFinished(outcome) }
     }
 

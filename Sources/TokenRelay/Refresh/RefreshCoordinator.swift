@@ -209,9 +209,9 @@ final class RefreshCoordinator {
             if self.endpoint.needsRefreshToken, let refreshToken = self.tokens.refreshToken {
                 self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
             }
-            let started = ContinuousClock.now
+            let started = EventLoop.monotonicNow
             self.endpoint.refresh(current: self.tokens) { [weak self] result in
-                self?.metrics.refreshDuration.record(ContinuousClock.now - started)
+                self?.metrics.refreshDuration.record(EventLoop.monotonicNow - started)
                 self?.handle(result)
             }
         }
@@ -438,9 +438,9 @@ final class RefreshCoordinator {
     }
 
     private func publish() {
-        metrics.tokenGeneration.set(to: Double(generation))
-        metrics.loginRequired.set(to: state == .loginRequired ? 1 : 0)
-        metrics.accessTokenExpiresAt.set(to: tokens.expiresAt?.timeIntervalSince1970 ?? 0)
-        metrics.secondsUntilExpiry.set(to: tokens.expiresAt.map { max(0, $0.timeIntervalSinceNow) } ?? -1)
+        metrics.tokenGeneration.record(Double(generation))
+        metrics.loginRequired.record(state == .loginRequired ? 1 : 0)
+        metrics.accessTokenExpiresAt.record(tokens.expiresAt?.timeIntervalSince1970 ?? 0)
+        metrics.secondsUntilExpiry.record(tokens.expiresAt.map { max(0, $0.timeIntervalSinceNow) } ?? -1)
     }
 }
