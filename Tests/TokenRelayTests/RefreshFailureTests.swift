@@ -123,3 +123,49 @@ final class RefreshFailureTests: RelayTestCase {
         XCTAssertTrue(relay.stderrText.contains("not allowed in an HTTP header"), relay.stderrText)
     }
 }
+
+/// Refreshes whose outcome is unknown, and shutdown while a refresh is in flight: the refresh token
+/// must never be presented twice, and a rotated one must reach the token file.
+final class RefreshOutcomeTests: RelayTestCase {
+    func testTimedOutRefreshIsNotPresentedAgainInTheSameCycle() throws {
+        let relay = try startRelay(["timeouts": ["refresh_seconds": 0.4], "refresh": ["max_attempts": 4, "backoff_seconds": 0.05]])
+        tokenServer.failureMode = .delay(1.2)
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 503)
+        XCTAssertTrue(relay.stderrText.contains("outcome unknown"), relay.stderrText)
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.successfulRefreshes == 1 }, "the slow server did rotate")
+        XCTAssertEqual(tokenServer.refreshCalls, 1, "the same refresh token must not be queued again at a slow server")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
+    func testShutdownWaitsForARefreshInFlightAndSavesTheRotatedToken() throws {
+        let relay = try startRelay(["timeouts": ["drain_seconds": 0.2]])
+        tokenServer.failureMode = .delay(1.0)
+        let forced = HTTPTestClient.concurrentlyAsync { try? HTTPTestClient.send(port: relay.adminPort, method: "POST", path: "/refresh") }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls == 1 })
+        relay.signal(SIGTERM)
+        XCTAssertEqual(relay.waitForExit(timeout: 15), 0)
+        _ = try forced.wait(timeout: 5)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(try readTokenFile()["refresh_token"] as? String, tokenServer.currentRefreshToken,
+                       "the rotated refresh token must be on disk before the process exits")
+
+        tokenServer.failureMode = .normal
+        let restarted = try startRelay()
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(restarted).status, 200)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
+    func testRequestWithoutRefreshTokenIsAnsweredAtOnce() throws {
+        let tokens = tokenServer.issueInitialTokens()
+        try JSONSerialization.data(withJSONObject: ["access_token": tokens.access]).write(to: tokenFileURL)
+        chmod(tokenFileURL.path, 0o600)
+        let relay = try startRelay(["timeouts": ["hold_seconds": 10]])
+        tokenServer.expireAccessTokens()
+        let started = Date()
+        XCTAssertEqual(try get(relay).status, 401)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 3, "released when the cycle ends, not at the hold timeout")
+        XCTAssertEqual(try admin(relay, "/readyz").status, 503)
+    }
+}

@@ -133,7 +133,9 @@ public struct Config: Sendable {
         /// How long a request may wait for a free pooled connection before 503.
         public var poolWaitSeconds = 10.0
         /// One token-endpoint exchange.
-        public var refreshSeconds = 10.0
+        /// Long on purpose: giving up on a refresh the server may still process (a paused or overloaded
+        /// token endpoint) loses the rotated refresh token in its answer.
+        public var refreshSeconds = 60.0
         /// How long a request may wait for a refresh before it is answered 503.
         public var holdSeconds = 30.0
         /// How long SIGTERM waits for in-flight and held requests.

@@ -126,14 +126,19 @@ final class ProxyServer {
         checkDrained()
     }
 
-    private func checkDrained() {
-        if isDraining && active.isEmpty && unflushedResponses == 0 { onDrained?() }
+    /// Drained: no exchange left, every final response written out, and no exchange with the token
+    /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
+    /// reach the token file before the process exits).
+    func checkDrained() {
+        if isDraining && active.isEmpty && unflushedResponses == 0 && !coordinator.isTalkingToTokenEndpoint { onDrained?() }
     }
 
     // MARK: - Shutdown
 
     func startDraining() {
         isDraining = true
+        coordinator.stopRefreshing()
+        coordinator.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
         listener.stopAccepting()
         checkDrained()
     }

@@ -81,6 +81,12 @@ final class RefreshCoordinator {
     private(set) var degradedReason: String?
     private var lifetime: Double?
     private var attempt = 0
+    private var countsTowardsStormGuard = false
+    /// Set at shutdown: no new cycle or retry starts; one already talking to the token endpoint finishes,
+    /// because its answer may carry the only copy of a rotated refresh token.
+    private var stopped = false
+    /// Called when an exchange with the token endpoint ends (graceful shutdown waits for it).
+    var onTokenEndpointIdle: (() -> Void)?
     private var retryTimer: LoopEvent?
     private var proactiveTimer: LoopEvent?
     private var recoveryTimer: LoopEvent?
@@ -172,13 +178,24 @@ final class RefreshCoordinator {
 
     // MARK: - The refresh cycle
 
+    /// Whether an exchange with the token endpoint is under way.
+    var isTalkingToTokenEndpoint: Bool { endpoint.isBusy }
+
+    /// Graceful shutdown: no new refresh cycles or retries from now on.
+    func stopRefreshing() {
+        stopped = true
+        proactiveTimer = nil
+    }
+
     private func startRefresh(mode: Mode, trigger: String) {
+        guard !stopped else { return }
         if state == .refreshing {
             if mode == .reactive { self.mode = .reactive }
             return
         }
         state = .refreshing
         self.mode = mode
+        countsTowardsStormGuard = trigger == "unauthorized"
         attempt = 0
         proactiveTimer = nil
         metrics.countRefreshStarted(trigger: trigger)
@@ -194,6 +211,7 @@ final class RefreshCoordinator {
             guard let self else { return }
             if waited { self.metrics.lockWaits.increment() }
             guard acquired else {
+                self.attempt += 1  // counts, or another process holding the lock would keep this cycle alive forever
                 return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false))
             }
             if self.adoptRotationFromDisk() { return }
@@ -203,7 +221,7 @@ final class RefreshCoordinator {
                 self.metrics.countRefresh(outcome: "rejected")
                 return self.latchLoginRequired()
             }
-            if self.attempt == 0 && self.mode == .reactive { self.reactiveRefreshTimes.append(EventLoop.monotonicNow) }
+            if self.attempt == 0 && self.countsTowardsStormGuard { self.reactiveRefreshTimes.append(EventLoop.monotonicNow) }
             self.attempt += 1
             self.refreshCount += 1
             if self.endpoint.needsRefreshToken, let refreshToken = self.tokens.refreshToken {
@@ -213,6 +231,7 @@ final class RefreshCoordinator {
             self.endpoint.refresh(current: self.tokens) { [weak self] result in
                 self?.metrics.refreshDuration.record(EventLoop.monotonicNow - started)
                 self?.handle(result)
+                self?.onTokenEndpointIdle?()
             }
         }
     }
@@ -256,7 +275,15 @@ final class RefreshCoordinator {
             metrics.countRefresh(outcome: "transient_failure")
             var metadata: Logger.Metadata = ["reason": "\(reason)", "attempt": "\(attempt)"]
             if outcomeUnknown { metadata["outcome"] = "unknown" }
-            guard attempt < settings.maxAttempts else {
+            if outcomeUnknown && endpoint.needsRefreshToken {
+                // The server may have rotated the refresh token and we never saw the answer. Presenting it
+                // again at once, possibly while that request is still queued at a paused server, is how a
+                // rotation server concludes theft. End the cycle; the next one re-reads the token file first.
+                logger.error("refresh outcome unknown; not retrying now (the refresh token may already be rotated)",
+                             metadata: metadata)
+                return giveUp(reason: reason)
+            }
+            guard attempt < settings.maxAttempts, !stopped else {
                 logger.error("refresh failed; giving up for now", metadata: metadata)
                 return giveUp(reason: reason)
             }
@@ -345,6 +372,7 @@ final class RefreshCoordinator {
         degradedReason = nil
         recoveryTimer = nil
         reactiveRefreshTimes = []
+        scheduleProactiveRefresh()
         publish()
     }
 

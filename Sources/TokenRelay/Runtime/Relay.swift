@@ -102,8 +102,11 @@ public final class Relay {
             self.logger.warning("drain timeout; answering remaining requests", metadata: ["active_requests": "\(self.proxy.activeCount)"])
             // The answers need a moment to be written out; `onDrained` stops the loop once they are,
             // and a client that never reads cannot hold the exit up for more than a second.
+            // A refresh still talking to the token endpoint gets up to refresh_seconds: exiting before its
+            // answer is saved would lose a rotated refresh token.
             self.drainTimer = LoopEvent(loop: self.loop) { [unowned self] _ in self.loop.stop() }
-            self.drainTimer?.schedule(after: 1)
+            let grace = self.coordinator.isTalkingToTokenEndpoint ? max(1, self.config.timeouts.refreshSeconds) : 1
+            self.drainTimer?.schedule(after: grace)
             self.proxy.abandonRemaining()
         }
         timer.schedule(after: config.timeouts.drainSeconds)

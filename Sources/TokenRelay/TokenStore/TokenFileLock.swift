@@ -31,12 +31,17 @@ final class TokenFileLock {
     /// Calls `completion(true)` on the loop once the lock is held, or `completion(false)` after `timeout`.
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
         precondition(pendingCompletion == nil && !isHeld, "one acquisition at a time")
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
-            isHeld = true
-            return completion(true, false)
-        }
         let wake = LoopEvent(loop: loop) { [weak self] _ in self?.finishWaiting() }
         wakeUp = wake
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            // Even an uncontended lock is reported on the next loop pass, never from inside `acquire`: a
+            // caller that starts a refresh and then joins the waiting requests must be done joining
+            // before a cycle that ends at once (tokens adopted from disk) releases them.
+            acquiredOnThread.value.withLock { $0 = true }
+            pendingCompletion = { completion($0, false) }
+            wake.activate()
+            return
+        }
         pendingCompletion = { completion($0, true) }
         acquiredOnThread.value.withLock { $0 = nil }
         let descriptor = fd
