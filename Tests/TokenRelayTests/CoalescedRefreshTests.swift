@@ -20,14 +20,7 @@ final class CoalescedRefreshTests: RelayTestCase {
 
     func testStaleGenerationUnauthorizedIsReplayedWithoutRefresh() throws {
         let relay = try startRelay()
-        // Request A leaves with generation 1 and is answered slowly; the upstream checks the token only
-        // when it answers, by which time B has caused a refresh to generation 2.
-        api.responseDelay = 1.0
-        let slow = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/slow") }
-        XCTAssertTrue(waitUntil(timeout: 5) { self.api.requestCount == 1 })
-        api.responseDelay = 0
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay, "/fast").status, 200)
+        let slow = try requestSpanningARefresh(relay)
         XCTAssertEqual(tokenServer.refreshCalls, 1)
 
         let slowResponse = try slow.wait(timeout: 10)

@@ -5,26 +5,19 @@ import XCTest
 /// on it. Idempotent requests are retried once on a fresh connection; a POST is not (it may have been
 /// processed), and the client gets a 502.
 final class ConnectionReuseTests: RelayTestCase {
-    private var upstream: RawUpstream?
     private let seen = Locked<[RecordedRequest]>([])
-
-    override func tearDownWithError() throws {
-        upstream?.stop()
-        try super.tearDownWithError()
-    }
 
     /// The first connection answers one request with keep-alive, then reads the next request and closes
     /// without a word; every later connection answers normally.
     private func startRelayWithRacingUpstream() throws -> TokenRelayProcess {
         let seen = self.seen
-        let upstream = try RawUpstream { connection in
+        let upstream = try rawUpstream { connection in
             while let request = try connection.readRequest() {
                 let count = seen.withLock { $0.append(request); return $0.filter { $0.connectionID == connection.id }.count }
                 if connection.id == 1 && count == 2 { return }
                 try connection.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             }
         }
-        self.upstream = upstream
         return try startRelay(["upstream": ["url": upstream.baseURL]])
     }
 

@@ -79,10 +79,7 @@ final class CustomGrantTests: RelayTestCase {
 
     func testLoginRequiredStatusLatches() throws {
         let relay = try startSeedRelay()
-        tokenServer.failureMode = .rejectAll
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay).status, 401)
-        XCTAssertEqual(try admin(relay, "/readyz").status, 503)
+        try latchLoginRequired(relay)
         XCTAssertEqual(tokenServer.refreshCalls, 1)
     }
 

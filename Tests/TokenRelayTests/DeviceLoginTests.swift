@@ -156,10 +156,7 @@ final class DeviceLoginTests: RelayTestCase {
     /// The new file ends "login required" in a running tokenrelay through its file watch, no restart.
     func testRunningRelayPicksUpTheLoginTokens() throws {
         let relay = try startRelay()
-        tokenServer.failureMode = .rejectAll
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay).status, 401)
-        XCTAssertEqual(try admin(relay, "/readyz").status, 503, "login required")
+        try latchLoginRequired(relay)
 
         tokenServer.failureMode = .normal
         let fresh = tokenServer.issueInitialTokens()

@@ -32,12 +32,7 @@ final class InjectionFormatTests: RelayTestCase {
 
     func testStaleGenerationReplayWithCustomHeader() throws {
         let relay = try startRelay(injectAccessToken)
-        api.responseDelay = 1.0
-        let slow = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/slow") }
-        XCTAssertTrue(waitUntil(timeout: 5) { self.api.requestCount == 1 })
-        api.responseDelay = 0
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay, "/fast").status, 200)
+        let slow = try requestSpanningARefresh(relay)
         XCTAssertEqual(try slow.wait(timeout: 10).status, 200)
         XCTAssertEqual(tokenServer.refreshCalls, 1, "a 401 for an older generation must not refresh again")
         let attempts = api.requests.filter { $0.path == "/slow" }.map { $0.header("accessToken") }

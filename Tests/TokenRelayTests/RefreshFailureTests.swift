@@ -35,10 +35,7 @@ final class RefreshFailureTests: RelayTestCase {
 
     func testNewTokenFileClearsTheLatch() throws {
         let relay = try startRelay()
-        tokenServer.failureMode = .rejectAll
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay).status, 401)
-        XCTAssertEqual(try admin(relay, "/readyz").status, 503)
+        try latchLoginRequired(relay)
 
         // An operator logs in again and writes fresh tokens.
         tokenServer.failureMode = .normal

@@ -11,6 +11,7 @@ class RelayTestCase: XCTestCase {
     var workDir: URL!
     var tokenFileURL: URL { workDir.appendingPathComponent("tokens.json") }
     private var relays: [TokenRelayProcess] = []
+    private var rawUpstreams: [RawUpstream] = []
 
     /// Overridden by tests that need another lifetime (nil: the tokens never expire by themselves).
     var accessTokenLifetime: Double? { 3600 }
@@ -27,6 +28,8 @@ class RelayTestCase: XCTestCase {
     override func tearDownWithError() throws {
         relays.forEach { $0.stop() }
         relays = []
+        rawUpstreams.forEach { $0.stop() }
+        rawUpstreams = []
         api?.stop()
         tokenServer?.stop()
         if let workDir { try? FileManager.default.removeItem(at: workDir) }
@@ -64,6 +67,14 @@ class RelayTestCase: XCTestCase {
         return relay
     }
 
+    /// An upstream driven byte by byte by `handler` (for responses MiniHTTPServer cannot produce),
+    /// stopped in tearDown.
+    func rawUpstream(backlog: Int32 = 512, accepting: Bool = true, _ handler: @escaping RawUpstream.Handler) throws -> RawUpstream {
+        let upstream = try RawUpstream(backlog: backlog, accepting: accepting, handler: handler)
+        rawUpstreams.append(upstream)
+        return upstream
+    }
+
     func get(_ relay: TokenRelayProcess, _ path: String = "/resource", headers: [(String, String)] = []) throws -> TestHTTPResponse {
         try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: path, headers: headers)
     }
@@ -83,6 +94,28 @@ class RelayTestCase: XCTestCase {
                 return nil
             }
         }
+    }
+
+    /// Drives `relay` into "login required": the token endpoint refuses, the access token dies, one
+    /// request gets 401 and readiness drops.
+    func latchLoginRequired(_ relay: TokenRelayProcess, file: StaticString = #filePath, line: UInt = #line) throws {
+        tokenServer.failureMode = .rejectAll
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 401, file: file, line: line)
+        XCTAssertEqual(try admin(relay, "/readyz").status, 503, "login required", file: file, line: line)
+    }
+
+    /// Sends a request to /slow that leaves with the current token and is answered after a delay; while
+    /// it waits, the token dies and a request to /fast causes a refresh. The upstream checks the slow
+    /// request's token only when it answers, so its 401 belongs to an older generation.
+    func requestSpanningARefresh(_ relay: TokenRelayProcess) throws -> AsyncCall<TestHTTPResponse> {
+        api.responseDelay = 1.0
+        let slow = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/slow") }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.api.requestCount == 1 })
+        api.responseDelay = 0
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/fast").status, 200)
+        return slow
     }
 
     func statusCounts(_ responses: [TestHTTPResponse]) -> [Int: Int] {

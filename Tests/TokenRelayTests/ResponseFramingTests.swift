@@ -4,23 +4,16 @@ import XCTest
 /// Response framing towards clients of both HTTP versions, with upstream responses MiniHTTPServer
 /// cannot produce (chunked, close-delimited).
 final class ResponseFramingTests: RelayTestCase {
-    private var upstream: RawUpstream?
-
-    override func tearDownWithError() throws {
-        upstream?.stop()
-        try super.tearDownWithError()
-    }
 
     /// Answers every request with a chunked body of three pieces.
     private func startChunkedUpstream() throws -> RawUpstream {
-        let upstream = try RawUpstream { connection in
+        let upstream = try rawUpstream { connection in
             while try connection.readRequest() != nil {
                 try connection.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
                 for piece in ["alpha-", "beta-", "gamma"] { try connection.writeChunk(piece) }
                 try connection.write("0\r\n\r\n")
             }
         }
-        self.upstream = upstream
         return upstream
     }
 

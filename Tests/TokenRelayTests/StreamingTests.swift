@@ -4,16 +4,9 @@ import XCTest
 /// Responses are relayed as they arrive, with backpressure, and both ends going away mid-stream are
 /// handled: the client sees a truncated response, the upstream sees its request cancelled.
 final class StreamingTests: RelayTestCase {
-    private var upstream: RawUpstream?
-
-    override func tearDownWithError() throws {
-        upstream?.stop()
-        try super.tearDownWithError()
-    }
 
     private func startRelay(upstream handler: @escaping RawUpstream.Handler) throws -> TokenRelayProcess {
-        let upstream = try RawUpstream(handler: handler)
-        self.upstream = upstream
+        let upstream = try rawUpstream(handler)
         return try startRelay(["upstream": ["url": upstream.baseURL]])
     }
 

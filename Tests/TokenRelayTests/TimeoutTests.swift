@@ -4,23 +4,10 @@ import XCTest
 /// Each configurable timeout fires (and the header timeout does not cut a quiet stream). The hold
 /// timeout is covered in RefreshFailureTests, the plain header timeout in ProxyPathTests.
 final class TimeoutTests: RelayTestCase {
-    private var upstream: RawUpstream?
-
-    override func tearDownWithError() throws {
-        upstream?.stop()
-        try super.tearDownWithError()
-    }
-
-    private func rawUpstream(_ handler: @escaping RawUpstream.Handler) throws -> RawUpstream {
-        let upstream = try RawUpstream(handler: handler)
-        self.upstream = upstream
-        return upstream
-    }
 
     func testConnectTimeoutGives504LongBeforeTheResponseTimeout() throws {
         // A listener that never accepts, with its one-slot queue taken: further connects hang in SYN-SENT.
-        let blackHole = try RawUpstream(backlog: 0, accepting: false) { _ in }
-        upstream = blackHole
+        let blackHole = try rawUpstream(backlog: 0, accepting: false) { _ in }
         let filler = try LoopbackSocket.connect(port: blackHole.port, timeout: 2)
         defer { close(filler) }
         let relay = try startRelay(["upstream": ["url": blackHole.baseURL], "timeouts": ["connect_seconds": 0.5, "upstream_seconds": 30]])

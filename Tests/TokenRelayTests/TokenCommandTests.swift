@@ -55,10 +55,7 @@ final class TokenCommandTests: RelayTestCase {
     func testImportFromFileIsPickedUpByARunningRelay() throws {
         let relay = try startRelay()
         XCTAssertEqual(try get(relay).status, 200)
-        tokenServer.failureMode = .rejectAll
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay).status, 401)
-        XCTAssertEqual(try admin(relay, "/readyz").status, 503, "login required")
+        try latchLoginRequired(relay)
 
         tokenServer.failureMode = .normal
         let fresh = tokenServer.issueInitialTokens()

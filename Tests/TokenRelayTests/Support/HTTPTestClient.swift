@@ -68,23 +68,16 @@ private final class ConcurrentResults<T: Sendable>: @unchecked Sendable {
 /// but no `Connection` header.
 final class HTTPTestConnection {
     let port: Int
-    private let fd: Int32
-    private let reader: SocketReader
-    private var closed = false
+    private let socket: ClientSocket
+    private var fd: Int32 { socket.fd }
+    private var reader: SocketReader { socket.reader }
 
     init(port: Int, timeout: Double = 10) throws {
         self.port = port
-        fd = try LoopbackSocket.connect(port: port, timeout: timeout)
-        reader = SocketReader(fd: fd)
+        socket = try ClientSocket(port: port, timeout: timeout)
     }
 
-    deinit { close() }
-
-    func close() {
-        guard !closed else { return }
-        closed = true
-        Glibc.close(fd)
-    }
+    func close() { socket.close() }
 
     func send(method: String, path: String, headers: [(String, String)] = [], body: Data? = nil,
               httpVersion: String = "HTTP/1.1") throws -> TestHTTPResponse {

@@ -12,96 +12,37 @@ import Glibc
 final class MiniHTTPServer: @unchecked Sendable {
     typealias Handler = @Sendable (RecordedRequest) -> TestResponse
 
-    let port: Int
+    var port: Int { acceptor.port }
     var baseURL: String { "http://127.0.0.1:\(port)" }
-
-    private let listenFD: Int32
+    private var acceptor: LoopbackAcceptor!
     private let handler: Handler
-    /// Guards everything below; also signalled when threads finish and on stop().
-    private let state = NSCondition()
-    private var stopped = false
-    private var openFDs = Set<Int32>()
-    private var liveThreads = 0
-    private var accepted = 0
 
     /// Number of TCP connections accepted so far (connection reuse checks).
-    var acceptedConnections: Int { state.lock(); defer { state.unlock() }; return accepted }
+    var acceptedConnections: Int { acceptor.acceptedConnections }
     /// Number of connections currently open.
-    var openConnections: Int { state.lock(); defer { state.unlock() }; return openFDs.count }
+    var openConnections: Int { acceptor.openConnections }
 
     init(handler: @escaping Handler) throws {
-        (listenFD, port) = try LoopbackSocket.listen(backlog: 512)
         self.handler = handler
-        liveThreads = 1
-        Thread { [self] in acceptLoop() }.start()
+        acceptor = try LoopbackAcceptor(backlog: 512, socketTimeout: 120) { [weak self] fd, id in self?.serve(fd: fd, connectionID: id) }
     }
+
+    deinit { acceptor?.stop() }
 
     /// Closes the listener and every open connection, and waits (bounded, 5 s) for all threads.
     /// Idempotent. Handlers blocked in `interruptibleDelay` are woken.
-    func stop() {
-        state.lock()
-        defer { state.unlock() }
-        if !stopped {
-            stopped = true
-            shutdown(listenFD, Int32(SHUT_RDWR)) // wakes the accept thread, which closes it
-            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) } // wakes blocked recv()s
-            state.broadcast()
-        }
-        let deadline = Date(timeIntervalSinceNow: 5)
-        while liveThreads > 0 && state.wait(until: deadline) {}
-    }
+    func stop() { acceptor.stop() }
 
     /// Blocks for up to `seconds` (capped at 60) but returns at once when the server stops. Use it
     /// to simulate a slow upstream without making stop() wait for the delay. Returns false if the
     /// server stopped meanwhile (the handler should then not change any state).
     @discardableResult
-    func interruptibleDelay(_ seconds: Double) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: min(max(seconds, 0), 60))
-        state.lock()
-        defer { state.unlock() }
-        while !stopped && state.wait(until: deadline) {}
-        return !stopped
-    }
+    func interruptibleDelay(_ seconds: Double) -> Bool { acceptor.interruptibleDelay(seconds) }
 
-    private var isStopped: Bool { state.lock(); defer { state.unlock() }; return stopped }
-
-    private func threadFinished() {
-        state.lock()
-        liveThreads -= 1
-        state.broadcast()
-        state.unlock()
-    }
-
-    private func acceptLoop() {
-        defer { close(listenFD); threadFinished() }
-        while !isStopped {
-            // poll() with a timeout so the loop re-checks `stopped` even if shutdown() did not wake it.
-            var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
-            guard poll(&pfd, 1, 200) > 0 else { continue }
-            let fd = accept(listenFD, nil, nil)
-            guard fd >= 0 else { continue }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC) // accept4 is not imported; keep it out of child processes
-            state.lock()
-            if stopped { state.unlock(); close(fd); return }
-            openFDs.insert(fd)
-            accepted += 1
-            liveThreads += 1
-            let connectionID = accepted
-            state.unlock()
-            Thread { [self] in serve(fd: fd, connectionID: connectionID) }.start()
-        }
-    }
+    private var isStopped: Bool { acceptor.isStopped }
 
     /// Serves requests on one connection until the client closes, asks to close, or the server stops.
     private func serve(fd: Int32, connectionID: Int) {
-        defer {
-            state.lock()
-            openFDs.remove(fd)
-            close(fd) // under the lock: stop() must never shutdown() a reused fd number
-            state.unlock()
-            threadFinished()
-        }
-        LoopbackSocket.setTimeouts(fd, seconds: 120) // idle keep-alive connections end eventually
         let reader = SocketReader(fd: fd)
         while !isStopped {
             let request: RecordedRequest

@@ -7,82 +7,25 @@ import Glibc
 /// `MiniHTTPServer` deliberately cannot produce (chunked, server-sent events, generated 100 MiB bodies,
 /// a body cut off mid-way, headers that never come, a keep-alive connection closed as a request
 /// arrives). One thread per connection; `stop()` shuts every socket down, which wakes blocked handlers.
-final class RawUpstream: @unchecked Sendable { // mutable state is guarded by `state`
+final class RawUpstream: Sendable {
     typealias Handler = @Sendable (RawUpstreamConnection) throws -> Void
 
-    let port: Int
+    var port: Int { acceptor.port }
     var baseURL: String { "http://127.0.0.1:\(port)" }
-    private let listenFD: Int32
-    private let handler: Handler
-    private let state = NSCondition()
-    private var stopped = false
-    private var openFDs = Set<Int32>()
-    private var liveThreads = 0
-    private var accepted = 0
-    private var listenClosed = false
+    private let acceptor: LoopbackAcceptor
 
     /// Connections accepted so far / currently open.
-    var acceptedConnections: Int { state.lock(); defer { state.unlock() }; return accepted }
-    var openConnections: Int { state.lock(); defer { state.unlock() }; return openFDs.count }
+    var acceptedConnections: Int { acceptor.acceptedConnections }
+    var openConnections: Int { acceptor.openConnections }
 
     /// `backlog` 0 with nobody accepting makes connects hang once the queue is full (connect timeout tests).
     init(backlog: Int32 = 512, accepting: Bool = true, handler: @escaping Handler) throws {
-        (listenFD, port) = try LoopbackSocket.listen(backlog: backlog)
-        self.handler = handler
-        if accepting {
-            liveThreads = 1
-            Thread { [self] in acceptLoop() }.start()
+        acceptor = try LoopbackAcceptor(backlog: backlog, accepting: accepting, socketTimeout: 60) { fd, id in
+            try? handler(RawUpstreamConnection(fd: fd, id: id))
         }
     }
 
-    deinit { stop() }
-
-    func stop() {
-        state.lock()
-        defer { state.unlock() }
-        if !stopped {
-            stopped = true
-            shutdown(listenFD, Int32(SHUT_RDWR))
-            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
-            state.broadcast()
-        }
-        let deadline = Date(timeIntervalSinceNow: 5)
-        while liveThreads > 0 && state.wait(until: deadline) {}
-        if liveThreads == 0 && !listenClosed {
-            listenClosed = true
-            close(listenFD)
-        }
-    }
-
-    private var isStopped: Bool { state.lock(); defer { state.unlock() }; return stopped }
-
-    private func acceptLoop() {
-        defer { state.lock(); liveThreads -= 1; state.broadcast(); state.unlock() }
-        while !isStopped {
-            var pfd = pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)
-            guard poll(&pfd, 1, 200) > 0 else { continue }
-            let fd = accept(listenFD, nil, nil)
-            guard fd >= 0 else { continue }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            state.lock()
-            if stopped { state.unlock(); close(fd); return }
-            openFDs.insert(fd)
-            accepted += 1
-            liveThreads += 1
-            let id = accepted
-            state.unlock()
-            Thread { [self] in
-                LoopbackSocket.setTimeouts(fd, seconds: 60)
-                try? handler(RawUpstreamConnection(fd: fd, id: id))
-                state.lock()
-                openFDs.remove(fd)
-                close(fd)
-                liveThreads -= 1
-                state.broadcast()
-                state.unlock()
-            }.start()
-        }
-    }
+    func stop() { acceptor.stop() }
 }
 
 /// One accepted connection, as seen by a `RawUpstream` handler.

@@ -6,28 +6,18 @@ import Glibc
 /// A client that reads a response piece by piece, for tests that care about *when* bytes arrive
 /// (server-sent events, slow readers) rather than only what the whole response was.
 final class StreamingClient {
-    let fd: Int32
-    private let reader: SocketReader
-    private var closed = false
+    private let socket: ClientSocket
+    var fd: Int32 { socket.fd }
+    private var reader: SocketReader { socket.reader }
     private(set) var status = 0
     private(set) var headers: [(String, String)] = []
 
     /// `receiveBuffer` shrinks the kernel's socket buffer, so a slow reader really is slow for the sender.
     init(port: Int, timeout: Double = 10, receiveBuffer: Int32? = nil) throws {
-        fd = try LoopbackSocket.connect(port: port, timeout: timeout)
-        if var size = receiveBuffer {
-            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
-        reader = SocketReader(fd: fd)
+        socket = try ClientSocket(port: port, timeout: timeout, receiveBuffer: receiveBuffer)
     }
 
-    deinit { close() }
-
-    func close() {
-        guard !closed else { return }
-        closed = true
-        Glibc.close(fd)
-    }
+    func close() { socket.close() }
 
     /// Sends a GET and reads the status line and headers.
     func get(_ path: String, port: Int) throws {
