@@ -26,7 +26,7 @@ final class InjectedHeaderPolicyTests: XCTestCase {
     ]
 
     func testCustomHeaderDropsClientValueAndKeepsAuthorization() {
-        let names = HeaderPolicy.forwardedRequestHeaders(incoming, injectedHeader: "accessToken").map(\.name)
+        let names = HeaderPolicy.forwardedRequestHeaders(incoming, injectedHeader: "accesstoken").map(\.name)
         XCTAssertEqual(names, ["Authorization", "X-Other"])
     }
 
@@ -35,7 +35,7 @@ final class InjectedHeaderPolicyTests: XCTestCase {
     }
 
     func testPassthroughKeepsBoth() {
-        let names = HeaderPolicy.forwardedRequestHeaders(incoming, keepAuthorization: true, injectedHeader: "accessToken").map(\.name)
+        let names = HeaderPolicy.forwardedRequestHeaders(incoming, keepAuthorization: true, injectedHeader: "accesstoken").map(\.name)
         XCTAssertEqual(names, ["AccessToken", "Authorization", "X-Other"])
     }
 }

@@ -8,7 +8,7 @@ import Glibc
 /// never `getaddrinfo` (evhttp resolves synchronously when given no DNS base).
 final class EventLoop {
     let base: OpaquePointer
-    let dns: OpaquePointer?
+    let dns: OpaquePointer
 
     struct StartError: Error, CustomStringConvertible { let description: String }
 
@@ -19,7 +19,14 @@ final class EventLoop {
         signal(SIGPIPE, SIG_IGN)
         guard let base = event_base_new() else { throw StartError(description: "event_base_new failed") }
         self.base = base
-        dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS)
+        // With no DNS base evhttp would resolve with a blocking getaddrinfo on the loop. If the system's
+        // resolver configuration cannot be read, an empty base still resolves IP literals and makes
+        // names fail fast instead of blocking.
+        guard let dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS) ?? evdns_base_new(base, 0) else {
+            event_base_free(base)
+            throw StartError(description: "evdns_base_new failed")
+        }
+        self.dns = dns
     }
 
     /// Runs until `stop()` or until no event is left.
@@ -31,13 +38,6 @@ final class EventLoop {
         event_base_loopexit(base, nil)
     }
 
-    /// Seconds since the epoch from the loop's cached clock (cheap on the hot path).
-    var now: Double {
-        var tv = timeval()
-        event_base_gettimeofday_cached(base, &tv)
-        return Double(tv.tv_sec) + Double(tv.tv_usec) / 1_000_000
-    }
-
     /// Monotonic seconds, for durations and deadlines that must not jump with the wall clock.
     static var monotonicNow: Double {
         var ts = timespec()
@@ -46,7 +46,7 @@ final class EventLoop {
     }
 
     deinit {
-        if let dns { evdns_base_free(dns, 0) }
+        evdns_base_free(dns, 0)
         event_base_free(base)
     }
 }

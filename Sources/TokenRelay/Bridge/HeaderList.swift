@@ -41,6 +41,4 @@ struct HeaderList {
     func removeAll(_ name: String) {
         while evhttp_remove_header(raw, name) == 0 {}
     }
-
-    func clear() { evhttp_clear_headers(raw) }
 }

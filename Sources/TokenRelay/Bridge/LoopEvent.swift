@@ -35,16 +35,6 @@ final class LoopEvent {
         event_active(event, Int32(EV_TIMEOUT), 0)
     }
 
-    func cancel() {
-        guard let event else { return }
-        event_del(event)
-    }
-
-    var isPending: Bool {
-        guard let event else { return false }
-        return event_pending(event, Int16(EV_TIMEOUT | EV_READ | EV_WRITE | EV_SIGNAL | EV_CLOSED), nil) != 0
-    }
-
     deinit {
         if let event { event_free(event) }
     }

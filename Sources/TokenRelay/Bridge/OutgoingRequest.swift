@@ -56,8 +56,6 @@ final class OutgoingRequest {
         self.delegate = delegate
     }
 
-    var isActive: Bool { request != nil }
-
     /// Creates the request, lets `prepare` fill its headers and body, and sends it.
     /// Returns false when evhttp refused to start it (no callback will follow).
     func start(on connection: OpaquePointer, method: evhttp_cmd_type, target: String, prepare: (OpaquePointer) -> Void) -> Bool {

@@ -4,7 +4,9 @@ public struct InjectSettings: Sendable, Equatable {
     public static let placeholder = "{token}"
 
     /// Header field name, as configured (the client's fields of this name are always dropped).
-    public var header = "Authorization"
+    public var header = "Authorization" { didSet { headerKey = header.lowercased() } }
+    /// Lower-cased header name, for comparisons with incoming fields (kept, not recomputed per request).
+    private(set) var headerKey = "authorization"
     /// Header value with `{token}` exactly once.
     public var format = "Bearer {token}"
 
@@ -15,9 +17,6 @@ public struct InjectSettings: Sendable, Equatable {
     public func value(for token: String) -> String {
         format.replacingOccurrences(of: Self.placeholder, with: token)
     }
-
-    /// Lower-cased header name, for comparisons with incoming fields.
-    var headerKey: String { header.lowercased() }
 
     static func read(from root: JSONObjectReader) throws -> InjectSettings {
         var settings = InjectSettings()

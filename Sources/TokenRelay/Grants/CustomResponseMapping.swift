@@ -51,30 +51,17 @@ struct CustomResponseMapping {
             break
         case .seconds(let pointer)?:
             guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
-            guard let seconds = Self.number(value), seconds >= 0 else {
+            guard let seconds = Timestamp.seconds(value), seconds >= 0 else {
                 return .invalidResponse(reason: "the value at \(pointer) is not a number of seconds")
             }
             grant.expiresIn = seconds
         case .absolute(let pointer)?:
             guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
-            guard let date = Self.date(value) else {
+            guard let date = Timestamp.date(value) else {
                 return .invalidResponse(reason: "the value at \(pointer) is neither RFC 3339 time nor epoch seconds")
             }
             grant.expiresIn = max(0, date.timeIntervalSince(now))
         }
         return .granted(grant)
-    }
-
-    /// A JSON number or a numeric string (some servers quote their numbers); booleans are not numbers.
-    static func number(_ value: Any) -> Double? {
-        if let number = value as? NSNumber, !number.isJSONBoolean { return number.doubleValue.isFinite ? number.doubleValue : nil }
-        if let text = value as? String, let double = Double(text), double.isFinite { return double }
-        return nil
-    }
-
-    /// RFC 3339 text, or epoch seconds as a number or numeric string.
-    static func date(_ value: Any) -> Date? {
-        if let text = value as? String, let date = Timestamp.parse(text) { return date }
-        return number(value).map(Date.init(timeIntervalSince1970:))
     }
 }

@@ -33,9 +33,7 @@ public struct LineLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
-        let fields = [("ts", Self.timestamp()), ("level", "\(event.level)"), ("msg", event.message.description)]
-            + merged.keys.sorted().map { ($0, merged[$0]!.description) }
-        let line = redactor.redact(format == .json ? Self.json(fields) : Self.logfmt(fields)) + "\n"
+        let line = render(level: event.level, message: event.message.description, metadata: merged) + "\n"
         var bytes = line
         bytes.withUTF8 { buffer in
             var offset = 0
@@ -45,6 +43,14 @@ public struct LineLogHandler: LogHandler {
                 offset += written
             }
         }
+    }
+
+    /// One log line without the newline. Values are redacted before escaping: escaping would turn a
+    /// secret containing `"` or `\` into text the redactor no longer recognises.
+    func render(level: Logger.Level, message: String, metadata: Logger.Metadata) -> String {
+        let fields = [("ts", Self.timestamp()), ("level", "\(level)"), ("msg", redactor.redact(message))]
+            + metadata.keys.sorted().map { ($0, redactor.redact(metadata[$0]!.description)) }
+        return format == .json ? Self.json(fields) : Self.logfmt(fields)
     }
 
     static func logfmt(_ fields: [(String, String)]) -> String {

@@ -12,10 +12,11 @@ public final class SecretRedactor: Sendable {
 
     public init() {}
 
-    /// Replaces the set of secrets; short values are ignored to avoid blanking ordinary words.
+    /// Adds the current tokens; the previous ones stay known for a while (an access token replaced by a
+    /// proactive refresh is still valid). Short values are ignored to avoid blanking ordinary words.
     func update(_ values: [String?]) {
         let usable = values.compactMap { $0 }.filter { $0.count >= 6 }
-        secrets.withLock { $0.tokens = usable }
+        secrets.withLock { $0.tokens = Array((usable + $0.tokens.filter { !usable.contains($0) }).prefix(8)) }
     }
 
     func add(_ value: String?) {

@@ -30,19 +30,14 @@ struct DeviceAuthorization {
             throw LoginError("the device authorization response has no verification_uri")
         }
         guard let userCode else { throw LoginError("the device authorization response has no user_code") }
-        guard let expiresIn = seconds(json["expires_in"]), expiresIn > 0 else {
+        guard let expiresIn = Timestamp.seconds(json["expires_in"]), expiresIn > 0 else {
             throw LoginError("the device authorization response has no usable expires_in")
         }
         // An interval of zero would poll in a tight loop; the default is the safe reading.
-        let interval = seconds(json["interval"]).flatMap { $0 > 0 ? $0 : nil } ?? defaultInterval
+        let interval = Timestamp.seconds(json["interval"]).flatMap { $0 > 0 ? $0 : nil } ?? defaultInterval
         return DeviceAuthorization(deviceCode: deviceCode, userCode: userCode, verificationURI: verificationURI,
                                    verificationURIComplete: try displayable(json["verification_uri_complete"], "verification_uri_complete"),
                                    expiresIn: expiresIn, interval: interval)
-    }
-
-    private static func seconds(_ value: Any?) -> Double? {
-        let number = (value as? NSNumber).flatMap { $0.isJSONBoolean ? nil : $0.doubleValue } ?? (value as? String).flatMap(Double.init)
-        return number.flatMap { $0.isFinite ? $0 : nil }
     }
 
     /// These strings go to the operator's terminal, so a server (or someone in the middle of plain

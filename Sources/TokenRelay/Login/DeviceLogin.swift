@@ -56,7 +56,7 @@ public enum DeviceLogin {
         case .success(let response):
             // The same reading as a token endpoint error: status plus the registered error code only.
             if case .rejected(_, let code?) = TokenEndpointResult.classify(status: response.status, body: response.body) {
-                throw LoginError("the device authorization endpoint refused the request: \(DevicePollStep.describe(code)) (HTTP \(response.status))")
+                throw LoginError("the device authorization endpoint refused the request: \(code) (HTTP \(response.status))")
             }
             throw LoginError("the device authorization endpoint answered HTTP \(response.status)")
         }

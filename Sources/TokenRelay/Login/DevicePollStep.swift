@@ -20,7 +20,7 @@ enum DevicePollStep {
             case "access_denied": return .failed(LoginError("access denied: the sign-in was declined"))
             case "expired_token": return .failed(LoginError("the code expired; run login again"))
             case let code?:
-                return .failed(LoginError("the token endpoint refused the device code: \(describe(code)) (HTTP \(status))"))
+                return .failed(LoginError("the token endpoint refused the device code: \(code) (HTTP \(status))"))
             case nil:
                 return .failed(LoginError("the token endpoint answered HTTP \(status) without an OAuth error code"))
             }
@@ -32,12 +32,4 @@ enum DevicePollStep {
             return .failed(LoginError(reason))
         }
     }
-
-    /// Only something shaped like a registered error code (`invalid_client`) is repeated; the
-    /// server's free text (`error_description`) never is, as it could echo what was sent.
-    static func describe(_ code: String) -> String {
-        code.count <= 64 && code.allSatisfy(errorCodeCharacters.contains) ? code : "an unrecognised error code"
-    }
-
-    private static let errorCodeCharacters = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:")
 }

@@ -4,11 +4,10 @@
 /// certificate meant for one host sent to another — so it gets the defaults: the system CA store.
 enum LoginTLS {
     static func context(for endpoint: HTTPEndpoint, field: String, config: Config) throws -> TLSContext? {
-        guard endpoint.usesTLS else { return nil }
         let tokenURL = config.refresh.tokenURL
         if tokenURL.usesTLS && tokenURL.host.lowercased() == endpoint.host.lowercased() && tokenURL.port == endpoint.port {
-            return try TLSContext(settings: config.refresh.tls ?? TLSSettings(), host: endpoint.host, field: "refresh.tls")
+            return try Preflight.tlsContext(for: endpoint, settings: config.refresh.tls, field: "refresh.tls")
         }
-        return try TLSContext(settings: TLSSettings(), host: endpoint.host, field: field)
+        return try Preflight.tlsContext(for: endpoint, settings: nil, field: field)
     }
 }

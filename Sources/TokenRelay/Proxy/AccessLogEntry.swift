@@ -2,7 +2,7 @@ import CLibevent
 import Logging
 
 /// One access-log line per client request: method, path (query left out by default: it often carries
-/// identifiers or credentials of its own), status, duration, upstream attempts and token generation.
+/// identifiers or credentials of its own; an absolute-form authority, with any user:pass@, never logged), status, duration, upstream attempts and token generation.
 struct AccessLogEntry {
     let method: evhttp_cmd_type
     let target: String?
@@ -13,6 +13,10 @@ struct AccessLogEntry {
 
     func log(to logger: Logger, includeQuery: Bool) {
         var path = target ?? "-"
+        // Absolute-form (`http://user:pass@host/p`): keep the path only, never the authority's credentials.
+        if let scheme = path.range(of: "://") {
+            path = path[scheme.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
+        }
         if !includeQuery, let question = path.firstIndex(of: "?") { path = String(path[..<question]) }
         logger.info("request", metadata: [
             "method": "\(Self.name(of: method))",

@@ -9,7 +9,6 @@ struct CapturedResponse {
     let reason: String
     let headers: [(name: String, value: String)]
     private(set) var body: [UInt8] = []
-    private(set) var truncated = false
 
     init(response: OpaquePointer) {
         status = evhttp_request_get_response_code(response)
@@ -20,7 +19,6 @@ struct CapturedResponse {
     mutating func append(from buffer: OpaquePointer) {
         let room = Self.maxBodyBytes - body.count
         let available = EvBuffer.length(buffer)
-        if available > room { truncated = true }
         if room > 0 { body += EvBuffer.bytes(buffer).prefix(room) }
         evbuffer_drain(buffer, available)
     }

@@ -67,9 +67,9 @@ final class Exchange: OutgoingRequestDelegate {
     private var captured: CapturedResponse?
     private var holdDeadline: Double?
     private var holdTimer: LoopEvent?
+    /// Non-nil exactly while our close callback and EV_CLOSED watcher are registered on the client connection.
     private var hangUpWatcher: LoopEvent?
     private var upstreamReadingPaused = false
-    private var watchingClient = false
     private var answeredStatus: Int32 = 0
     private var selfRetain: Unmanaged<Exchange>?
 
@@ -86,7 +86,6 @@ final class Exchange: OutgoingRequestDelegate {
     func begin() {
         selfRetain = Unmanaged.passRetained(self)
         if let clientConnection {
-            watchingClient = true
             evhttp_connection_set_closecb(clientConnection, clientConnectionClosedTrampoline, unretainedContext(self))
             // evhttp stops reading a connection while its request is with us, so it would not notice a
             // client that hangs up during a hold; EV_CLOSED does.
@@ -95,17 +94,18 @@ final class Exchange: OutgoingRequestDelegate {
             watcher.schedule()
             hangUpWatcher = watcher
         }
-        if proxy.config.accessLog.enabled { accessLogTarget = evhttp_request_get_uri(clientRequest).map { String(cString: $0) } }
+        let rawTarget = evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? ""
+        if proxy.config.accessLog.enabled { accessLogTarget = rawTarget }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
         let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
         if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
-        switch proxy.targets.upstreamTarget(for: evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? "") {
+        switch proxy.targets.upstreamTarget(for: rawTarget) {
         case .success(let target): self.target = target
         case .failure(let refusal): return refuse(refusal.description)
         }
         passthrough = proxy.isPassthrough(target)
         forwardedHeaders = ForwardingHeaders.apply(
-            to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: proxy.config.inject.header),
+            to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: proxy.config.inject.headerKey),
             clientAddress: clientAddress, settings: proxy.config.forwarding)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
@@ -326,8 +326,6 @@ final class Exchange: OutgoingRequestDelegate {
         let deadline = holdDeadline ?? now + proxy.config.timeouts.holdSeconds
         holdDeadline = deadline
         let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
-            self.proxy.unhold(self)
-            self.recordHoldEnded()
             self.reply(.unavailable("timed out waiting for a token refresh"))
         }
         timer.schedule(after: max(0, deadline - now))
@@ -455,8 +453,7 @@ final class Exchange: OutgoingRequestDelegate {
     /// evhttp is freeing the client connection (hang-up noticed on a write, or a timeout).
     func clientConnectionClosed() {
         guard phase != .finished else { return }
-        hangUpWatcher = nil
-        watchingClient = false
+        hangUpWatcher = nil  // the connection is being freed: nothing left to unregister
         // A request evhttp detached from its failed connection is ours to free; one still attached is
         // freed by evhttp right after this callback.
         if evhttp_request_get_connection(clientRequest) == nil { evhttp_request_free(clientRequest) }
@@ -474,9 +471,8 @@ final class Exchange: OutgoingRequestDelegate {
     /// Removes our registrations on the client connection; must precede anything that may free it, and
     /// must not touch the connection afterwards (it may be gone).
     private func detachFromClient() {
+        guard hangUpWatcher != nil, let clientConnection else { return }
         hangUpWatcher = nil
-        guard watchingClient, let clientConnection else { return }
-        watchingClient = false
         evhttp_connection_set_closecb(clientConnection, nil, nil)
     }
 
@@ -493,7 +489,10 @@ final class Exchange: OutgoingRequestDelegate {
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil
-        if wasHeld { proxy.unhold(self) }
+        if wasHeld {
+            proxy.unhold(self)
+            recordHoldEnded()
+        }
         if let body { evbuffer_free(body) }
         body = nil
         proxy.exchangeFinished(self, status: answeredStatus, summary: AccessLogEntry(
@@ -510,7 +509,6 @@ final class Exchange: OutgoingRequestDelegate {
         if phase == .streaming {
             abortClient()
         } else {
-            if phase == .held { proxy.unhold(self) }
             reply(.unavailable("tokenrelay is shutting down"))
         }
     }

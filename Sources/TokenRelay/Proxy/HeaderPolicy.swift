@@ -27,13 +27,13 @@ enum HeaderPolicy {
     /// - Parameters:
     ///   - keepAuthorization: only for passthrough paths, where tokenrelay injects nothing: the client's
     ///     `Authorization` and its field named `injectedHeader` are kept.
-    ///   - injectedHeader: the header tokenrelay puts the token into (`inject.header`). The client's fields
+    ///   - injectedHeader: the lower-cased header tokenrelay puts the token into (`inject.header`). The client's fields
     ///     of that name are always dropped; its own `Authorization` is kept when the token goes elsewhere,
     ///     since it then carries the client's own credentials for the API, not the ones tokenrelay manages.
     static func forwardedRequestHeaders(_ headers: [(name: String, value: String)], keepAuthorization: Bool = false,
                                         injectedHeader: String = "authorization") -> [(name: String, value: String)] {
         let listed = connectionListed(headers)
-        let injected = injectedHeader.lowercased()
+        let injected = injectedHeader
         return headers.filter { header in
             let name = header.name.lowercased()
             if keepAuthorization && (name == "authorization" || name == injected) { return true }

@@ -12,8 +12,8 @@ final class ProxyServer {
     let logger: Logger
     var upstream: HTTPEndpoint { config.upstream.url }
     private(set) var listener: HTTPListener!
-    private var held: [ObjectIdentifier: Exchange] = [:]
-    private var heldOrder: [ObjectIdentifier] = []
+    /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
+    private var held: [Exchange] = []
     private var active: [ObjectIdentifier: Exchange] = [:]
     private(set) var isDraining = false
     /// Final responses handed to evhttp during the drain but not yet written out: exiting before they
@@ -70,19 +70,16 @@ final class ProxyServer {
     // MARK: - Held requests
 
     func hold(_ exchange: Exchange) -> Bool {
-        let id = ObjectIdentifier(exchange)
-        if held[id] != nil { return true }
+        if held.contains(where: { $0 === exchange }) { return true }
         guard held.count < config.limits.maxHeldRequests else { return false }
-        held[id] = exchange
-        heldOrder.append(id)
+        held.append(exchange)
         metrics.heldRequests.record(Double(held.count))
         return true
     }
 
     func unhold(_ exchange: Exchange) {
-        let id = ObjectIdentifier(exchange)
-        guard held.removeValue(forKey: id) != nil else { return }
-        heldOrder.removeAll { $0 == id }
+        guard let index = held.firstIndex(where: { $0 === exchange }) else { return }
+        held.remove(at: index)
         metrics.heldRequests.record(Double(held.count))
     }
 
@@ -90,9 +87,8 @@ final class ProxyServer {
 
     /// Releases every held request, oldest first, with the outcome of the refresh.
     private func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
-        let waiting = heldOrder.compactMap { held[$0] }
-        held = [:]
-        heldOrder = []
+        let waiting = held
+        held = []
         metrics.heldRequests.record(0)
         waiting.forEach { $0.refreshFinished(outcome) }
     }

@@ -23,10 +23,10 @@ enum RequestHygiene {
         var encodings: [String] = []
         var hosts = 0
         for header in headers {
-            guard isToken(header.name) else {
+            guard HTTPSyntax.isToken(header.name) else {
                 return Violation(description: header.name.isEmpty ? "empty header name" : "invalid header name")
             }
-            guard !containsControlCharacter(header.value) else {
+            guard HTTPSyntax.isSafeHeaderValue(header.value) else {
                 return Violation(description: "control character in the value of \(header.name)")
             }
             switch header.name.lowercased() {
@@ -61,29 +61,11 @@ enum RequestHygiene {
         return nil
     }
 
-    /// RFC 9110 §5.6.2 token: one or more tchar.
-    static func isToken(_ name: String) -> Bool {
-        !name.isEmpty && name.utf8.allSatisfy { tchar.contains($0) }
-    }
-
-    private static let tchar: Set<UInt8> = {
-        var set = Set(Array("!#$%&'*+-.^_`|~".utf8))
-        set.formUnion(UInt8(ascii: "0")...UInt8(ascii: "9"))
-        set.formUnion(UInt8(ascii: "a")...UInt8(ascii: "z"))
-        set.formUnion(UInt8(ascii: "A")...UInt8(ascii: "Z"))
-        return set
-    }()
-
     private static func trimmedWhitespace(_ text: Substring) -> Substring {
         let isWhitespace = { (c: Character) in c == " " || c == "\t" }
         guard let first = text.firstIndex(where: { !isWhitespace($0) }), let last = text.lastIndex(where: { !isWhitespace($0) }) else {
             return ""
         }
         return text[first...last]
-    }
-
-    /// RFC 9110 §5.5: field values carry no control characters other than horizontal tab.
-    private static func containsControlCharacter(_ value: String) -> Bool {
-        value.utf8.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }
     }
 }

@@ -114,11 +114,8 @@ final class RefreshCoordinator {
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
-        tokens = initialTokens
+        (tokens, lifetime) = Self.withStoredExpiry(initialTokens)
         authorizationValue = injection.value(for: initialTokens.accessToken)
-        let expiry = TokenExpiry.forStoredTokens(initialTokens, now: Date())
-        tokens.expiresAt = expiry.expiresAt
-        lifetime = expiry.lifetime
         knownFileSignature = store.signature()
         publish()
     }
@@ -201,7 +198,12 @@ final class RefreshCoordinator {
         metrics.countRefreshStarted(trigger: trigger)
         logger.info("refresh started", metadata: ["trigger": "\(trigger)", "mode": "\(mode.rawValue)", "generation": "\(generation)"])
         publish()
-        runAttempt()
+        // The first attempt runs on the next loop pass, never inside this call: the request whose 401
+        // started the cycle must have joined the held list before a cycle that ends at once (tokens
+        // adopted from disk, no refresh token) releases it.
+        let kickoff = LoopEvent(loop: loop) { [weak self] _ in self?.runAttempt() }
+        retryTimer = kickoff
+        kickoff.activate()
     }
 
     /// One attempt: take the cross-process lock, adopt tokens another process wrote meanwhile, or else
@@ -214,12 +216,13 @@ final class RefreshCoordinator {
                 self.attempt += 1  // counts, or another process holding the lock would keep this cycle alive forever
                 return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false))
             }
-            if self.adoptRotationFromDisk() { return }
-            if self.endpoint.needsRefreshToken && self.tokens.refreshToken == nil {
+            if let onDisk = try? self.newTokensOnDisk() {
+                self.adoptFromDisk(onDisk, reason: "adopted tokens rotated by another process")
                 self.lock.release()
-                self.logger.error("refresh impossible: the token file has no refresh_token; login required")
-                self.metrics.countRefresh(outcome: "rejected")
-                return self.latchLoginRequired()
+                return self.finishCycle(.renewed(generation: self.generation), description: "adopted from token file")
+            }
+            if self.endpoint.needsRefreshToken && self.tokens.refreshToken == nil {
+                return self.reject("refresh impossible: the token file has no refresh_token; login required")
             }
             if self.attempt == 0 && self.countsTowardsStormGuard { self.reactiveRefreshTimes.append(EventLoop.monotonicNow) }
             self.attempt += 1
@@ -236,17 +239,21 @@ final class RefreshCoordinator {
         }
     }
 
-    /// Under the lock: if the file holds tokens we have not seen (another process rotated them),
-    /// use those instead of refreshing.
-    private func adoptRotationFromDisk() -> Bool {
-        guard let onDisk = try? store.load(), isNewToUs(onDisk) else { return false }
+    /// Tokens in the token file that this process has not seen (another process rotated them, an
+    /// operator seeded them), or nil. The file must be private and well-formed, as at start.
+    private func newTokensOnDisk() throws -> TokenSet? {
+        try store.checkPermissions()
+        let onDisk = try store.load()
+        return isNewToUs(onDisk) ? onDisk : nil
+    }
+
+    private func adoptFromDisk(_ onDisk: TokenSet, reason: String) {
         knownFileSignature = store.signature()
-        adopt(onDisk, persist: false, lifetimeSource: nil)
-        lock.release()
+        let previous = state
+        let (next, lifetime) = Self.withStoredExpiry(onDisk)
+        adopt(next, lifetime: lifetime, persist: false)
         metrics.adoptedRotations.increment()
-        logger.info("adopted tokens rotated by another process", metadata: ["generation": "\(generation)"])
-        finishCycle(.renewed(generation: generation), description: "adopted from token file")
-        return true
+        logger.info("\(reason)", metadata: ["generation": "\(generation)", "previous_state": "\(previous.rawValue)"])
     }
 
     private func isNewToUs(_ candidate: TokenSet) -> Bool {
@@ -259,17 +266,15 @@ final class RefreshCoordinator {
         switch result {
         case .granted(let grant):
             metrics.countRefresh(outcome: "success")
-            adopt(renewed(by: grant), persist: true, lifetimeSource: grant)
+            let (next, lifetime) = renewed(by: grant)
+            adopt(next, lifetime: lifetime, persist: true)
             lock.release()
             logger.info("refresh succeeded", metadata: ["generation": "\(generation)", "attempt": "\(attempt)",
                                                         "expires_at": "\(tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
             finishCycle(.renewed(generation: generation), description: "success")
         case .rejected(let status, let oauthError):
             metrics.countRefreshError(code: oauthError ?? "http_\(status)")
-            lock.release()
-            metrics.countRefresh(outcome: "rejected")
-            logger.error("refresh rejected; login required", metadata: ["status": "\(status)", "error": "\(oauthError ?? "none")"])
-            latchLoginRequired()
+            reject("refresh rejected; login required", metadata: ["status": "\(status)", "error": "\(oauthError ?? "none")"])
         case .transient(let reason, let outcomeUnknown):
             lock.release()
             metrics.countRefresh(outcome: "transient_failure")
@@ -294,10 +299,7 @@ final class RefreshCoordinator {
             retryTimer = timer
             timer.schedule(after: delay)
         case .unusable(let reason):
-            lock.release()
-            metrics.countRefresh(outcome: "rejected")
-            logger.error("refresh impossible; login required", metadata: ["reason": "\(reason)"])
-            latchLoginRequired()
+            reject("refresh impossible; login required", metadata: ["reason": "\(reason)"])
         case .invalidResponse(let reason):
             lock.release()
             metrics.countRefresh(outcome: "invalid_response")
@@ -316,13 +318,30 @@ final class RefreshCoordinator {
         }
     }
 
-    private func renewed(by grant: TokenGrant) -> TokenSet {
+    private func renewed(by grant: TokenGrant) -> (TokenSet, lifetime: Double?) {
         var next = tokens
         next.accessToken = grant.accessToken
         // RFC 6749 §6: without a new refresh token in the response, the old one stays valid.
         if let refresh = grant.refreshToken { next.refreshToken = refresh }
-        next.expiresAt = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date()).expiresAt
-        return next
+        let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date())
+        next.expiresAt = expiry.expiresAt
+        return (next, expiry.lifetime)
+    }
+
+    /// Stored tokens with the expiry tokenrelay will plan with (the file's `expires_at`, else a JWT `exp`).
+    private static func withStoredExpiry(_ stored: TokenSet) -> (TokenSet, lifetime: Double?) {
+        var tokens = stored
+        let expiry = TokenExpiry.forStoredTokens(stored, now: Date())
+        tokens.expiresAt = expiry.expiresAt
+        return (tokens, expiry.lifetime)
+    }
+
+    /// The credentials are dead: release the lock, say why once, latch "login required".
+    private func reject(_ message: String, metadata: Logger.Metadata = [:]) {
+        lock.release()
+        metrics.countRefresh(outcome: "rejected")
+        logger.error("\(message)", metadata: metadata)
+        latchLoginRequired()
     }
 
     private func latchLoginRequired() {
@@ -415,7 +434,7 @@ final class RefreshCoordinator {
 
     /// Makes `next` the current tokens: first on disk (when they came from the token endpoint), then in
     /// memory with a new generation, then plans the next proactive refresh.
-    private func adopt(_ next: TokenSet, persist: Bool, lifetimeSource grant: TokenGrant?) {
+    private func adopt(_ next: TokenSet, lifetime: Double?, persist: Bool) {
         redactor.update([next.accessToken, next.refreshToken])
         if persist {
             do {
@@ -430,13 +449,7 @@ final class RefreshCoordinator {
             }
         }
         tokens = next
-        if let grant {
-            lifetime = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date()).lifetime
-        } else {
-            let expiry = TokenExpiry.forStoredTokens(next, now: Date())
-            tokens.expiresAt = expiry.expiresAt
-            lifetime = expiry.lifetime
-        }
+        self.lifetime = lifetime
         generation += 1
         authorizationValue = injection.value(for: next.accessToken)
         state = .ready
@@ -450,14 +463,8 @@ final class RefreshCoordinator {
         guard state != .refreshing, let signature = store.signature(), signature != knownFileSignature else { return }
         knownFileSignature = signature
         do {
-            try store.checkPermissions()
-            let fromDisk = try store.load()
-            guard isNewToUs(fromDisk) else { return }
-            let previous = state
-            adopt(fromDisk, persist: false, lifetimeSource: nil)
-            metrics.adoptedRotations.increment()
-            logger.info("adopted tokens written to the token file",
-                        metadata: ["generation": "\(generation)", "previous_state": "\(previous.rawValue)"])
+            guard let onDisk = try newTokensOnDisk() else { return }
+            adoptFromDisk(onDisk, reason: "adopted tokens written to the token file")
             publish()
             onOutcome?(.renewed(generation: generation))
         } catch {

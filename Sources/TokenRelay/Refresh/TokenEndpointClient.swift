@@ -17,8 +17,8 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     private var response = SmallResponse()
     private var completion: ((TokenEndpointResult) -> Void)?
 
-    init(factory: HTTPConnectionFactory, endpoint: HTTPEndpoint, grant: TokenGrantStrategy) {
-        self.endpoint = endpoint
+    init(factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
+        endpoint = factory.endpoint
         self.grant = grant
         connection = factory.makeConnection()
         if let connection { evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes) }

@@ -34,8 +34,8 @@ enum TokenEndpointResult {
         case 408, 425, 429, 500..<600:
             return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
         default:
-            // Only the registered error code is kept: descriptions are free text and could echo a token.
-            let code = (json?["error"] as? String).flatMap { $0.allSatisfy(\.isOAuthErrorCharacter) ? $0 : nil }
+            // Only the error code is kept, sanitised: descriptions are free text and could echo a token.
+            let code = (json?["error"] as? String).map(OAuthErrorCode.sanitized)
             return .rejected(status: status, oauthError: code)
         }
     }
@@ -55,21 +55,11 @@ enum TokenEndpointResult {
             grant.refreshToken = refresh
         }
         if let expires = json["expires_in"], !(expires is NSNull) {
-            // Some servers send the number as a string; both mean seconds from now.
-            let seconds = (expires as? NSNumber)?.doubleValue ?? (expires as? String).flatMap(Double.init)
-            guard let seconds, seconds.isFinite, seconds >= 0 else {
+            guard let seconds = Timestamp.seconds(expires), seconds >= 0 else {
                 return .invalidResponse(reason: "expires_in is not a number of seconds")
             }
             grant.expiresIn = seconds
         }
         return .granted(grant)
-    }
-}
-
-private extension Character {
-    /// RFC 6749 error codes are %x20-21 / %x23-5B / %x5D-7E; anything else is not worth logging.
-    var isOAuthErrorCharacter: Bool {
-        guard let ascii = asciiValue else { return false }
-        return ascii >= 0x20 && ascii <= 0x7E && ascii != 0x22 && ascii != 0x5C
     }
 }

@@ -34,7 +34,8 @@ public struct Preflight {
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
 
-    private static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String) throws -> TLSContext? {
+    /// The TLS context for an https target (nil for http), built at start so bad files fail `check`.
+    static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String) throws -> TLSContext? {
         guard endpoint.usesTLS else { return nil }
         return try TLSContext(settings: settings ?? TLSSettings(), host: endpoint.host, field: field)
     }

@@ -22,8 +22,6 @@ public final class Relay {
     public var proxyPort: Int { proxy.listener.boundPort }
     public var adminPort: Int? { admin?.listener.boundPort }
 
-    /// Called after every refresh cycle with a one-line description (the demo prints it).
-    public var onRefresh: ((String) -> Void)?
 
     init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger) throws {
         self.loop = loop
@@ -36,7 +34,7 @@ public final class Relay {
         }
         let tokenEndpointConnections = HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: preflight.refreshTLS,
                                                              timeoutSeconds: config.timeouts.refreshSeconds)
-        endpoint = TokenEndpointClient(factory: tokenEndpointConnections, endpoint: config.refresh.tokenURL,
+        endpoint = TokenEndpointClient(factory: tokenEndpointConnections,
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,

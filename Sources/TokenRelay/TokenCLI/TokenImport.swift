@@ -31,19 +31,16 @@ public enum TokenImport {
         let expiresAt = rest.removeValue(forKey: "expires_at")
         // The token file's own decoder checks access and refresh token the way the proxy will at start.
         var tokens = try TokenFile.decode(JSONSerialization.data(withJSONObject: rest), path: "input")
-        if let refresh = tokens.refreshToken, !TokenSet.isHeaderSafe(refresh) {
-            throw TokenImportError("refresh_token contains characters not allowed in an HTTP header")
-        }
         switch (expiresIn, expiresAt) {
         case (nil, nil):
             break
         case (let seconds?, nil):
-            guard let seconds = CustomResponseMapping.number(seconds), seconds >= 0 else {
+            guard let seconds = Timestamp.seconds(seconds), seconds >= 0 else {
                 throw TokenImportError("expires_in must be a number of seconds")
             }
             tokens.expiresAt = now.addingTimeInterval(seconds)
         case (nil, let absolute?):
-            guard let date = CustomResponseMapping.date(absolute) else {
+            guard let date = Timestamp.date(absolute) else {
                 throw TokenImportError("expires_at must be an RFC 3339 time (2026-11-21T10:00:00Z) or epoch seconds")
             }
             tokens.expiresAt = date

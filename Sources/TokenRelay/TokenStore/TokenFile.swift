@@ -63,6 +63,10 @@ struct TokenFile {
             guard let string = value as? String, !string.isEmpty else {
                 throw TokenFileError(path, "refresh_token must be a non-empty string")
             }
+            // Some grants send it in a header (a custom refresh request), so the same rule as the access token.
+            guard TokenSet.isHeaderSafe(string) else {
+                throw TokenFileError(path, "refresh_token contains characters not allowed in an HTTP header")
+            }
             refresh = string
         }
         // A file seeded with only a refresh token is a valid bootstrap: the access token is fetched at start.

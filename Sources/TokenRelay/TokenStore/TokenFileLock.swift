@@ -20,10 +20,28 @@ final class TokenFileLock {
     private(set) var isHeld = false
 
     init(tokenFilePath: String, loop: EventLoop) throws {
-        path = tokenFilePath + ".lock"
+        path = Self.lockPath(forTokenFile: tokenFilePath)
         self.loop = loop
-        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        fd = try Self.openLockFile(path)
+    }
+
+    /// The lock lives next to the token file, shared by the proxy, `token import` and `login`.
+    static func lockPath(forTokenFile tokenFilePath: String) -> String { tokenFilePath + ".lock" }
+
+    static func openLockFile(_ path: String) throws -> Int32 {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw TokenFileError(path, "cannot open lock file: \(String(cString: strerror(errno)))") }
+        return fd
+    }
+
+    /// Tries for the exclusive lock until `deadline` (monotonic seconds). Polling keeps the wait bounded;
+    /// a blocking flock could not be given a deadline.
+    static func pollExclusive(_ fd: Int32, until deadline: Double, every interval: useconds_t) -> Bool {
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard EventLoop.monotonicNow < deadline else { return false }
+            usleep(interval)
+        }
+        return true
     }
 
     deinit { close(fd) }
@@ -31,17 +49,12 @@ final class TokenFileLock {
     /// Calls `completion(true)` on the loop once the lock is held, or `completion(false)` after `timeout`.
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
         precondition(pendingCompletion == nil && !isHeld, "one acquisition at a time")
+        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+            isHeld = true
+            return completion(true, false)
+        }
         let wake = LoopEvent(loop: loop) { [weak self] _ in self?.finishWaiting() }
         wakeUp = wake
-        if flock(fd, LOCK_EX | LOCK_NB) == 0 {
-            // Even an uncontended lock is reported on the next loop pass, never from inside `acquire`: a
-            // caller that starts a refresh and then joins the waiting requests must be done joining
-            // before a cycle that ends at once (tokens adopted from disk) releases them.
-            acquiredOnThread.value.withLock { $0 = true }
-            pendingCompletion = { completion($0, false) }
-            wake.activate()
-            return
-        }
         pendingCompletion = { completion($0, true) }
         acquiredOnThread.value.withLock { $0 = nil }
         let descriptor = fd
@@ -49,12 +62,7 @@ final class TokenFileLock {
         let event = SendableLoopEvent(event: wake)
         let deadline = EventLoop.monotonicNow + timeout
         Thread.detachNewThread {
-            var acquired = false
-            // Polling keeps the wait bounded; a blocking flock could not be given a deadline.
-            while EventLoop.monotonicNow < deadline {
-                if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { acquired = true; break }
-                usleep(5_000)
-            }
+            let acquired = Self.pollExclusive(descriptor, until: deadline, every: 5_000)
             result.value.withLock { $0 = acquired }
             event.event.activate()
         }

@@ -24,6 +24,19 @@ enum Timestamp {
         return formatter.string(from: date)
     }
 
+    /// A JSON number of seconds, or one sent as a string (many servers do); never a boolean.
+    static func seconds(_ value: Any?) -> Double? {
+        if let number = value as? NSNumber, !number.isJSONBoolean { return number.doubleValue.isFinite ? number.doubleValue : nil }
+        if let text = value as? String, let double = Double(text), double.isFinite { return double }
+        return nil
+    }
+
+    /// RFC 3339 text, or epoch seconds as a number or numeric string.
+    static func date(_ value: Any) -> Date? {
+        if let text = value as? String, let date = parse(text) { return date }
+        return seconds(value).map(Date.init(timeIntervalSince1970:))
+    }
+
     static func parse(_ text: String) -> Date? {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
