@@ -73,6 +73,7 @@ final class AdminServer {
             "held_requests": proxy.heldCount,
             "active_requests": proxy.activeCount,
             "upstream_waiters": proxy.pool.waiterCount,
+            "client_connections": proxy.clientConnections.openCount,
             "draining": proxy.isDraining,
             "started_at": Timestamp.format(startedAt),
         ]

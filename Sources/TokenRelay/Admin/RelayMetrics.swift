@@ -15,6 +15,8 @@ final class RelayMetrics {
     private var labelled: [String: CoreMetrics.Counter] = [:]
 
     let heldRequests: CoreMetrics.Gauge
+    /// Open client connections on the proxy listener.
+    let clientConnections: CoreMetrics.Gauge
     let replaysAfterRefresh: CoreMetrics.Counter
     let replaysStaleGeneration: CoreMetrics.Counter
     let tokenGeneration: CoreMetrics.Gauge
@@ -40,6 +42,7 @@ final class RelayMetrics {
         }
         self.factory = factory
         heldRequests = Gauge(label: "tokenrelay_held_requests", factory: factory)
+        clientConnections = Gauge(label: "tokenrelay_client_connections", factory: factory)
         replaysAfterRefresh = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "refreshed")], factory: factory)
         replaysStaleGeneration = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "stale_token")], factory: factory)
         tokenGeneration = Gauge(label: "tokenrelay_token_generation", factory: factory)
@@ -76,6 +79,11 @@ final class RelayMetrics {
     /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
     func countRefreshError(code: String) {
         counter("tokenrelay_refresh_errors_total", "error", code).increment()
+    }
+
+    /// What `limits.max_client_connections` made us do: closed_idle, refused (503), paused_accepting.
+    func countClientConnectionLimit(action: String) {
+        counter("tokenrelay_client_connection_limit_total", "action", action).increment()
     }
 
     /// Upstream requests that failed without a response, by kind (connect, timeout, tls, …).

@@ -63,10 +63,17 @@ let outgoingDoneTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPoin
     withExtendedLifetime(call) { call.completed(request) }
 }
 
-/// The client's connection is being freed (hang-up, write error, our own abort).
+/// `evhttp_set_bevcb` callback for `ClientConnections`: evhttp has accepted a connection and asks for its
+/// bufferevent. This is the only moment a new connection is visible.
+let acceptedConnectionTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> OpaquePointer? = { base, context in
+    let connections = target(context, as: ClientConnections.self)
+    return withExtendedLifetime(connections) { connections.bufferEventForAcceptedConnection(base: base) }
+}
+
+/// A client connection is being freed (hang-up, timeout, close after a response, our own abort).
 let clientConnectionClosedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
-    let exchange = target(context, as: Exchange.self)
-    withExtendedLifetime(exchange) { exchange.clientConnectionClosed() }
+    let connection = target(context, as: ClientConnections.Connection.self)
+    withExtendedLifetime(connection) { connection.closed() }
 }
 
 /// The client drained what we queued for it (streaming backpressure).

@@ -105,6 +105,8 @@ public struct Config: Sendable {
         public var maxBodyBytes = 8 * 1024 * 1024
         public var maxHeaderBytes = 64 * 1024
         public var maxHeldRequests = 1024
+        /// Open client connections; see `ClientConnections` for what happens at the limit.
+        public var maxClientConnections = 512
         public var maxUpstreamConnections = 128
         /// Requests that may wait for a busy pool; beyond it 503.
         public var maxUpstreamWaiters = 256

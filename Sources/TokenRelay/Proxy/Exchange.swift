@@ -85,8 +85,9 @@ final class Exchange: OutgoingRequestDelegate {
 
     func begin() {
         selfRetain = Unmanaged.passRetained(self)
+        var admission = ClientConnections.Admission.admitted
         if let clientConnection {
-            evhttp_connection_set_closecb(clientConnection, clientConnectionClosedTrampoline, unretainedContext(self))
+            admission = proxy.clientConnections.attach(self, to: clientConnection)
             // evhttp stops reading a connection while its request is with us, so it would not notice a
             // client that hangs up during a hold; EV_CLOSED does.
             let fd = bufferevent_getfd(evhttp_connection_get_bufferevent(clientConnection))
@@ -96,6 +97,7 @@ final class Exchange: OutgoingRequestDelegate {
         }
         let rawTarget = evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? ""
         if proxy.config.accessLog.enabled { accessLogTarget = rawTarget }
+        if admission == .overLimit { return replyAndClose(.tooManyConnections) }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
         let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
         if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
@@ -132,11 +134,15 @@ final class Exchange: OutgoingRequestDelegate {
     /// requests (CONNECT, foreign absolute-form) from `Proxy-Connection` only, hence both there.
     private func refuse(_ reason: String?) {
         proxy.refused(reason ?? "CONNECT")
+        replyAndClose(reason.map { .badRequest($0) } ?? .connectRefused)
+    }
+
+    private func replyAndClose(_ response: LocalResponse) {
         let input = HeaderList(raw: evhttp_request_get_input_headers(clientRequest))
         input.add("Connection", "close")
         input.add("Proxy-Connection", "close")
         HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
-        reply(reason.map { .badRequest($0) } ?? .connectRefused)
+        reply(response)
     }
 
     private func admit() {
@@ -450,7 +456,8 @@ final class Exchange: OutgoingRequestDelegate {
         finish()
     }
 
-    /// evhttp is freeing the client connection (hang-up noticed on a write, or a timeout).
+    /// evhttp is freeing the client connection (hang-up noticed on a write, or a timeout); called by
+    /// `ClientConnections`, which owns the connection's close callback.
     func clientConnectionClosed() {
         guard phase != .finished else { return }
         hangUpWatcher = nil  // the connection is being freed: nothing left to unregister
@@ -473,7 +480,7 @@ final class Exchange: OutgoingRequestDelegate {
     private func detachFromClient() {
         guard hangUpWatcher != nil, let clientConnection else { return }
         hangUpWatcher = nil
-        evhttp_connection_set_closecb(clientConnection, nil, nil)
+        proxy.clientConnections.detach(from: clientConnection)
     }
 
     private func finish() {

@@ -43,6 +43,10 @@ struct LocalResponse {
         status: 503, reason: "Service Unavailable", error: "overloaded",
         message: "too many requests are waiting for a token refresh", extraHeaders: [("Retry-After", "1")])
 
+    static let tooManyConnections = LocalResponse(
+        status: 503, reason: "Service Unavailable", error: "overloaded",
+        message: "too many client connections are busy (limits.max_client_connections)", extraHeaders: [("Retry-After", "1")])
+
     static let connectRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "CONNECT is not supported")
 

@@ -8,6 +8,7 @@ final class ProxyServer {
     let config: Config
     let coordinator: RefreshCoordinator
     let pool: UpstreamPool
+    let clientConnections: ClientConnections
     let metrics: RelayMetrics
     let logger: Logger
     var upstream: HTTPEndpoint { config.upstream.url }
@@ -35,11 +36,14 @@ final class ProxyServer {
                             maxWaiters: config.limits.maxUpstreamWaiters,
                             timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
                                             idle: config.timeouts.poolIdleSeconds))
+        clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections, metrics: metrics,
+                                              logger: logger)
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
             self.accept(request)
         }
         listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
                            timeoutSeconds: config.timeouts.clientSeconds)
+        listener.track(clientConnections)
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
     }

@@ -29,6 +29,7 @@ public final class Relay {
         self.logger = logger
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
+        if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }

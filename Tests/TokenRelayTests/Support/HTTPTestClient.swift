@@ -79,6 +79,13 @@ final class HTTPTestConnection {
 
     func close() { socket.close() }
 
+    /// True once the server has closed its side (an orderly FIN or a reset); never blocks.
+    var peerClosed: Bool {
+        var byte: UInt8 = 0
+        let received = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return received == 0 || (received < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+    }
+
     func send(method: String, path: String, headers: [(String, String)] = [], body: Data? = nil,
               httpVersion: String = "HTTP/1.1") throws -> TestHTTPResponse {
         try write(method: method, path: path, headers: headers, body: body, httpVersion: httpVersion)
