@@ -17,7 +17,9 @@ import Logging
 /// - each attempt holds an advisory lock on the token file and first re-reads it: if another process
 ///   has rotated the tokens already, they are adopted instead of presenting a burnt refresh token;
 /// - new tokens are written to disk *before* anyone is released (the old refresh token is already
-///   burnt: losing the new one in a crash would lose the session);
+///   burnt: losing the new one in a crash would lose the session). The write with its fsync runs on a
+///   helper thread while the cycle stays open, so held requests stay held and slow storage never
+///   stalls the requests still flowing;
 /// - a rejected refresh latches "login required", and too many 401-triggered refreshes in a window
 ///   trip the storm guard: either way no refresh storm.
 ///
@@ -85,8 +87,11 @@ final class RefreshCoordinator {
     /// Set at shutdown: no new cycle or retry starts; one already talking to the token endpoint finishes,
     /// because its answer may carry the only copy of a rotated refresh token.
     private var stopped = false
-    /// Called when an exchange with the token endpoint ends (graceful shutdown waits for it).
+    /// Called when an exchange with the token endpoint ends and its tokens are saved (graceful shutdown
+    /// waits for it).
     var onTokenEndpointIdle: (() -> Void)?
+    /// Renewed tokens are being written to the token file.
+    private var persisting = false
     private var retryTimer: LoopEvent?
     private var proactiveTimer: LoopEvent?
     private var recoveryTimer: LoopEvent?
@@ -175,8 +180,9 @@ final class RefreshCoordinator {
 
     // MARK: - The refresh cycle
 
-    /// Whether an exchange with the token endpoint is under way.
-    var isTalkingToTokenEndpoint: Bool { endpoint.isBusy }
+    /// Whether an exchange with the token endpoint is under way, or its answer is still being saved: in
+    /// both cases the process holds the only copy of a rotated refresh token.
+    var isTalkingToTokenEndpoint: Bool { endpoint.isBusy || persisting }
 
     /// Graceful shutdown: no new refresh cycles or retries from now on.
     func stopRefreshing() {
@@ -251,7 +257,7 @@ final class RefreshCoordinator {
         knownFileSignature = store.signature()
         let previous = state
         let (next, lifetime) = Self.withStoredExpiry(onDisk)
-        adopt(next, lifetime: lifetime, persist: false)
+        adopt(next, lifetime: lifetime)
         metrics.adoptedRotations.increment()
         logger.info("\(reason)", metadata: ["generation": "\(generation)", "previous_state": "\(previous.rawValue)"])
     }
@@ -267,11 +273,16 @@ final class RefreshCoordinator {
         case .granted(let grant):
             metrics.countRefresh(outcome: "success")
             let (next, lifetime) = renewed(by: grant)
-            adopt(next, lifetime: lifetime, persist: true)
-            lock.release()
-            logger.info("refresh succeeded", metadata: ["generation": "\(generation)", "attempt": "\(attempt)",
-                                                        "expires_at": "\(tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
-            finishCycle(.renewed(generation: generation), description: "success")
+            redactor.update([next.accessToken, next.refreshToken])
+            persist(next) { [weak self] in
+                guard let self else { return }
+                self.adopt(next, lifetime: lifetime)
+                self.lock.release()
+                self.logger.info("refresh succeeded", metadata: ["generation": "\(self.generation)", "attempt": "\(self.attempt)",
+                                                                 "expires_at": "\(self.tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
+                self.finishCycle(.renewed(generation: self.generation), description: "success")
+                self.onTokenEndpointIdle?()
+            }
         case .rejected(let status, let oauthError):
             metrics.countRefreshError(code: oauthError ?? "http_\(status)")
             reject("refresh rejected; login required", metadata: ["status": "\(status)", "error": "\(oauthError ?? "none")"])
@@ -432,22 +443,41 @@ final class RefreshCoordinator {
 
     // MARK: - Token state
 
-    /// Makes `next` the current tokens: first on disk (when they came from the token endpoint), then in
-    /// memory with a new generation, then plans the next proactive refresh.
-    private func adopt(_ next: TokenSet, lifetime: Double?, persist: Bool) {
-        redactor.update([next.accessToken, next.refreshToken])
-        if persist {
-            do {
-                try store.write(next)
-                knownFileSignature = store.signature()
-            } catch {
-                // The old refresh token is burnt already; the new one lives in memory only until the next
-                // successful write. Loud, counted, but serving goes on.
-                metrics.tokenFileWriteFailures.increment()
-                logger.critical("could not persist refreshed tokens; a restart now would need a new login",
-                                metadata: ["error": "\(error)"])
-            }
+    /// Writes tokens fresh from the token endpoint to the token file, off the loop, then continues on it.
+    /// The cycle stays `.refreshing` meanwhile: held requests stay held, no second cycle starts, and the
+    /// file watch does not mistake our own write for someone else's.
+    private func persist(_ next: TokenSet, then continuation: @escaping () -> Void) {
+        let data: Data
+        do {
+            data = try TokenFile.encode(next)
+        } catch {
+            persistFailed(error)
+            return continuation()
         }
+        persisting = true
+        let path = store.path
+        OffLoopWork.run(on: loop, { Result { try TokenFile.write(data, to: path) } }) { [weak self] outcome in
+            guard let self else { return }
+            self.persisting = false
+            switch outcome {
+            case .success: self.knownFileSignature = self.store.signature()
+            case .failure(let error): self.persistFailed(error)
+            }
+            continuation()
+        }
+    }
+
+    /// The old refresh token is burnt already; the new one lives in memory only until the next successful
+    /// write. Loud, counted, but serving goes on.
+    private func persistFailed(_ error: any Error) {
+        metrics.tokenFileWriteFailures.increment()
+        logger.critical("could not persist refreshed tokens; a restart now would need a new login", metadata: ["error": "\(error)"])
+    }
+
+    /// Makes `next` the current tokens in memory with a new generation, then plans the next proactive
+    /// refresh.
+    private func adopt(_ next: TokenSet, lifetime: Double?) {
+        redactor.update([next.accessToken, next.refreshToken])
         tokens = next
         self.lifetime = lifetime
         generation += 1

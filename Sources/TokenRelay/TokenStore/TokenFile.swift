@@ -98,7 +98,11 @@ struct TokenFile {
 
     /// Atomically replaces the file with `tokens`, mode 0600. Throws without touching the old file on failure.
     func write(_ tokens: TokenSet) throws {
-        let data = try TokenFile.encode(tokens)
+        try Self.write(TokenFile.encode(tokens), to: path)
+    }
+
+    /// Atomically replaces the file at `path` with `data` (already encoded), mode 0600; safe on any thread.
+    static func write(_ data: Data, to path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
         let temporary = "\(directory)/.\((path as NSString).lastPathComponent).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)

@@ -1,6 +1,5 @@
 import CLibevent
 import Foundation
-import Synchronization
 import Glibc
 
 /// An advisory lock (flock) on `<token file>.lock`, serialising refreshes across tokenrelay processes
@@ -8,15 +7,12 @@ import Glibc
 /// is replaced by rename on every write, so it cannot carry the lock.
 ///
 /// Waiting never blocks the event loop: an uncontended lock is taken at once; a contended one is
-/// polled on a helper thread, which wakes the loop with `event_active` (safe across threads because
-/// `EventLoop` enables libevent's pthread support).
+/// polled on a helper thread (`OffLoopWork`).
 final class TokenFileLock {
     let path: String
     private let fd: Int32
     private let loop: EventLoop
-    private var wakeUp: LoopEvent?
-    private var pendingCompletion: ((Bool) -> Void)?
-    private let acquiredOnThread = ThreadResult()
+    private var isWaiting = false
     private(set) var isHeld = false
 
     init(tokenFilePath: String, loop: EventLoop) throws {
@@ -48,33 +44,20 @@ final class TokenFileLock {
 
     /// Calls `completion(true)` on the loop once the lock is held, or `completion(false)` after `timeout`.
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
-        precondition(pendingCompletion == nil && !isHeld, "one acquisition at a time")
+        precondition(!isWaiting && !isHeld, "one acquisition at a time")
         if flock(fd, LOCK_EX | LOCK_NB) == 0 {
             isHeld = true
             return completion(true, false)
         }
-        let wake = LoopEvent(loop: loop) { [weak self] _ in self?.finishWaiting() }
-        wakeUp = wake
-        pendingCompletion = { completion($0, true) }
-        acquiredOnThread.value.withLock { $0 = nil }
+        isWaiting = true
         let descriptor = fd
-        let result = acquiredOnThread
-        let event = SendableLoopEvent(event: wake)
         let deadline = EventLoop.monotonicNow + timeout
-        Thread.detachNewThread {
-            let acquired = Self.pollExclusive(descriptor, until: deadline, every: 5_000)
-            result.value.withLock { $0 = acquired }
-            event.event.activate()
+        OffLoopWork.run(on: loop, { Self.pollExclusive(descriptor, until: deadline, every: 5_000) }) { [weak self] acquired in
+            guard let self else { return }
+            self.isWaiting = false
+            self.isHeld = acquired
+            completion(acquired, true)
         }
-    }
-
-    private func finishWaiting() {
-        let acquired = acquiredOnThread.value.withLock { $0 } ?? false
-        isHeld = acquired
-        wakeUp = nil
-        let completion = pendingCompletion
-        pendingCompletion = nil
-        completion?(acquired)
     }
 
     func release() {
@@ -82,14 +65,4 @@ final class TokenFileLock {
         flock(fd, LOCK_UN)
         isHeld = false
     }
-}
-
-/// `event_active` is the one libevent call that may come from another thread; this wrapper says so.
-private struct SendableLoopEvent: @unchecked Sendable {
-    let event: LoopEvent
-}
-
-/// What the waiting thread found, read on the loop after the wake-up.
-private final class ThreadResult: Sendable {
-    let value = Mutex<Bool?>(nil)
 }
