@@ -39,3 +39,20 @@ final class InjectedHeaderPolicyTests: XCTestCase {
         XCTAssertEqual(names, ["AccessToken", "Authorization", "X-Other"])
     }
 }
+
+final class HTTPSyntaxFieldTests: XCTestCase {
+    func testFieldKeysAreASCIILowercase() {
+        XCTAssertEqual(HTTPSyntax.fieldKey("X-Forwarded-For"), "x-forwarded-for")
+        XCTAssertEqual(HTTPSyntax.fieldKey("accept"), "accept")
+        XCTAssertTrue(HTTPSyntax.isField("CONTENT-Length", "content-length"))
+        XCTAssertFalse(HTTPSyntax.isField("Content-Lengthx", "content-length"))
+        XCTAssertFalse(HTTPSyntax.isField("Content-Lengt", "content-length"))
+        XCTAssertEqual(HTTPSyntax.trimmedOWS(" \tkeep-alive \t"), "keep-alive")
+        XCTAssertEqual(HTTPSyntax.trimmedOWS("  "), "")
+    }
+
+    func testConnectionListedNamesAreCaseInsensitive() {
+        let forwarded = HeaderPolicy.forwardedResponseHeaders([("CONNECTION", " X-Hop ,\tKEEP-ALIVE"), ("x-hop", "1"), ("Keep-Alive", "5"), ("X-Kept", "1")])
+        XCTAssertEqual(forwarded.map(\.name), ["X-Kept"])
+    }
+}

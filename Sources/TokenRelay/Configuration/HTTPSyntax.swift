@@ -19,6 +19,28 @@ enum HTTPSyntax {
         text.utf8.allSatisfy { $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }
     }
 
+    /// A field name as a lookup key: ASCII-lowercased (field names are ASCII tokens; Unicode case mapping
+    /// would be both wrong and slow on the per-request path). Allocates only when there is an upper-case letter.
+    static func fieldKey(_ name: String) -> String {
+        guard name.utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) else { return name }
+        return String(decoding: name.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }, as: UTF8.self)
+    }
+
+    /// Whether field name `name` is `lowercasedKey`, ignoring ASCII case, without allocating.
+    static func isField(_ name: String, _ lowercasedKey: String) -> Bool {
+        name.utf8.count == lowercasedKey.utf8.count
+            && zip(name.utf8, lowercasedKey.utf8).allSatisfy { ($0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0) == $1 }
+    }
+
+    /// `text` without leading and trailing optional whitespace (RFC 9110 §5.6.3: spaces and tabs).
+    static func trimmedOWS(_ text: Substring) -> Substring {
+        let isWhitespace = { (c: Character) in c == " " || c == "\t" }
+        guard let first = text.firstIndex(where: { !isWhitespace($0) }), let last = text.lastIndex(where: { !isWhitespace($0) }) else {
+            return ""
+        }
+        return text[first...last]
+    }
+
     /// Headers tokenrelay frames itself (or that describe one connection): a configured header of these
     /// names would corrupt the message instead of authenticating it.
     static let reservedHeaderNames: Set<String> = [

@@ -368,7 +368,7 @@ final class Exchange: OutgoingRequestDelegate {
         let upstreamHeaders = HeaderList(raw: evhttp_request_get_input_headers(response)).entries
         let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
         for header in HeaderPolicy.forwardedResponseHeaders(upstreamHeaders) { output.add(header.name, header.value) }
-        prepareClientFraming(hasLength: upstreamHeaders.contains { $0.name.lowercased() == "content-length" })
+        prepareClientFraming(hasLength: upstreamHeaders.contains { HTTPSyntax.isField($0.name, "content-length") })
         let reason = evhttp_request_get_response_code_line(response).map { String(cString: $0) } ?? ""
         evhttp_send_reply_start(clientRequest, answeredStatus, reason)
     }
@@ -428,7 +428,7 @@ final class Exchange: OutgoingRequestDelegate {
         guard let captured else { return reply(.loginRequired) }
         let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
         // Content-Length is recomputed: the kept body may be shorter than the original.
-        for header in HeaderPolicy.forwardedResponseHeaders(captured.headers) where header.name.lowercased() != "content-length" {
+        for header in HeaderPolicy.forwardedResponseHeaders(captured.headers) where !HTTPSyntax.isField(header.name, "content-length") {
             output.add(header.name, header.value)
         }
         send(status: captured.status, reason: captured.reason, body: captured.body)

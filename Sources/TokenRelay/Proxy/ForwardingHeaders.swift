@@ -16,7 +16,7 @@ enum ForwardingHeaders {
         if settings.xForwardedProto {
             // Replaced, not appended: clients talk plain HTTP to tokenrelay, and a client must not be
             // able to claim otherwise.
-            result.removeAll { $0.name.lowercased() == "x-forwarded-proto" }
+            result.removeAll { HTTPSyntax.isField($0.name, "x-forwarded-proto") }
             result.append((name: "X-Forwarded-Proto", value: "http"))
         }
         if settings.via {
@@ -27,9 +27,9 @@ enum ForwardingHeaders {
 
     /// Folds every existing `name` field into one, with `element` appended (RFC 9110 §5.3).
     private static func appendToList(_ name: String, _ element: String, in headers: inout [(name: String, value: String)]) {
-        let lowered = name.lowercased()
-        let existing = headers.filter { $0.name.lowercased() == lowered }.map(\.value).filter { !$0.isEmpty }
-        headers.removeAll { $0.name.lowercased() == lowered }
+        let key = HTTPSyntax.fieldKey(name)
+        let existing = headers.filter { HTTPSyntax.isField($0.name, key) }.map(\.value).filter { !$0.isEmpty }
+        headers.removeAll { HTTPSyntax.isField($0.name, key) }
         headers.append((name: name, value: (existing + [element]).joined(separator: ", ")))
     }
 }

@@ -1,5 +1,3 @@
-import Foundation
-
 /// Which headers cross the proxy, in each direction (RFC 9110 §7.6.1).
 enum HeaderPolicy {
     /// Hop-by-hop headers: they describe one connection, never the end-to-end message.
@@ -16,9 +14,9 @@ enum HeaderPolicy {
     /// Names listed in `Connection` are hop-by-hop for this message too.
     static func connectionListed(_ headers: [(name: String, value: String)]) -> Set<String> {
         var names: Set<String> = []
-        for header in headers where header.name.lowercased() == "connection" {
+        for header in headers where HTTPSyntax.isField(header.name, "connection") {
             for token in header.value.split(separator: ",") {
-                names.insert(token.trimmingCharacters(in: .whitespaces).lowercased())
+                names.insert(HTTPSyntax.fieldKey(String(HTTPSyntax.trimmedOWS(token))))
             }
         }
         return names
@@ -35,7 +33,7 @@ enum HeaderPolicy {
         let listed = connectionListed(headers)
         let injected = injectedHeader
         return headers.filter { header in
-            let name = header.name.lowercased()
+            let name = HTTPSyntax.fieldKey(header.name)
             if keepAuthorization && (name == "authorization" || name == injected) { return true }
             if name == injected { return false }
             let replaced = name == "authorization" ? injected == "authorization" : replacedOnRequest.contains(name)
@@ -48,7 +46,7 @@ enum HeaderPolicy {
     static func forwardedResponseHeaders(_ headers: [(name: String, value: String)]) -> [(name: String, value: String)] {
         let listed = connectionListed(headers)
         return headers.filter { header in
-            let name = header.name.lowercased()
+            let name = HTTPSyntax.fieldKey(header.name)
             return !hopByHop.contains(name) && !listed.contains(name)
         }
     }

@@ -29,7 +29,7 @@ enum RequestHygiene {
             guard HTTPSyntax.isSafeHeaderValue(header.value) else {
                 return Violation(description: "control character in the value of \(header.name)")
             }
-            switch header.name.lowercased() {
+            switch HTTPSyntax.fieldKey(header.name) {
             case "content-length": lengths.append(header.value)
             case "transfer-encoding": encodings.append(header.value)
             case "host": hosts += 1
@@ -55,17 +55,9 @@ enum RequestHygiene {
         // a body it decodes differently (or not at all).
         if !encodings.isEmpty {
             let codings = encodings.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
-                .map { trimmedWhitespace($0).lowercased() }
+                .map { HTTPSyntax.fieldKey(String(HTTPSyntax.trimmedOWS($0))) }
             if codings != ["chunked"] { return Violation(description: "unsupported Transfer-Encoding") }
         }
         return nil
-    }
-
-    private static func trimmedWhitespace(_ text: Substring) -> Substring {
-        let isWhitespace = { (c: Character) in c == " " || c == "\t" }
-        guard let first = text.firstIndex(where: { !isWhitespace($0) }), let last = text.lastIndex(where: { !isWhitespace($0) }) else {
-            return ""
-        }
-        return text[first...last]
     }
 }
