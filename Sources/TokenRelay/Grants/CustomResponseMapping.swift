@@ -13,8 +13,9 @@ struct CustomResponseMapping {
     let settings: CustomGrantSettings
 
     func classify(status: Int, body: [UInt8], now: Date) -> TokenEndpointResult {
-        if let code = loginRequiredError(in: body) { return .rejected(status: status, oauthError: code) }
-        if (200..<300).contains(status) { return parse(body, now: now) }
+        let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])
+        if let code = json.flatMap(loginRequiredError) { return .rejected(status: status, oauthError: code) }
+        if (200..<300).contains(status) { return parse(json, now: now) }
         if settings.loginRequiredStatuses.contains(status) { return .rejected(status: status, oauthError: nil) }
         switch status {
         case 408, 425, 429, 500..<600:
@@ -25,17 +26,14 @@ struct CustomResponseMapping {
     }
 
     /// A configured "log in again" error code found at `refresh.response.error`, whatever the status.
-    private func loginRequiredError(in body: [UInt8]) -> String? {
+    private func loginRequiredError(in json: Any) -> String? {
         guard let pointer = settings.errorCode, !settings.loginRequiredErrors.isEmpty,
-              let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]),
               let code = pointer.evaluate(json) as? String, settings.loginRequiredErrors.contains(code) else { return nil }
         return code
     }
 
-    private func parse(_ body: [UInt8], now: Date) -> TokenEndpointResult {
-        guard let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]) else {
-            return .invalidResponse(reason: "response body is not JSON")
-        }
+    private func parse(_ json: Any?, now: Date) -> TokenEndpointResult {
+        guard let json else { return .invalidResponse(reason: "response body is not JSON") }
         guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.isHeaderSafe(access) else {
             return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII)")
         }
