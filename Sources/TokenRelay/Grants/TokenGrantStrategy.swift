@@ -6,6 +6,16 @@ struct TokenHTTPRequest {
     var target: String
     var headers: [(name: String, value: String)]
     var body: [UInt8]
+
+    /// Fills evhttp's outgoing request: `Host`, the grant's headers, and the body with an exact
+    /// Content-Length (evhttp adds one only for POST and PUT; a GET without a body gets none).
+    func write(into request: OpaquePointer, authority: String) {
+        let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
+        headers.add("Host", authority)
+        for header in self.headers { headers.add(header.name, header.value) }
+        if !body.isEmpty || method != EVHTTP_REQ_GET { headers.add("Content-Length", String(body.count)) }
+        if !body.isEmpty { body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(request), $0.baseAddress, $0.count) } }
+    }
 }
 
 /// Which grant obtains new tokens. The coordinator (single flight, lock, persistence, latch, metrics) and

@@ -28,14 +28,10 @@ final class BlockingHTTPClient: OutgoingRequestDelegate {
         guard let connection = factory.makeConnection() else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
         defer { evhttp_connection_free(connection) }
         evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes)
-        let endpoint = factory.endpoint
+        let authority = factory.endpoint.authority
         let request = OutgoingRequest(delegate: self)
         let started = request.start(on: connection, method: prepared.method, target: prepared.target) { req in
-            let headers = HeaderList(raw: evhttp_request_get_output_headers(req))
-            headers.add("Host", endpoint.authority)
-            for header in prepared.headers { headers.add(header.name, header.value) }
-            headers.add("Content-Length", String(prepared.body.count))
-            prepared.body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(req), $0.baseAddress, $0.count) }
+            prepared.write(into: req, authority: authority)
         }
         guard started else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
         if outcome == nil { loop.run() }

@@ -16,10 +16,7 @@ enum LoginTokenFile {
     static func write(_ grant: TokenGrant, to path: String, now: Date = Date()) throws {
         let file = TokenFile(path: path)
         try TokenFileLock.withBlockingLock(tokenFilePath: path) {
-            let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: now)
-            let tokens = TokenSet(accessToken: grant.accessToken, refreshToken: grant.refreshToken, expiresAt: expiry.expiresAt,
-                                  otherFields: keptFields(of: path))
-            try file.write(tokens)
+            try file.write(TokenSet(accessToken: "", otherFields: keptFields(of: path)).renewed(by: grant, now: now).tokens)
         }
     }
 

@@ -272,7 +272,7 @@ final class RefreshCoordinator {
         switch result {
         case .granted(let grant):
             metrics.countRefresh(outcome: "success")
-            let (next, lifetime) = renewed(by: grant)
+            let (next, lifetime) = tokens.renewed(by: grant, now: Date())
             redactor.update([next.accessToken, next.refreshToken])
             persist(next) { [weak self] in
                 guard let self else { return }
@@ -327,16 +327,6 @@ final class RefreshCoordinator {
         if let expiresAt = tokens.expiresAt, expiresAt.timeIntervalSinceNow > 0, settings.proactive {
             schedulePoactiveRetry(before: expiresAt)
         }
-    }
-
-    private func renewed(by grant: TokenGrant) -> (TokenSet, lifetime: Double?) {
-        var next = tokens
-        next.accessToken = grant.accessToken
-        // RFC 6749 §6: without a new refresh token in the response, the old one stays valid.
-        if let refresh = grant.refreshToken { next.refreshToken = refresh }
-        let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: Date())
-        next.expiresAt = expiry.expiresAt
-        return (next, expiry.lifetime)
     }
 
     /// Stored tokens with the expiry tokenrelay will plan with (the file's `expires_at`, else a JWT `exp`).

@@ -51,15 +51,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
             return finish(.transient(reason: "could not create a connection to the token endpoint", outcomeUnknown: false))
         }
         let started = request.start(on: connection, method: prepared.method, target: prepared.target) { [endpoint] req in
-            let headers = HeaderList(raw: evhttp_request_get_output_headers(req))
-            headers.add("Host", endpoint.authority)
-            for header in prepared.headers { headers.add(header.name, header.value) }
-            if !prepared.body.isEmpty || prepared.method != EVHTTP_REQ_GET {
-                headers.add("Content-Length", String(prepared.body.count))
-            }
-            if !prepared.body.isEmpty {
-                prepared.body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(req), $0.baseAddress, $0.count) }
-            }
+            prepared.write(into: req, authority: endpoint.authority)
         }
         if !started {
             finish(.transient(reason: "could not start a request to the token endpoint", outcomeUnknown: false))

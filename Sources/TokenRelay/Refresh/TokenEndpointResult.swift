@@ -8,6 +8,19 @@ struct TokenGrant {
     var expiresIn: Double?
 }
 
+extension TokenSet {
+    /// These tokens after `grant`, with the expiry tokenrelay plans with and the token's lifetime.
+    func renewed(by grant: TokenGrant, now: Date) -> (tokens: TokenSet, lifetime: Double?) {
+        var next = self
+        next.accessToken = grant.accessToken
+        // RFC 6749 §6: without a new refresh token in the response, the old one stays valid.
+        if let refresh = grant.refreshToken { next.refreshToken = refresh }
+        let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: now)
+        next.expiresAt = expiry.expiresAt
+        return (next, expiry.lifetime)
+    }
+}
+
 /// How one exchange with the token endpoint ended, classified by what tokenrelay must do next.
 enum TokenEndpointResult {
     case granted(TokenGrant)
