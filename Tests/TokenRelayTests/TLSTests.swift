@@ -165,6 +165,40 @@ final class TLSTests: RelayTestCase {
         XCTAssertEqual(try admin(relay, "/readyz").status, 200, "a TLS failure is not a login problem")
     }
 
+    // MARK: - login
+
+    private func login(device: String, token: String) throws -> (exitCode: Int32, stdout: String, stderr: String) {
+        let url = workDir.appendingPathComponent("login-\(UUID().uuidString).json")
+        try JSONSerialization.data(withJSONObject: config([
+            "refresh": ["token_url": token, "tls": ["ca_file": pki.caFile.path]],
+            "login": ["device_authorization_url": device],
+        ])).write(to: url)
+        return try TokenRelayProcess.runCommand(arguments: ["login", "--config", url.path, "--poll-interval-scale", "0.01"],
+                                                environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret], timeout: 20)
+    }
+
+    /// The device endpoint on the token endpoint's server is trusted through `refresh.tls`.
+    func testLoginOverTLSUsesTheTokenEndpointsTrust() throws {
+        let server = try startServer(pki.server)
+        let result = try login(device: server.url(path: "/device/code"), token: server.url(path: "/oauth/token"))
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.contains("TLS-CODE"), result.stdout)
+        let written = try readTokenFile()
+        XCTAssertEqual(written["access_token"] as? String, "tls-login-access")
+        XCTAssertEqual(written["refresh_token"] as? String, "tls-login-refresh")
+        XCTAssertEqual(try fileMode(tokenFileURL), 0o600)
+    }
+
+    /// A certificate for another name fails the login with the reason, and the token file is untouched.
+    func testLoginRefusesAWrongHostCertificate() throws {
+        let server = try startServer(pki.wrongHost)
+        let before = try Data(contentsOf: tokenFileURL)
+        let result = try login(device: server.url(path: "/device/code"), token: server.url(path: "/oauth/token"))
+        XCTAssertNotEqual(result.exitCode, 0)
+        XCTAssertTrue(result.stderr.contains("hostname mismatch"), result.stderr)
+        XCTAssertEqual(try Data(contentsOf: tokenFileURL), before)
+    }
+
     // MARK: - check
 
     private func check(_ overrides: [String: Any]) throws -> (exitCode: Int32, stdout: String, stderr: String) {

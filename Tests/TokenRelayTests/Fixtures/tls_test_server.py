@@ -10,6 +10,9 @@ It plays both parts tokenrelay talks to:
 * the token endpoint: POST /oauth/token with grant_type=refresh_token and the current refresh token
   rotates both tokens (a presented burnt token gets 400 invalid_grant).
 
+For `tokenrelay login` over HTTPS, POST /device/code starts a device authorization (RFC 8628 §3.2) and
+POST /oauth/token with the device_code grant answers with tokens at once (the user "approved" already).
+
 POST /test/expire invalidates the current access token (the refresh token stays valid), so a test can
 make tokenrelay refresh. Every response to a request line carrying "close" in its path closes the
 connection, so a test can make tokenrelay reconnect.
@@ -97,10 +100,17 @@ class Handler(BaseHTTPRequestHandler):
             granted = None
             if form.get("grant_type") == ["refresh_token"]:
                 granted = self.server.tokens.rotate((form.get("refresh_token") or [""])[0])
+            elif form.get("grant_type") == ["urn:ietf:params:oauth:grant-type:device_code"] and form.get("device_code") == ["tls-device-code"]:
+                granted = {"access_token": "tls-login-access", "refresh_token": "tls-login-refresh",
+                           "token_type": "Bearer", "expires_in": 3600}
             if granted is None:
                 self._reply(400, {"error": "invalid_grant"})
             else:
                 self._reply(200, granted)
+        elif self.path == "/device/code":
+            self._body()
+            self._reply(200, {"device_code": "tls-device-code", "user_code": "TLS-CODE", "interval": 1, "expires_in": 600,
+                              "verification_uri": "https://localhost/activate"})
         elif self.path == "/test/expire":
             self._body()
             self.server.tokens.expire_access()
