@@ -90,7 +90,8 @@ final class CustomGrantRequestTests: XCTestCase {
         XCTAssertEqual(grant.refreshToken, "R")
         XCTAssertEqual(grant.expiresIn, 60)
         guard case .granted(let rfc3339) = classify(200, #"{"d":{"a":"A","at":"1970-01-12T13:46:00Z"}}"#) else { return XCTFail() }
-        XCTAssertEqual(rfc3339.expiresIn, 0, "an expiry in the past is clamped to 0")
+        XCTAssertNil(rfc3339.expiresIn, "an expiry in the past is ignored: every new token would be due at once")
+        XCTAssertEqual(rfc3339.warnings.count, 1)
         XCTAssertNil(rfc3339.refreshToken)
         guard case .rejected = classify(403, "{}") else { return XCTFail("403 is login required by default") }
         guard case .transient = classify(429, "") else { return XCTFail("429 is transient") }

@@ -166,3 +166,78 @@ final class RefreshOutcomeTests: RelayTestCase {
         XCTAssertEqual(try admin(relay, "/readyz").status, 503)
     }
 }
+
+/// Answers from which the refresh token's fate is unclear or must be salvaged: the old refresh token is
+/// never presented early, a rotated one is never thrown away, and odd lifetimes cannot start a loop.
+final class RefreshTokenSafetyTests: RelayTestCase {
+    /// A token endpoint scripted per call; records the refresh tokens presented to it.
+    private final class ScriptedTokenEndpoint: @unchecked Sendable {
+        private let presented = Locked<[String]>([])
+        private var server: MiniHTTPServer!
+        var url: String { server.baseURL + "/oauth/token" }
+        var presentedTokens: [String] { presented.withLock { $0 } }
+
+        init(_ answer: @escaping @Sendable (_ call: Int, _ refreshToken: String) -> TestResponse) throws {
+            server = try MiniHTTPServer { [presented] request in
+                let token = FakeTokenServer.parseForm(request.bodyText)["refresh_token"] ?? ""
+                let call = presented.withLock { $0.append(token); return $0.count }
+                return answer(call, token)
+            }
+        }
+
+        func stop() { server.stop() }
+    }
+
+    func testUnknownOutcomeIsNotFollowedByAnEarlyRefresh() throws {
+        let relay = try startRelay(["timeouts": ["refresh_seconds": 0.4]])
+        tokenServer.failureMode = .delay(1.0)
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 503)
+        XCTAssertTrue(relay.stderrText.contains("outcome unknown"), relay.stderrText)
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.successfulRefreshes == 1 }, "the slow server did rotate")
+        // The access token is valid for an hour: nothing justifies presenting the maybe-burnt refresh token now.
+        XCTAssertFalse(waitUntil(timeout: 2.5) { self.tokenServer.refreshCalls > 1 }, "presented again without need")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(try admin(relay, "/readyz").status, 200)
+    }
+
+    func testRotatedRefreshTokenInAnUnusableAnswerIsKept() throws {
+        let endpoint = try ScriptedTokenEndpoint { call, token in
+            if call == 1 { return .json(200, ["access_token": "bad\r\nX-Evil: 1", "refresh_token": "rotated-refresh-2", "expires_in": 60]) }
+            guard token == "rotated-refresh-2" else { return .json(400, ["error": "invalid_grant"]) }
+            return .json(200, ["access_token": "good-access-3", "refresh_token": "rotated-refresh-3", "expires_in": 3600])
+        }
+        defer { endpoint.stop() }
+        let relay = try startRelay(["refresh": ["token_url": endpoint.url, "max_attempts": 1]])
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 503)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.readTokenFile()["refresh_token"] as? String) == "rotated-refresh-2" },
+                      "the rotated refresh token reaches the token file")
+        XCTAssertTrue(relay.stderrText.contains("kept the rotated refresh token"), relay.stderrText)
+
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 200)
+        XCTAssertEqual(endpoint.presentedTokens.dropFirst(), ["rotated-refresh-2"], "the burnt token is never presented again")
+        XCTAssertEqual(try readTokenFile()["refresh_token"] as? String, "rotated-refresh-3")
+    }
+
+    func testZeroLifetimeDoesNotStartARefreshLoop() throws {
+        let endpoint = try ScriptedTokenEndpoint { call, _ in
+            .json(200, ["access_token": "access-\(call)", "refresh_token": "refresh-\(call)", "expires_in": 0])
+        }
+        defer { endpoint.stop() }
+        let relay = try startRelay(["refresh": ["token_url": endpoint.url]])
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 200)
+        XCTAssertTrue(relay.stderrText.contains("ignored expires_in"), relay.stderrText)
+        XCTAssertFalse(waitUntil(timeout: 2) { endpoint.presentedTokens.count > 2 }, "refreshes: \(endpoint.presentedTokens.count)")
+    }
+
+    func testSubSecondLifetimesAreSpacedOut() throws {
+        let endpoint = try ScriptedTokenEndpoint { call, _ in
+            .json(200, ["access_token": "access-\(call)", "refresh_token": "refresh-\(call)", "expires_in": 0.2])
+        }
+        defer { endpoint.stop() }
+        let relay = try startRelay(["refresh": ["token_url": endpoint.url]])
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 200)
+        let before = endpoint.presentedTokens.count
+        XCTAssertFalse(waitUntil(timeout: 3) { endpoint.presentedTokens.count > before + 4 },
+                       "at most one time-triggered refresh per second: \(endpoint.presentedTokens.count - before) in 3 s")
+    }
+}

@@ -35,4 +35,31 @@ final class TokenEndpointResultTests: XCTestCase {
             guard case .transient(_, false) = classify(status, "") else { return XCTFail("\(status) not transient") }
         }
     }
+
+    func testUnusableAnswersSayWhatBecameOfTheRefreshToken() {
+        let cases: [(String, TokenEndpointResult.Rotation)] = [
+            (#"{"access_token":"a\r\nX: 1","refresh_token":"r2"}"#, .rotated(to: "r2")),
+            (#"{"refresh_token":"r2"}"#, .rotated(to: "r2")),
+            (#"{"access_token":"a2","refresh_token":"r2","token_type":"DPoP"}"#, .rotated(to: "r2")),
+            (#"{"access_token":"a b"}"#, .none),
+            (#"{"access_token":"a2","refresh_token":"r 2"}"#, .unknown),
+            ("garbage", .unknown),
+        ]
+        for (body, expected) in cases {
+            guard case .invalidResponse(_, let rotation) = classify(200, body) else { return XCTFail("accepted \(body)") }
+            XCTAssertEqual(rotation, expected, body)
+        }
+        guard case .rejected = classify(400, #"{"error":"invalid_grant"}"#) else { return XCTFail() }
+    }
+
+    func testLifetimesThatAreNotPositiveAreIgnored() {
+        for value in ["0", "-5", "\"soon\"", "true"] {
+            guard case .granted(let grant) = classify(200, #"{"access_token":"a2","expires_in":\#(value)}"#) else { return XCTFail(value) }
+            XCTAssertNil(grant.expiresIn, value)
+            XCTAssertEqual(grant.warnings, ["ignored expires_in: not a positive number of seconds"], value)
+        }
+        guard case .granted(let bearer) = classify(200, #"{"access_token":"a2","token_type":"bearer","expires_in":60}"#) else { return XCTFail() }
+        XCTAssertEqual(bearer.expiresIn, 60)
+        XCTAssertTrue(bearer.warnings.isEmpty)
+    }
 }

@@ -21,7 +21,8 @@ struct CustomResponseMapping {
         case 408, 425, 429, 500..<600:
             return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
         default:
-            return .invalidResponse(reason: "token endpoint answered \(status) (not in refresh.response.login_required_statuses)")
+            return .invalidResponse(reason: "token endpoint answered \(status) (not in refresh.response.login_required_statuses)",
+                                    rotation: .none)
         }
     }
 
@@ -33,32 +34,31 @@ struct CustomResponseMapping {
     }
 
     private func parse(_ json: Any?, now: Date) -> TokenEndpointResult {
-        guard let json else { return .invalidResponse(reason: "response body is not JSON") }
-        guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.isHeaderSafe(access) else {
-            return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII)")
-        }
-        var grant = TokenGrant(accessToken: access)
+        guard let json else { return .invalidResponse(reason: "response body is not JSON", rotation: .unknown) }
+        var rotation = TokenEndpointResult.Rotation.none
         if let pointer = settings.refreshToken, let value = pointer.evaluate(json), !(value is NSNull) {
             guard let refresh = value as? String, TokenSet.isHeaderSafe(refresh) else {
-                return .invalidResponse(reason: "the refresh token at \(pointer) is not a usable string")
+                return .invalidResponse(reason: "the refresh token at \(pointer) is not a usable string", rotation: .unknown)
             }
-            grant.refreshToken = refresh
+            rotation = .rotated(to: refresh)
         }
+        guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.isHeaderSafe(access) else {
+            return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII)", rotation: rotation)
+        }
+        var grant = TokenGrant(accessToken: access)
+        if case .rotated(let refresh) = rotation { grant.refreshToken = refresh }
         switch settings.expiry {
         case nil:
             break
         case .seconds(let pointer)?:
-            guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
-            guard let seconds = Timestamp.seconds(value), seconds >= 0 else {
-                return .invalidResponse(reason: "the value at \(pointer) is not a number of seconds")
-            }
-            grant.expiresIn = seconds
+            grant.expiresIn = TokenEndpointResult.expiresIn(pointer.evaluate(json), field: "the value at \(pointer)", warnings: &grant.warnings)
         case .absolute(let pointer)?:
             guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
-            guard let date = Timestamp.date(value) else {
-                return .invalidResponse(reason: "the value at \(pointer) is neither RFC 3339 time nor epoch seconds")
+            if let date = Timestamp.date(value), date > now {
+                grant.expiresIn = date.timeIntervalSince(now)
+            } else {
+                grant.warnings.append("ignored the value at \(pointer): not a future RFC 3339 time or epoch seconds")
             }
-            grant.expiresIn = max(0, date.timeIntervalSince(now))
         }
         return .granted(grant)
     }

@@ -26,7 +26,7 @@ enum DevicePollStep {
             }
         case .transient(let reason, _):
             return .transient(reason: reason)
-        case .invalidResponse(let reason):
+        case .invalidResponse(let reason, _):
             return .failed(LoginError("the token endpoint's answer is unusable: \(reason)"))
         case .unusable(let reason):
             return .failed(LoginError(reason))

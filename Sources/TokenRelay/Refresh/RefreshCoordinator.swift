@@ -92,6 +92,16 @@ final class RefreshCoordinator {
     var onTokenEndpointIdle: (() -> Void)?
     /// Renewed tokens are being written to the token file.
     private var persisting = false
+    /// The token endpoint may have rotated the refresh token without us seeing the new one (a timeout
+    /// after the request went out, an unreadable 2xx). Presenting it again would look like theft to a
+    /// rotation server if it did. So until new tokens arrive, the refresh token is presented only once
+    /// the access token is actually needed (a 401, or its expiry), never early by the proactive timer.
+    private var refreshTokenInDoubt = false
+    /// When the last cycle started (monotonic): time-triggered cycles are spaced by `minimumCycleSpacing`.
+    private var lastCycleStartedAt = -Double.infinity
+    /// A token endpoint that hands out tokens due at once (a lifetime of a fraction of a second) must
+    /// not turn the proactive timer into a refresh loop.
+    static let minimumCycleSpacing = 1.0
     private var retryTimer: LoopEvent?
     private var proactiveTimer: LoopEvent?
     private var recoveryTimer: LoopEvent?
@@ -198,6 +208,7 @@ final class RefreshCoordinator {
         }
         state = .refreshing
         self.mode = mode
+        lastCycleStartedAt = EventLoop.monotonicNow
         countsTowardsStormGuard = trigger == "unauthorized"
         attempt = 0
         proactiveTimer = nil
@@ -274,6 +285,7 @@ final class RefreshCoordinator {
             metrics.countRefresh(outcome: "success")
             let (next, lifetime) = tokens.renewed(by: grant, now: Date())
             redactor.update([next.accessToken, next.refreshToken])
+            for warning in grant.warnings { logger.warning("token endpoint answer: \(warning)") }
             persist(next) { [weak self] in
                 guard let self else { return }
                 self.adopt(next, lifetime: lifetime)
@@ -297,6 +309,7 @@ final class RefreshCoordinator {
                 // rotation server concludes theft. End the cycle; the next one re-reads the token file first.
                 logger.error("refresh outcome unknown; not retrying now (the refresh token may already be rotated)",
                              metadata: metadata)
+                refreshTokenInDoubt = true
                 return giveUp(reason: reason)
             }
             guard attempt < settings.maxAttempts, !stopped else {
@@ -311,11 +324,35 @@ final class RefreshCoordinator {
             timer.schedule(after: delay)
         case .unusable(let reason):
             reject("refresh impossible; login required", metadata: ["reason": "\(reason)"])
-        case .invalidResponse(let reason):
-            lock.release()
+        case .invalidResponse(let reason, let rotation):
             metrics.countRefresh(outcome: "invalid_response")
             logger.error("refresh failed: invalid token endpoint response", metadata: ["reason": "\(reason)"])
+            switch rotation {
+            case .rotated(let refreshToken) where endpoint.needsRefreshToken:
+                return keepRotatedRefreshToken(refreshToken, reason: reason)
+            case .unknown where endpoint.needsRefreshToken:
+                refreshTokenInDoubt = true
+            default:
+                break
+            }
+            lock.release()
             giveUp(reason: reason)
+        }
+    }
+
+    /// An answer with an unusable access token but a new refresh token: the old refresh token is burnt,
+    /// so the new one is saved (and used next time) while the current access token stays in service.
+    private func keepRotatedRefreshToken(_ refreshToken: String, reason: String) {
+        var kept = tokens
+        kept.refreshToken = refreshToken
+        redactor.update([kept.accessToken, refreshToken])
+        persist(kept) { [weak self] in
+            guard let self else { return }
+            self.tokens.refreshToken = refreshToken
+            self.lock.release()
+            self.logger.warning("kept the rotated refresh token from the unusable answer")
+            self.giveUp(reason: reason)
+            self.onTokenEndpointIdle?()
         }
     }
 
@@ -324,7 +361,10 @@ final class RefreshCoordinator {
     private func giveUp(reason: String) {
         state = .ready
         finishCycle(.unavailable(reason: reason), description: "failed: \(reason)")
-        if let expiresAt = tokens.expiresAt, expiresAt.timeIntervalSinceNow > 0, settings.proactive {
+        guard let expiresAt = tokens.expiresAt, expiresAt.timeIntervalSinceNow > 0, settings.proactive else { return }
+        if refreshTokenInDoubt {
+            scheduleProactiveRefresh()  // at expiry, not before
+        } else {
             schedulePoactiveRetry(before: expiresAt)
         }
     }
@@ -401,10 +441,13 @@ final class RefreshCoordinator {
     private func scheduleProactiveRefresh() {
         proactiveTimer = nil
         guard settings.proactive, state != .loginRequired, let expiresAt = tokens.expiresAt, let lifetime else { return }
-        let skew = TokenExpiry.skew(lifetime: lifetime, configured: settings.skewSeconds)
-        // Jitter spreads a fleet that got its tokens at the same moment.
-        let jitter = Double.random(in: 0...(skew * 0.2))
-        let delay = expiresAt.timeIntervalSinceNow - skew - jitter
+        var delay = expiresAt.timeIntervalSinceNow
+        if !refreshTokenInDoubt {
+            let skew = TokenExpiry.skew(lifetime: lifetime, configured: settings.skewSeconds)
+            // Jitter spreads a fleet that got its tokens at the same moment.
+            delay -= skew + Double.random(in: 0...(skew * 0.2))
+        }
+        delay = max(delay, lastCycleStartedAt + Self.minimumCycleSpacing - EventLoop.monotonicNow)
         guard delay > 0 else {
             // Already due at start (or after adopting an old token): an expired token is useless, so
             // requests wait for the new one; one inside the skew still works meanwhile.
@@ -414,13 +457,15 @@ final class RefreshCoordinator {
             timer.schedule(after: 0)
             return
         }
-        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: .proactive) }
+        // In doubt, the timer fires at expiry: the token is dead then, so requests wait for the new one.
+        let mode: Mode = refreshTokenInDoubt ? .reactive : .proactive
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: mode) }
         proactiveTimer = timer
         timer.schedule(after: delay)
     }
 
     private func schedulePoactiveRetry(before expiresAt: Date) {
-        let delay = min(max(settings.backoffSeconds * 4, 1), max(0.05, expiresAt.timeIntervalSinceNow / 2))
+        let delay = max(Self.minimumCycleSpacing, min(max(settings.backoffSeconds * 4, 1), expiresAt.timeIntervalSinceNow / 2))
         let timer = LoopEvent(loop: loop) { [weak self] _ in self?.startRefreshIfReady(mode: .proactive) }
         proactiveTimer = timer
         timer.schedule(after: delay)
@@ -469,6 +514,7 @@ final class RefreshCoordinator {
     private func adopt(_ next: TokenSet, lifetime: Double?) {
         redactor.update([next.accessToken, next.refreshToken])
         tokens = next
+        refreshTokenInDoubt = false
         self.lifetime = lifetime
         generation += 1
         authorizationValue = injection.value(for: next.accessToken)

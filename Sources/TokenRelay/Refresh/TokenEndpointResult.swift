@@ -6,6 +6,8 @@ struct TokenGrant {
     /// Present when the server rotated the refresh token; the old one is burnt from this moment.
     var refreshToken: String?
     var expiresIn: Double?
+    /// Parts of the answer that were ignored (an `expires_in` that is not a positive number), for the log.
+    var warnings: [String] = []
 }
 
 extension TokenSet {
@@ -31,18 +33,30 @@ enum TokenEndpointResult {
     /// reached the server, which may have rotated the refresh token without us seeing the answer.
     case transient(reason: String, outcomeUnknown: Bool)
     /// The server answered 2xx but not with usable tokens (or, for the custom grant, a status that is
-    /// neither "login required" nor transient).
-    case invalidResponse(reason: String)
+    /// neither "login required" nor transient). `rotation` says what became of the refresh token.
+    case invalidResponse(reason: String, rotation: Rotation)
     /// No request could be built from the stored tokens and credentials (no refresh token, or a value
     /// that cannot go where the template puts it). Nothing was sent; only new tokens can help.
     case unusable(reason: String)
+
+    /// What an unusable answer did to the refresh token. A 2xx may well have rotated it even if the access
+    /// token is unusable; presenting the old one again would then look like theft to the server.
+    enum Rotation: Equatable {
+        /// Nothing was rotated: a non-2xx answer, or a 2xx without a refresh token (RFC 6749 §6: the old
+        /// one stays valid).
+        case none
+        /// A usable new refresh token: keep it, the old one is burnt.
+        case rotated(to: String)
+        /// A 2xx whose refresh token could not be read: the old one may be burnt.
+        case unknown
+    }
 
     /// Classifies a complete HTTP response from the token endpoint (RFC 6749 §5.1, §5.2).
     static func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {
         let json = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
         switch status {
         case 200..<300:
-            guard let json else { return .invalidResponse(reason: "response body is not a JSON object") }
+            guard let json else { return .invalidResponse(reason: "response body is not a JSON object", rotation: .unknown) }
             return parseGrant(json)
         case 408, 425, 429, 500..<600:
             return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
@@ -54,25 +68,39 @@ enum TokenEndpointResult {
     }
 
     private static func parseGrant(_ json: [String: Any]) -> TokenEndpointResult {
-        guard let access = json["access_token"] as? String, !access.isEmpty else {
-            return .invalidResponse(reason: "response has no access_token")
-        }
-        guard TokenSet.isHeaderSafe(access) else {
-            return .invalidResponse(reason: "access_token contains characters not allowed in an HTTP header")
-        }
-        var grant = TokenGrant(accessToken: access)
+        var rotation = Rotation.none
         if let refresh = json["refresh_token"], !(refresh is NSNull) {
             guard let refresh = refresh as? String, TokenSet.isHeaderSafe(refresh) else {
-                return .invalidResponse(reason: "refresh_token is not a usable string")
+                return .invalidResponse(reason: "refresh_token is not a usable string", rotation: .unknown)
             }
-            grant.refreshToken = refresh
+            rotation = .rotated(to: refresh)
         }
-        if let expires = json["expires_in"], !(expires is NSNull) {
-            guard let seconds = Timestamp.seconds(expires), seconds >= 0 else {
-                return .invalidResponse(reason: "expires_in is not a number of seconds")
-            }
-            grant.expiresIn = seconds
+        guard let access = json["access_token"] as? String, !access.isEmpty else {
+            return .invalidResponse(reason: "response has no access_token", rotation: rotation)
         }
+        guard TokenSet.isHeaderSafe(access) else {
+            return .invalidResponse(reason: "access_token contains characters not allowed in an HTTP header", rotation: rotation)
+        }
+        // RFC 6749 §7.1: a client must not use a token whose type it does not understand. Bearer is the
+        // only kind a header can carry as is; DPoP and MAC tokens need a proof per request.
+        if let type = json["token_type"] as? String, ["dpop", "mac"].contains(type.lowercased()) {
+            return .invalidResponse(reason: "token_type \(OAuthErrorCode.sanitized(type)) needs proof of possession, which tokenrelay does not do",
+                                    rotation: rotation)
+        }
+        var grant = TokenGrant(accessToken: access)
+        if case .rotated(let refresh) = rotation { grant.refreshToken = refresh }
+        grant.expiresIn = expiresIn(json["expires_in"], field: "expires_in", warnings: &grant.warnings)
         return .granted(grant)
+    }
+
+    /// A token lifetime, or nil (with a warning) when the value is not a positive number of seconds: the
+    /// tokens are still good, and a lifetime of 0 would make every new token due at once.
+    static func expiresIn(_ value: Any?, field: String, warnings: inout [String]) -> Double? {
+        guard let value, !(value is NSNull) else { return nil }
+        guard let seconds = Timestamp.seconds(value), seconds > 0 else {
+            warnings.append("ignored \(field): not a positive number of seconds")
+            return nil
+        }
+        return seconds
     }
 }
