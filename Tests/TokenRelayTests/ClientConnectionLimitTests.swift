@@ -42,12 +42,17 @@ final class ClientConnectionLimitTests: RelayTestCase {
         XCTAssertEqual(try second.send(method: "GET", path: "/two").status, 200)
         XCTAssertEqual(openConnections(relay), 2)
 
-        XCTAssertEqual(try get(relay, "/third").status, 200, "an idle keep-alive connection gave up its slot")
+        // The newcomer waits over the limit; once the grace has passed, the sweep closes the connection
+        // idle the longest and gives its slot to the newcomer.
+        let third = try HTTPTestConnection(port: relay.proxyPort)
         XCTAssertTrue(waitUntil(timeout: 5) { first.peerClosed }, "the connection idle the longest was closed")
+        XCTAssertEqual(try third.send(method: "GET", path: "/third").status, 200)
         XCTAssertFalse(second.peerClosed)
         XCTAssertEqual(try second.send(method: "GET", path: "/two-again").status, 200)
         XCTAssertEqual(limitActions(relay, "closed_idle"), 1)
+        XCTAssertEqual(limitActions(relay, "refused"), 0)
         second.close()
+        third.close()
         XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 0 }, "count back to zero: \(String(describing: openConnections(relay)))")
     }
 
@@ -104,6 +109,7 @@ final class ClientConnectionLimitTests: RelayTestCase {
 
         let queued = try HTTPTestConnection(port: port)  // the kernel completes the handshake; nobody accepts
         try queued.write(method: "GET", path: "/queued")
+        XCTAssertFalse(waitUntil(timeout: 0.3) { queued.peerClosed || queued.hasBytes }, "answered while at the hard bound")
         XCTAssertEqual(openConnections(relay), 17, "not accepted while at the hard bound")
 
         overLimit.forEach { $0.close() }
@@ -114,6 +120,38 @@ final class ClientConnectionLimitTests: RelayTestCase {
         XCTAssertEqual(try busy.wait(timeout: 10).status, 200)
         XCTAssertEqual(try get(relay, "/retried").status, 200)
         XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 0 })
+    }
+
+    /// Silent connections (a leaky pool, pre-connects) fill the limit and the allowance; once they have
+    /// said nothing for the grace, they make way, and a real client is served long before client_seconds.
+    func testSilentConnectionsDoNotLockOutAClient() throws {
+        let relay = try startRelay(["limits": ["max_client_connections": 2], "timeouts": ["client_seconds": 60]])
+        let silent = try (0..<18).map { _ in try HTTPTestConnection(port: relay.proxyPort) }
+        XCTAssertTrue(waitUntil(timeout: 5) { limitActions(relay, "paused_accepting") == 1 })
+        let started = Date()
+        XCTAssertEqual(try get(relay, "/real-client").status, 200)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 10, "served after the grace, not after client_seconds")
+        XCTAssertGreaterThan(limitActions(relay, "closed_idle"), 0)
+        silent.forEach { $0.close() }
+        XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 0 })
+    }
+
+    /// evhttp consumes a request's bytes as it parses them, so an empty input buffer does not mean idle:
+    /// a connection in the middle of a chunked body is never closed to make room.
+    func testHalfReceivedRequestIsNotIdle() throws {
+        let relay = try startRelay(["limits": ["max_client_connections": 1]])
+        let uploading = try HTTPTestConnection(port: relay.proxyPort)
+        XCTAssertEqual(try uploading.send(method: "GET", path: "/first").status, 200)
+        try uploading.writeRaw("POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        // Time is the condition under test: past the grace, only the received bytes keep it from being idle.
+        Thread.sleep(forTimeInterval: ClientConnections.idleGrace + 0.3)
+        let newcomer = try HTTPTestConnection(port: relay.proxyPort)
+        XCTAssertEqual(try newcomer.send(method: "GET", path: "/newcomer").status, 503)
+        try uploading.writeRaw("6\r\n world\r\n0\r\n\r\n")
+        let echoed = try uploading.readResponse(requestMethod: "POST")
+        XCTAssertEqual(echoed.status, 200)
+        XCTAssertEqual(echoed.bodyText, "hello world")
+        XCTAssertEqual(limitActions(relay, "closed_idle"), 0)
     }
 
     /// Many short connections, some dropped mid-request: the count returns to zero (a leak here would

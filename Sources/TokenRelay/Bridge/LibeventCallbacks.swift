@@ -76,6 +76,13 @@ let clientConnectionClosedTrampoline: @convention(c) (OpaquePointer?, UnsafeMuta
     withExtendedLifetime(connection) { connection.closed() }
 }
 
+/// Bytes were added to (or drained from) a client connection's input buffer (`evbuffer_add_cb`).
+let clientBytesReceivedTrampoline: @convention(c) (OpaquePointer?, UnsafePointer<evbuffer_cb_info>?, UnsafeMutableRawPointer?) -> Void = { _, info, context in
+    guard let info, info.pointee.n_added > 0 else { return }
+    let connection = target(context, as: ClientConnections.Connection.self)
+    withExtendedLifetime(connection) { connection.received() }
+}
+
 /// The client drained what we queued for it (streaming backpressure).
 let clientDrainedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
     let exchange = target(context, as: Exchange.self)

@@ -86,7 +86,7 @@ public enum ConfigLoader {
         if let value = try object.optionalInteger("max_body_bytes", range: 0...(1 << 34)) { limits.maxBodyBytes = value }
         if let value = try object.optionalInteger("max_header_bytes", range: 1024...(1 << 24)) { limits.maxHeaderBytes = value }
         if let value = try object.optionalInteger("max_held_requests", range: 1...1_000_000) { limits.maxHeldRequests = value }
-        if let value = try object.optionalInteger("max_client_connections", range: 1...1_000_000) { limits.maxClientConnections = value }
+        if let value = try object.optionalInteger("max_client_connections", range: 1...100_000) { limits.maxClientConnections = value }
         if let value = try object.optionalInteger("max_upstream_connections", range: 1...100_000) { limits.maxUpstreamConnections = value }
         if let value = try object.optionalInteger("max_upstream_waiters", range: 0...1_000_000) { limits.maxUpstreamWaiters = value }
         try object.rejectUnknownKeys()

@@ -14,35 +14,42 @@ import Logging
 /// A new bufferevent is counted at once and adopted later in the same loop pass (`adoptEvent`). By then
 /// evhttp has made its connection the bufferevent's callback argument, which is how we find it. No byte
 /// from the client can have been read yet, because that needs another poll. So no request can arrive on a
-/// connection before it is adopted.
+/// connection before it is adopted. (Under memory exhaustion evhttp may free the connection before
+/// adoption, or make its own bufferevent if ours could not be allocated; the count is then off by one.)
 ///
 /// At the limit:
-/// 1. The connection idle the longest is closed to make room. Idle means no request in progress and
-///    nothing buffered either way, and either a request already answered (a keep-alive connection) or
-///    `freshConnectionGrace` passed without one: a client that has just connected is about to send.
-///    nginx does the same with idle keep-alive connections, and clients must expect it: a server may
-///    close an idle connection at any time (RFC 9112 §9.5).
-/// 2. If every connection is busy, the newcomer is *over the limit*. It is promoted as soon as another
-///    connection closes. If its request arrives first, and still no connection is idle, the request is
-///    answered 503 with `Retry-After` and the connection is closed. The client gets an answer, not a hang.
-/// 3. At most `overLimitAllowance` connections are over the limit at once. Beyond that the listener
-///    stops accepting, and new connections wait in the kernel's listen backlog until one closes. This is
-///    the bound on file descriptors and memory.
+/// 1. A connection that has been *idle* for `idleGrace` is closed to make room. Idle means no request in
+///    progress, no byte received since its last answer (or since accept), and nothing buffered either
+///    way: evhttp consumes header lines and body chunks as it parses them, so only the byte-arrival
+///    callback tells a half-received request from silence. A server may close an idle connection at any
+///    time (RFC 9112 §9.5), and the grace avoids the moment a keep-alive client is most likely to send.
+/// 2. Otherwise the newcomer *waits over the limit*, first come first served. It takes the next slot
+///    that frees; while anyone waits, responses say `Connection: close` so that slots do free. If its
+///    request arrives first and still nothing is idle, the request is answered 503 with `Retry-After`
+///    and the connection is closed: an answer, not a hang.
+/// 3. At most `overLimitAllowance` connections wait at once. Beyond that the listener stops accepting,
+///    new connections wait in the kernel's listen backlog, and waiting connections that stay silent past
+///    the grace are closed to let them in. This is the bound on file descriptors and memory.
+/// A sweep runs every half grace while anyone waits or accepting is paused: time passing is what makes
+/// a connection idle, and nothing else would notice it.
 ///
 /// Confined to the event loop.
 final class ClientConnections {
-    /// One accepted connection. Its close callback points at this object, which the registry keeps alive
-    /// until that callback has run.
+    /// One accepted connection. Its close and input callbacks point at this object, which the registry
+    /// keeps alive until the close callback has run.
     final class Connection {
         fileprivate let handle: OpaquePointer
         fileprivate unowned let registry: ClientConnections
         fileprivate let sequence: UInt64
         fileprivate var isOverLimit = false
+        /// Answered 503 for being over the limit; closing, never promoted.
+        fileprivate var isRefused = false
         /// The exchange answering this connection's current request. The exchange detaches before it
         /// ends, so this strong reference never outlives the exchange's own self-retain.
         fileprivate var exchange: Exchange?
-        fileprivate var idleSince = EventLoop.monotonicNow
-        fileprivate var hasAnsweredARequest = false
+        fileprivate var quietSince = EventLoop.monotonicNow
+        fileprivate var receivedSinceAnswer = false
+        fileprivate var inputWatch: OpaquePointer?
 
         fileprivate init(handle: OpaquePointer, registry: ClientConnections, sequence: UInt64) {
             self.handle = handle
@@ -50,21 +57,31 @@ final class ClientConnections {
             self.sequence = sequence
         }
 
+        fileprivate var input: OpaquePointer? { bufferevent_get_input(evhttp_connection_get_bufferevent(handle)) }
+
         /// evhttp is freeing the connection (client hang-up, timeout, close after a response, our own abort).
         func closed() { registry.closed(self) }
+
+        /// Bytes arrived from the client (the input buffer's callback).
+        func received() {
+            receivedSinceAnswer = true
+            quietSince = EventLoop.monotonicNow
+        }
     }
 
     enum Admission {
         case admitted
-        /// Every slot is taken by a connection with a request in progress: answer 503 and close.
+        /// Every slot is taken by a connection that is not idle: answer 503 and close.
         case overLimit
     }
 
-    /// How long a connection that has not sent a request yet is safe from being closed to make room.
-    static let freshConnectionGrace = 1.0
+    /// How long a connection must have been silent before it may be closed to make room.
+    static let idleGrace = 1.0
+    /// Warnings about the limit are repeated at most this often; the metrics count every event.
+    private static let warningInterval = 10.0
 
     let maxConnections: Int
-    /// How many connections beyond `maxConnections` are accepted only to be answered 503.
+    /// How many connections may wait beyond `maxConnections` (accepted, then promoted or answered 503).
     let overLimitAllowance: Int
     private let metrics: RelayMetrics
     private let logger: Logger
@@ -72,12 +89,17 @@ final class ClientConnections {
     /// Bufferevents made for just-accepted connections whose `evhttp_connection` is not adopted yet.
     private var unadopted: [OpaquePointer] = []
     private var adoptEvent: LoopEvent!
+    private var sweepTimer: LoopEvent?
+    private var sweepPending = false
     private var withinLimit = 0
     private var overLimit = 0
+    /// Over-limit connections not yet answered 503: they wait for a slot.
+    private var waiting = 0
     private var nextSequence: UInt64 = 0
     private var accepting = true
-    /// Set while closing an idle connection for a particular newcomer, so its slot goes to that newcomer.
+    /// Set while closing an idle connection for a particular connection, so its slot goes to that one.
     private var makingRoom = false
+    private var lastWarning: [String: Double] = [:]
     /// Called with false to pause accepting, and with true to resume.
     var setAccepting: ((Bool) -> Void)?
 
@@ -87,13 +109,17 @@ final class ClientConnections {
         self.metrics = metrics
         self.logger = logger
         adoptEvent = LoopEvent(loop: loop) { [unowned self] _ in self.adoptAccepted() }
+        sweepTimer = LoopEvent(loop: loop) { [unowned self] _ in self.sweep() }
     }
 
-    /// The allowance for answering connections over the limit: an eighth of the limit, at least 16.
+    /// The allowance for connections waiting over the limit: an eighth of the limit, at least 16.
     static func overLimitAllowance(for maxConnections: Int) -> Int { max(16, maxConnections / 8) }
 
     /// Connections open now, counting the over-limit ones and those not adopted yet.
     var openCount: Int { withinLimit + overLimit + unadopted.count }
+
+    /// While a connection waits for a slot, responses close their connection afterwards.
+    var wantsSlotsBack: Bool { waiting > 0 }
 
     // MARK: - Accept and close (called from the bridge)
 
@@ -109,13 +135,12 @@ final class ClientConnections {
     }
 
     private func adoptAccepted() {
-        let accepted = unadopted
-        unadopted = []
-        for bufferEvent in accepted {
+        // One at a time: adopting may close an idle connection, and the count must stay right meanwhile.
+        while !unadopted.isEmpty {
+            let bufferEvent = unadopted.removeFirst()
             var argument: UnsafeMutableRawPointer?
             bufferevent_getcb(bufferEvent, nil, nil, nil, &argument)
-            guard let argument else { continue }
-            adopt(OpaquePointer(argument))
+            if let argument { adopt(OpaquePointer(argument)) }
         }
         updateAccepting()
     }
@@ -125,29 +150,33 @@ final class ClientConnections {
         let connection = Connection(handle: handle, registry: self, sequence: nextSequence)
         connections[handle] = connection
         evhttp_connection_set_closecb(handle, clientConnectionClosedTrampoline, unretainedContext(connection))
-        if withinLimit >= maxConnections { closeLongestIdle() }
+        connection.inputWatch = evbuffer_add_cb(connection.input, clientBytesReceivedTrampoline, unretainedContext(connection))
+        // Those already waiting come first; an idle slot goes to them in `sweep`.
+        if withinLimit >= maxConnections && waiting == 0 { closeIdleConnection() }
         if withinLimit < maxConnections {
             withinLimit += 1
         } else {
             connection.isOverLimit = true
             overLimit += 1
-            if overLimit == 1 {
-                logger.warning("client connection limit reached; new connections are answered 503 until one closes",
-                               metadata: ["max_client_connections": "\(maxConnections)"])
-            }
+            waiting += 1
+            warn("over_limit", "client connection limit reached; new connections wait for a slot, or get 503")
+            scheduleSweep()
         }
-        metrics.clientConnections.record(Double(withinLimit + overLimit))
+        recordOpen()
     }
 
     fileprivate func closed(_ connection: Connection) {
         guard connections.removeValue(forKey: connection.handle) != nil else { return }
+        if let inputWatch = connection.inputWatch, let input = connection.input { evbuffer_remove_cb_entry(input, inputWatch) }
+        connection.inputWatch = nil
         if connection.isOverLimit {
             overLimit -= 1
+            if !connection.isRefused { waiting -= 1 }
         } else {
             withinLimit -= 1
-            if !makingRoom { promoteOldestOverLimit() }
+            if !makingRoom { promoteLongestWaiting() }
         }
-        metrics.clientConnections.record(Double(withinLimit + overLimit))
+        recordOpen()
         if let exchange = connection.exchange {
             connection.exchange = nil
             exchange.clientConnectionClosed()
@@ -162,62 +191,88 @@ final class ClientConnections {
         if connections[handle] == nil { adoptAccepted() }  // cannot happen (see the type's comment); cheap to be sure
         guard let connection = connections[handle] else { return .admitted }
         connection.exchange = exchange
-        if connection.isOverLimit {
-            closeLongestIdle()
-            if withinLimit < maxConnections {
-                promote(connection)
-            } else {
-                metrics.countClientConnectionLimit(action: "refused")
-                return .overLimit
-            }
+        guard connection.isOverLimit else { return .admitted }
+        closeIdleConnection()
+        if withinLimit < maxConnections {
+            promote(connection)
+            return .admitted
         }
-        return .admitted
+        connection.isRefused = true
+        waiting -= 1
+        metrics.countClientConnectionLimit(action: "refused")
+        return .overLimit
     }
 
     /// The exchange on `handle` has answered (or given up) and no longer wants its close notice.
     func detach(from handle: OpaquePointer) {
         guard let connection = connections[handle] else { return }
         connection.exchange = nil
-        connection.hasAnsweredARequest = true
-        connection.idleSince = EventLoop.monotonicNow
+        connection.receivedSinceAnswer = false
+        connection.quietSince = EventLoop.monotonicNow
     }
 
     // MARK: - Making room
 
-    /// Frees a slot for the caller's connection if one within the limit is idle.
-    private func closeLongestIdle() {
+    /// Closes the within-limit connection idle the longest, if any; its slot goes to the caller's
+    /// connection (`makingRoom`).
+    private func closeIdleConnection() {
         let now = EventLoop.monotonicNow
-        var longestIdle: Connection?
-        for candidate in connections.values where !candidate.isOverLimit && Self.isIdle(candidate, now: now) {
-            if longestIdle.map({ candidate.idleSince < $0.idleSince }) ?? true { longestIdle = candidate }
-        }
-        guard let longestIdle else { return }
+        guard let idle = longestQuiet(now: now, where: { !$0.isOverLimit && Self.isIdle($0) }) else { return }
         metrics.countClientConnectionLimit(action: "closed_idle")
-        logger.debug("closing an idle client connection to make room", metadata: ["max_client_connections": "\(maxConnections)"])
         makingRoom = true
-        evhttp_connection_free(longestIdle.handle)  // calls `closed`, which frees its slot
+        evhttp_connection_free(idle.handle)  // calls `closed`, which frees its slot
         makingRoom = false
     }
 
-    /// No request in progress, no unparsed request bytes, no response bytes still to write, and not a
-    /// connection whose first request is probably on its way.
-    private static func isIdle(_ connection: Connection, now: Double) -> Bool {
-        guard connection.exchange == nil else { return false }
-        guard connection.hasAnsweredARequest || now - connection.idleSince >= freshConnectionGrace else { return false }
+    private func longestQuiet(now: Double, where condition: (Connection) -> Bool) -> Connection? {
+        var found: Connection?
+        for candidate in connections.values where now - candidate.quietSince >= Self.idleGrace && condition(candidate) {
+            if found.map({ candidate.quietSince < $0.quietSince }) ?? true { found = candidate }
+        }
+        return found
+    }
+
+    private static func isIdle(_ connection: Connection) -> Bool {
+        guard connection.exchange == nil, !connection.isRefused, !connection.receivedSinceAnswer else { return false }
         let bufferEvent = evhttp_connection_get_bufferevent(connection.handle)
         return EvBuffer.length(bufferevent_get_input(bufferEvent)) == 0 && EvBuffer.length(bufferevent_get_output(bufferEvent)) == 0
     }
 
-    private func promoteOldestOverLimit() {
-        guard overLimit > 0, withinLimit < maxConnections else { return }
-        let oldest = connections.values.filter(\.isOverLimit).min { $0.sequence < $1.sequence }
+    private func promoteLongestWaiting() {
+        guard waiting > 0, withinLimit < maxConnections else { return }
+        let oldest = connections.values.filter { $0.isOverLimit && !$0.isRefused }.min { $0.sequence < $1.sequence }
         if let oldest { promote(oldest) }
     }
 
     private func promote(_ connection: Connection) {
         connection.isOverLimit = false
         overLimit -= 1
+        waiting -= 1
         withinLimit += 1
+    }
+
+    /// Runs while connections wait or accepting is paused: frees the slots that time has made idle.
+    private func sweep() {
+        sweepPending = false
+        let now = EventLoop.monotonicNow
+        while waiting > 0, withinLimit >= maxConnections, longestQuiet(now: now, where: { !$0.isOverLimit && Self.isIdle($0) }) != nil {
+            closeIdleConnection()  // frees a slot
+            promoteLongestWaiting()
+        }
+        // At the hard bound, waiting connections that have said nothing make way for the backlog.
+        while !accepting, openCount >= maxConnections + overLimitAllowance,
+              let silent = longestQuiet(now: now, where: { $0.isOverLimit && Self.isIdle($0) }) {
+            metrics.countClientConnectionLimit(action: "closed_idle")
+            evhttp_connection_free(silent.handle)
+        }
+        scheduleSweep()
+    }
+
+    private func scheduleSweep() {
+        // Not re-armed while pending: a stream of arrivals would otherwise keep pushing it back.
+        guard waiting > 0 || !accepting, !sweepPending else { return }
+        sweepPending = true
+        sweepTimer?.schedule(after: Self.idleGrace / 2)
     }
 
     private func updateAccepting() {
@@ -226,9 +281,21 @@ final class ClientConnections {
         accepting = shouldAccept
         if !shouldAccept {
             metrics.countClientConnectionLimit(action: "paused_accepting")
-            logger.warning("client connections at the hard bound; new connections wait in the listen backlog",
-                           metadata: ["open": "\(openCount)", "max_client_connections": "\(maxConnections)"])
+            warn("paused", "client connections at the hard bound; new connections wait in the listen backlog")
+            scheduleSweep()
         }
         setAccepting?(shouldAccept)
+    }
+
+    private func recordOpen() {
+        metrics.clientConnections.record(Double(withinLimit + overLimit))
+    }
+
+    /// Under a connection flood these would come once per connection; the metrics already count each.
+    private func warn(_ key: String, _ message: Logger.Message) {
+        let now = EventLoop.monotonicNow
+        guard now - (lastWarning[key] ?? -.infinity) >= Self.warningInterval else { return }
+        lastWarning[key] = now
+        logger.warning(message, metadata: ["open": "\(openCount)", "max_client_connections": "\(maxConnections)"])
     }
 }

@@ -380,7 +380,8 @@ final class Exchange: OutgoingRequestDelegate {
         if isHTTP10 && !hasLength {
             HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).removeAll("Connection")
         }
-        if proxy.isDraining {
+        // Draining, or a client is waiting for a connection slot: close this one after its answer.
+        if proxy.isDraining || proxy.clientConnections.wantsSlotsBack {
             HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
         }
     }

@@ -86,6 +86,17 @@ final class HTTPTestConnection {
         return received == 0 || (received < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
     }
 
+    /// True when the server has sent something not read yet; never blocks.
+    var hasBytes: Bool {
+        var byte: UInt8 = 0
+        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
+    }
+
+    /// Writes bytes as they are (half a request, a body in pieces).
+    func writeRaw(_ text: String) throws {
+        try LoopbackSocket.writeAll(fd, Data(text.utf8))
+    }
+
     func send(method: String, path: String, headers: [(String, String)] = [], body: Data? = nil,
               httpVersion: String = "HTTP/1.1") throws -> TestHTTPResponse {
         try write(method: method, path: path, headers: headers, body: body, httpVersion: httpVersion)
