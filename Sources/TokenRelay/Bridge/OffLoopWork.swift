@@ -42,8 +42,11 @@ final class OffLoopWork<Output: Sendable> {
 }
 
 /// `event_active` is the one libevent call that may come from another thread; this wrapper says so.
+/// The reference is unowned on purpose: if the helper thread held the last strong reference, the event
+/// would be freed on that thread, racing the loop (or after the loop is gone). The job keeps the event
+/// alive until `deliver`, which cannot run before `activate` has been called.
 private struct CrossThreadEvent: @unchecked Sendable {
-    let event: LoopEvent
+    unowned(unsafe) let event: LoopEvent
 }
 
 /// What the helper thread produced, read on the loop after the wake-up.
