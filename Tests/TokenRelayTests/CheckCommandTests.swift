@@ -38,6 +38,17 @@ final class CheckCommandTests: RelayTestCase {
         assertFails(try TokenRelayProcess.runCommand(arguments: ["check", "--config", url.path]), mentioning: "not valid JSON")
     }
 
+    func testEmptySecretVariableIsNotReportedAsUnset() throws {
+        assertFails(try check(config(), environment: ["TOKENRELAY_CLIENT_SECRET": ""]), mentioning: "TOKENRELAY_CLIENT_SECRET is empty")
+    }
+
+    func testEmptySecretFile() throws {
+        let secretFile = workDir.appendingPathComponent("empty_secret")
+        try Data("\n".utf8).write(to: secretFile)
+        let result = try check(config(["refresh": ["client_secret_env": NSNull(), "client_secret_file": secretFile.path]]))
+        assertFails(result, mentioning: "refresh.client_secret_file: \(secretFile.path) is empty")
+    }
+
     func testUnknownKey() throws {
         assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key")
     }
