@@ -49,6 +49,15 @@ final class CheckCommandTests: RelayTestCase {
         assertFails(result, mentioning: "refresh.client_secret_file: \(secretFile.path) is empty")
     }
 
+    func testAdminListenMustDifferFromListen() throws {
+        assertFails(try check(config(["listen": "127.0.0.1:18080", "admin": ["listen": "127.0.0.1:18080"]])),
+                    mentioning: "admin.listen: must differ from listen")
+        assertFails(try check(config(["listen": "0.0.0.0:18080", "admin": ["listen": "127.0.0.1:18080"]])),
+                    mentioning: "admin.listen: must differ from listen")
+        XCTAssertEqual(try check(config(["listen": "127.0.0.1:18080", "admin": ["listen": "127.0.0.1:18081"]])).exitCode, 0)
+        XCTAssertEqual(try check(config(["listen": "127.0.0.1:0", "admin": ["listen": "127.0.0.1:0"]])).exitCode, 0, "port 0 picks two ports")
+    }
+
     func testUnknownKey() throws {
         assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key")
     }

@@ -89,6 +89,26 @@ final class ConfigLoaderTests: XCTestCase {
         }
     }
 
+    func testAdminListenerMustNotCollideWithTheProxyListener() {
+        XCTAssertEqual(error(with(["admin", "listen"], "127.0.0.1:8080"))?.field, "admin.listen")
+        XCTAssertTrue(error(with(["admin", "listen"], "127.0.0.1:8080"))?.reason.hasPrefix("must differ from listen") ?? false)
+        var wildcard = with(["admin", "listen"], "127.0.0.1:8080")
+        wildcard["listen"] = "[::]:8080"
+        XCTAssertEqual(error(wildcard)?.field, "admin.listen", "the IPv6 wildcard also takes IPv4 addresses")
+        wildcard["listen"] = "0.0.0.0:8080"
+        XCTAssertEqual(error(wildcard)?.field, "admin.listen")
+        var v6 = with(["admin", "listen"], "[0:0::1]:8080")
+        v6["listen"] = "[::1]:8080"
+        XCTAssertEqual(error(v6)?.field, "admin.listen", "two spellings of one address")
+        var apart = with(["admin", "listen"], "[::1]:8080")
+        apart["listen"] = "0.0.0.0:8080"
+        XCTAssertNil(error(apart), "0.0.0.0 does not take IPv6 addresses")
+        var portZero = with(["admin", "listen"], "127.0.0.1:0")
+        portZero["listen"] = "127.0.0.1:0"
+        XCTAssertNil(error(portZero), "port 0 picks a different free port for each")
+        XCTAssertNil(error(with(["admin", "listen"], "127.0.0.2:8080")))
+    }
+
     func testUnsupportedGrantIsRejected() {
         XCTAssertEqual(error(with(["refresh", "grant"], "password"))?.field, "refresh.grant")
     }

@@ -47,7 +47,12 @@ public enum ConfigLoader {
 
         var admin: Config.Admin?
         if let adminObject = try root.optionalObject("admin") {
-            admin = Config.Admin(listen: try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen"))
+            let adminListen = try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen")
+            // Both listeners bind at start; the second would fail with "Address already in use", after check said ok.
+            if adminListen.overlaps(listen) {
+                throw ConfigError("admin.listen", "must differ from listen (\(adminListen) and \(listen) cannot both be bound)")
+            }
+            admin = Config.Admin(listen: adminListen)
             try adminObject.rejectUnknownKeys()
         }
 
