@@ -158,3 +158,42 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(error(with(["refresh", "tls"], [String: Any]()))?.field, "refresh.tls")
     }
 }
+
+/// What Foundation's lenient parser lets through and the config must not: checks on the text itself,
+/// which the schema agreement cases (built with JSONSerialization) cannot produce.
+final class StrictJSONTests: XCTestCase {
+    private func violation(_ text: String) -> StrictJSON.Violation? {
+        XCTAssertNotNil(try? JSONSerialization.jsonObject(with: Data(text.utf8)), "the parser accepts it: \(text)")
+        return StrictJSON.firstViolation(in: Data(text.utf8))
+    }
+
+    func testWellFormedDocumentsPass() {
+        for text in [#"{}"#, #"[]"#, #"{"a":[],"b":{},"c":[{}]}"#, #"{"a":"x,}","b":"\"}","c":"\\"}"#, #"[1,-2.5e3,true,false,null,"s"]"#,
+                     #"{"a":{"k":1},"b":{"k":2}}"#, #"[{"k":1},{"k":2}]"#, "\u{FEFF}{\"a\": 1}", "{ \"a\" : [ 1 , 2 ] , \"b\" : { } }\n"] {
+            XCTAssertNil(violation(text), text)
+        }
+    }
+
+    func testTrailingCommasNameTheirLine() {
+        XCTAssertEqual(violation("{\"a\": 1,\n}"), .init(kind: .trailingComma, line: 1))
+        XCTAssertEqual(violation("{\n\"a\": [1,\n2,\n]\n}"), .init(kind: .trailingComma, line: 3))
+        XCTAssertEqual(violation("{\"a\": 1,\n}")?.description, "trailing comma at line 1")
+    }
+
+    func testDuplicateKeysNameTheirPath() {
+        XCTAssertEqual(violation("{\"listen\": 1,\n\"listen\": 2}"), .init(kind: .duplicateKey(path: "listen"), line: 2))
+        XCTAssertEqual(violation(#"{"refresh":{"client_id":"a","client_id":"b"}}"#)?.kind, .duplicateKey(path: "refresh.client_id"))
+        XCTAssertEqual(violation(#"{"p":[{"x":1},{"x":1,"x":2}]}"#)?.kind, .duplicateKey(path: "p[1].x"))
+        XCTAssertEqual(violation(#"{"listen":1,"list\u0065n":2}"#)?.kind, .duplicateKey(path: "listen"), "escapes spell the same key")
+        XCTAssertEqual(violation(#"{"a\nb":1,"a\nb":2}"#)?.description, #"duplicate key a\nb at line 1"#, "one line")
+    }
+
+    func testConfigLoaderRefusesBoth() {
+        XCTAssertThrowsError(try ConfigLoader.parse(Data("{\"listen\": \"127.0.0.1:8080\",\n}".utf8))) { error in
+            XCTAssertEqual("\(error)", "config is not valid JSON: trailing comma at line 1")
+        }
+        XCTAssertThrowsError(try ConfigLoader.parse(Data("{\"listen\": \"127.0.0.1:8080\",\n\"listen\": \"127.0.0.1:9\"}".utf8))) { error in
+            XCTAssertEqual(error as? ConfigError, ConfigError("listen", "duplicate key at line 2"))
+        }
+    }
+}

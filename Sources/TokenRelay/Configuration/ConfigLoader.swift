@@ -16,6 +16,12 @@ public enum ConfigLoader {
         } catch {
             throw ConfigError("", "\(source) is not valid JSON: \(describeJSONError(error))")
         }
+        if let violation = StrictJSON.firstViolation(in: data) {
+            switch violation.kind {
+            case .trailingComma: throw ConfigError("", "\(source) is not valid JSON: \(violation)")
+            case .duplicateKey(let path): throw ConfigError(path, "duplicate key at line \(violation.line)")
+            }
+        }
         let root = try JSONObjectReader(json, path: "")
         let config = try readRoot(root)
         try root.rejectUnknownKeys()
