@@ -38,6 +38,61 @@ final class CheckCommandTests: RelayTestCase {
         assertFails(try TokenRelayProcess.runCommand(arguments: ["check", "--config", url.path]), mentioning: "not valid JSON")
     }
 
+    func testEmptySecretVariableIsNotReportedAsUnset() throws {
+        assertFails(try check(config(), environment: ["TOKENRELAY_CLIENT_SECRET": ""]), mentioning: "TOKENRELAY_CLIENT_SECRET is empty")
+    }
+
+    func testEmptySecretFile() throws {
+        let secretFile = workDir.appendingPathComponent("empty_secret")
+        try Data("\n".utf8).write(to: secretFile)
+        let result = try check(config(["refresh": ["client_secret_env": NSNull(), "client_secret_file": secretFile.path]]))
+        assertFails(result, mentioning: "refresh.client_secret_file: \(secretFile.path) is empty")
+    }
+
+    /// Checked on the file's text: Foundation's parser on Linux accepts a trailing comma and keeps the
+    /// last of two equal keys.
+    private func checkText(_ text: String) throws -> (exitCode: Int32, stdout: String, stderr: String) {
+        let url = workDir.appendingPathComponent("check-\(UUID().uuidString).json")
+        try Data(text.utf8).write(to: url)
+        return try TokenRelayProcess.runCommand(arguments: ["check", "--config", url.path],
+                                                environment: ["TOKENRELAY_CLIENT_SECRET": RelayTestCase.clientSecret])
+    }
+
+    private func configText() throws -> String {
+        let text = String(decoding: try JSONSerialization.data(withJSONObject: config(), options: [.prettyPrinted, .sortedKeys]), as: UTF8.self)
+        XCTAssertEqual(try checkText(text).exitCode, 0, "the unmodified text passes")
+        return text
+    }
+
+    func testTrailingCommaIsRefused() throws {
+        let text = try configText()
+        let closing = try XCTUnwrap(text.range(of: "}", options: .backwards))
+        let withComma = text[..<closing.lowerBound].trimmingCharacters(in: .whitespacesAndNewlines) + ",\n}\n"
+        let commaLine = withComma.split(separator: "\n", omittingEmptySubsequences: false).count - 2
+        assertFails(try checkText(withComma), mentioning: "is not valid JSON: trailing comma at line \(commaLine)")
+        assertFails(try checkText(text.replacingOccurrences(of: "\"token_url\"", with: "\"trigger_statuses\": [401, 403, ],\n\"token_url\"")),
+                    mentioning: "trailing comma")
+    }
+
+    func testDuplicateKeyIsRefusedWithItsPath() throws {
+        let text = try configText()
+        assertFails(try checkText(text.replacingOccurrences(of: "{\n", with: "{\n\"listen\": \"127.0.0.1:9\",\n", options: .anchored)),
+                    mentioning: "listen: duplicate key at line")
+        let nested = text.replacingOccurrences(of: "\"client_id\"", with: "\"client_id\": \"other-app\",\n\"client_id\"")
+        assertFails(try checkText(nested), mentioning: "refresh.client_id: duplicate key at line")
+        let escaped = text.replacingOccurrences(of: "\"client_id\"", with: "\"client_\\u0069d\": \"other-app\",\n\"client_id\"")
+        assertFails(try checkText(escaped), mentioning: "refresh.client_id: duplicate key at line")
+    }
+
+    func testAdminListenMustDifferFromListen() throws {
+        assertFails(try check(config(["listen": "127.0.0.1:18080", "admin": ["listen": "127.0.0.1:18080"]])),
+                    mentioning: "admin.listen: must differ from listen")
+        assertFails(try check(config(["listen": "0.0.0.0:18080", "admin": ["listen": "127.0.0.1:18080"]])),
+                    mentioning: "admin.listen: must differ from listen")
+        XCTAssertEqual(try check(config(["listen": "127.0.0.1:18080", "admin": ["listen": "127.0.0.1:18081"]])).exitCode, 0)
+        XCTAssertEqual(try check(config(["listen": "127.0.0.1:0", "admin": ["listen": "127.0.0.1:0"]])).exitCode, 0, "port 0 picks two ports")
+    }
+
     func testUnknownKey() throws {
         assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key")
     }

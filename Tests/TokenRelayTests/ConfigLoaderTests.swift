@@ -89,6 +89,26 @@ final class ConfigLoaderTests: XCTestCase {
         }
     }
 
+    func testAdminListenerMustNotCollideWithTheProxyListener() {
+        XCTAssertEqual(error(with(["admin", "listen"], "127.0.0.1:8080"))?.field, "admin.listen")
+        XCTAssertTrue(error(with(["admin", "listen"], "127.0.0.1:8080"))?.reason.hasPrefix("must differ from listen") ?? false)
+        var wildcard = with(["admin", "listen"], "127.0.0.1:8080")
+        wildcard["listen"] = "[::]:8080"
+        XCTAssertEqual(error(wildcard)?.field, "admin.listen", "the IPv6 wildcard also takes IPv4 addresses")
+        wildcard["listen"] = "0.0.0.0:8080"
+        XCTAssertEqual(error(wildcard)?.field, "admin.listen")
+        var v6 = with(["admin", "listen"], "[0:0::1]:8080")
+        v6["listen"] = "[::1]:8080"
+        XCTAssertEqual(error(v6)?.field, "admin.listen", "two spellings of one address")
+        var apart = with(["admin", "listen"], "[::1]:8080")
+        apart["listen"] = "0.0.0.0:8080"
+        XCTAssertNil(error(apart), "0.0.0.0 does not take IPv6 addresses")
+        var portZero = with(["admin", "listen"], "127.0.0.1:0")
+        portZero["listen"] = "127.0.0.1:0"
+        XCTAssertNil(error(portZero), "port 0 picks a different free port for each")
+        XCTAssertNil(error(with(["admin", "listen"], "127.0.0.2:8080")))
+    }
+
     func testUnsupportedGrantIsRejected() {
         XCTAssertEqual(error(with(["refresh", "grant"], "password"))?.field, "refresh.grant")
     }
@@ -136,5 +156,44 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(error(upstreamTLS("strict"))?.description, "upstream.tls: must be a JSON object")
         XCTAssertEqual(error(with(["upstream", "tls"], ["ca_file": "/x"]))?.description, "upstream.tls: is only allowed with an https:// URL")
         XCTAssertEqual(error(with(["refresh", "tls"], [String: Any]()))?.field, "refresh.tls")
+    }
+}
+
+/// What Foundation's lenient parser lets through and the config must not: checks on the text itself,
+/// which the schema agreement cases (built with JSONSerialization) cannot produce.
+final class StrictJSONTests: XCTestCase {
+    private func violation(_ text: String) -> StrictJSON.Violation? {
+        XCTAssertNotNil(try? JSONSerialization.jsonObject(with: Data(text.utf8)), "the parser accepts it: \(text)")
+        return StrictJSON.firstViolation(in: Data(text.utf8))
+    }
+
+    func testWellFormedDocumentsPass() {
+        for text in [#"{}"#, #"[]"#, #"{"a":[],"b":{},"c":[{}]}"#, #"{"a":"x,}","b":"\"}","c":"\\"}"#, #"[1,-2.5e3,true,false,null,"s"]"#,
+                     #"{"a":{"k":1},"b":{"k":2}}"#, #"[{"k":1},{"k":2}]"#, "\u{FEFF}{\"a\": 1}", "{ \"a\" : [ 1 , 2 ] , \"b\" : { } }\n"] {
+            XCTAssertNil(violation(text), text)
+        }
+    }
+
+    func testTrailingCommasNameTheirLine() {
+        XCTAssertEqual(violation("{\"a\": 1,\n}"), .init(kind: .trailingComma, line: 1))
+        XCTAssertEqual(violation("{\n\"a\": [1,\n2,\n]\n}"), .init(kind: .trailingComma, line: 3))
+        XCTAssertEqual(violation("{\"a\": 1,\n}")?.description, "trailing comma at line 1")
+    }
+
+    func testDuplicateKeysNameTheirPath() {
+        XCTAssertEqual(violation("{\"listen\": 1,\n\"listen\": 2}"), .init(kind: .duplicateKey(path: "listen"), line: 2))
+        XCTAssertEqual(violation(#"{"refresh":{"client_id":"a","client_id":"b"}}"#)?.kind, .duplicateKey(path: "refresh.client_id"))
+        XCTAssertEqual(violation(#"{"p":[{"x":1},{"x":1,"x":2}]}"#)?.kind, .duplicateKey(path: "p[1].x"))
+        XCTAssertEqual(violation(#"{"listen":1,"list\u0065n":2}"#)?.kind, .duplicateKey(path: "listen"), "escapes spell the same key")
+        XCTAssertEqual(violation(#"{"a\nb":1,"a\nb":2}"#)?.description, #"duplicate key a\nb at line 1"#, "one line")
+    }
+
+    func testConfigLoaderRefusesBoth() {
+        XCTAssertThrowsError(try ConfigLoader.parse(Data("{\"listen\": \"127.0.0.1:8080\",\n}".utf8))) { error in
+            XCTAssertEqual("\(error)", "config is not valid JSON: trailing comma at line 1")
+        }
+        XCTAssertThrowsError(try ConfigLoader.parse(Data("{\"listen\": \"127.0.0.1:8080\",\n\"listen\": \"127.0.0.1:9\"}".utf8))) { error in
+            XCTAssertEqual(error as? ConfigError, ConfigError("listen", "duplicate key at line 2"))
+        }
     }
 }

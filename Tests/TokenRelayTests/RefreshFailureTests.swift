@@ -69,7 +69,9 @@ final class RefreshFailureTests: RelayTestCase {
         XCTAssertNotNil(response.header("Retry-After"))
         XCTAssertEqual(tokenServer.refreshCalls, 3)
         XCTAssertEqual(tokenServer.reuseDetections, 0)
-        XCTAssertEqual(try admin(relay, "/readyz").status, 200, "a transient failure is not a login problem")
+        // Not a login problem, but the rejected token is dead and no new one came: not ready (ReadinessTests).
+        let status = try admin(relay, "/status").bodyText
+        XCTAssertTrue(status.contains("\"state\":\"ready\""), "a transient failure is not a login problem: \(status)")
 
         // Once the token endpoint is back, the next 401 refreshes normally.
         tokenServer.failureMode = .normal
@@ -239,5 +241,76 @@ final class RefreshTokenSafetyTests: RelayTestCase {
         let before = endpoint.presentedTokens.count
         XCTAssertFalse(waitUntil(timeout: 3) { endpoint.presentedTokens.count > before + 4 },
                        "at most one time-triggered refresh per second: \(endpoint.presentedTokens.count - before) in 3 s")
+    }
+}
+
+/// /readyz is 200 only with a usable token (issue #2): not once the access token is known dead and no
+/// new one could be had, but also not merely because a refresh failed while the token still works.
+final class ReadinessTests: RelayTestCase {
+    private func readiness(_ relay: TokenRelayProcess) throws -> (status: Int, reason: String) {
+        let response = try admin(relay, "/readyz")
+        let body = try XCTUnwrap(JSONSerialization.jsonObject(with: response.body) as? [String: Any], response.bodyText)
+        return (response.status, body["reason"] as? String ?? "")
+    }
+
+    func testRejectedTokenWithTheTokenEndpointFailingIsNotReadyUntilARefreshSucceeds() throws {
+        let relay = try startRelay(["refresh": ["max_attempts": 2]])
+        tokenServer.failureMode = .unavailable(status: 500)
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 503)
+
+        let notReady = try readiness(relay)
+        XCTAssertEqual(notReady.status, 503, "every request gets 503 token_unavailable now")
+        XCTAssertTrue(notReady.reason.contains("rejected"), notReady.reason)
+        XCTAssertEqual(try get(relay).status, 503)
+        XCTAssertEqual(try readiness(relay).status, 503, "a second failed cycle for the same token changes nothing")
+
+        tokenServer.failureMode = .normal
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(try readiness(relay).status, 200, "ready again as soon as a refresh succeeds")
+    }
+
+    func testRejectedTokenWithTheTokenEndpointDownIsReadyAgainWhenNewTokensAreAdopted() throws {
+        tokenServer.stop()
+        let relay = try startRelay(["refresh": ["max_attempts": 1]])
+        api.forceUnauthorizedOnce(path: "/resource")
+        XCTAssertEqual(try get(relay).status, 503)
+        XCTAssertEqual(try readiness(relay).status, 503)
+
+        let fresh = tokenServer.issueInitialTokens()
+        let staged = workDir.appendingPathComponent("staged.json")
+        try writeTokenFile(at: staged, access: fresh.access, refresh: fresh.refresh)
+        XCTAssertEqual(rename(staged.path, tokenFileURL.path), 0)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.readiness(relay).status) == 200 }, "adopted from the token file")
+        XCTAssertEqual(try get(relay).status, 200)
+    }
+
+    func testTokenPastItsExpiryIsNotReady() throws {
+        let tokens = tokenServer.issueInitialTokens()
+        try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(-60))
+        tokenServer.failureMode = .unavailable(status: 503)
+        let relay = try startRelay(["refresh": ["max_attempts": 1]])
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls >= 1 })
+        let notReady = try readiness(relay)
+        XCTAssertEqual(notReady.status, 503)
+        XCTAssertTrue(notReady.reason.contains("expired"), notReady.reason)
+
+        tokenServer.failureMode = .normal
+        XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 200)
+        XCTAssertEqual(try readiness(relay).status, 200)
+    }
+
+    func testFailedProactiveRefreshKeepsAValidTokenReadyUntilItExpires() throws {
+        let tokens = tokenServer.issueInitialTokens()
+        try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(6))
+        tokenServer.failureMode = .unavailable(status: 503)
+        let relay = try startRelay(["refresh": ["max_attempts": 1]])
+        XCTAssertTrue(waitUntil(timeout: 6) { (try? self.admin(relay, "/status").bodyText.contains("failed")) ?? false },
+                      "the proactive refresh ran and failed")
+        XCTAssertEqual(try readiness(relay).status, 200, "the token still works")
+        XCTAssertEqual(try get(relay).status, 200)
+
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.readiness(relay).reason.contains("expired")) ?? false }, "not ready once it expires")
+        XCTAssertEqual(try readiness(relay).status, 503)
     }
 }

@@ -61,6 +61,9 @@ final class ProactiveRefreshTests: RelayTestCase {
         try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(1.8))
         let relay = try startRelay()
         XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.successfulRefreshes >= 1 }, "refresh without any request")
+        // The token server has rotated; until the relay has saved and adopted the answer a request would
+        // still leave with the old token and meet a 401 that has nothing to do with proactive refresh.
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/status").bodyText.contains("\"generation\":2")) ?? false })
         XCTAssertEqual(try get(relay).status, 200)
         XCTAssertEqual(api.unauthorizedCount, 0)
     }

@@ -70,7 +70,9 @@ final class TokenCommandTests: RelayTestCase {
     func testImportRejectsBadInputAndLeavesTheFileAlone() throws {
         let before = try Data(contentsOf: tokenFileURL)
         let config = try writeConfig().path
-        for (input, expected) in [("not json", "not a JSON object"), (#"{"access_token":5,"refresh_token":"r"}"#, "access_token"),
+        for (input, expected) in [("not json", "is not valid JSON"), ("[]", "not a JSON object"),
+                                  (#"{"access_token":"a","refresh_token":"r","access_token":"b"}"#, "duplicate key access_token at line 1"),
+                                  (#"{"access_token":5,"refresh_token":"r"}"#, "access_token"),
                                   (#"{"access_token":"a b"}"#, "not allowed in an HTTP header"),
                                   (#"{"access_token":"a"}"#, "refresh_token is required"),
                                   (#"{"access_token":"a","refresh_token":"r","expires_in":1,"expires_at":2}"#, "either expires_in or expires_at")] {

@@ -60,7 +60,11 @@ final class TokenFileTests: XCTestCase {
 
     func testBadContentNamesTheFileAndCauseWithoutLeakingTokens() {
         let cases = [
-            ("not json", "not a JSON object"),
+            ("not json", "is not valid JSON"),
+            (#"{"access_token":"a""#, "is not valid JSON"),
+            ("[]", "is not a JSON object"),
+            ("{\"access_token\":\"a\",\n\"refresh_token\":\"secret-refresh-value\",\n}", "is not valid JSON: trailing comma at line 2"),
+            (#"{"access_token":"a","refresh_token":"secret-refresh-value","access_token":"b"}"#, "is not valid JSON: duplicate key access_token at line 1"),
             (#"{"access_token":42,"refresh_token":"secret-refresh-value"}"#, "access_token is missing"),
             (#"{"expires_at":"2026-11-21T10:00:00Z"}"#, "access_token is missing"),
             (#"{"access_token":"bad\r\nX-Injected: 1","refresh_token":"r"}"#, "not allowed in an HTTP header"),

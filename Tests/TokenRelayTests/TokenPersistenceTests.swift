@@ -75,7 +75,7 @@ final class TokenPersistenceTests: RelayTestCase {
         chmod(tokenFileURL.path, 0o600)
         XCTAssertThrowsError(try startRelay()) { error in
             XCTAssertTrue("\(error)".contains(tokenFileURL.path), "\(error)")
-            XCTAssertTrue("\(error)".contains("not a JSON object"), "\(error)")
+            XCTAssertTrue("\(error)".contains("is not valid JSON"), "\(error)")
         }
         XCTAssertEqual(try Data(contentsOf: tokenFileURL), garbage)
     }

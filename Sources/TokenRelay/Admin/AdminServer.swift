@@ -33,7 +33,7 @@ final class AdminServer {
             case _ where proxy.isDraining: "shutting down"
             case .loginRequired: "login required"
             case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
-            default: nil
+            default: unusableTokenReason()
             }
             var body: [String: Any] = ["ready": reason == nil, "state": coordinator.state.rawValue]
             body["reason"] = reason
@@ -60,6 +60,16 @@ final class AdminServer {
         default:
             respond(request, 404, json: ["error": "not found"])
         }
+    }
+
+    /// Why requests cannot succeed with the token in hand although nothing is latched: they would only
+    /// get 503 (or wait for a refresh), so the sidecar is not ready. A refresh that failed while the token
+    /// still works is no reason.
+    private func unusableTokenReason() -> String? {
+        if coordinator.tokens.accessToken.isEmpty { return "no access token yet" }
+        if let expiresAt = coordinator.expiresAt, expiresAt <= Date() { return "access token expired" }
+        if coordinator.isAccessTokenKnownDead { return "access token rejected by the upstream and the refresh failed" }
+        return nil
     }
 
     private func statusReport() -> [String: Any] {

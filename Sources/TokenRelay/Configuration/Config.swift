@@ -1,3 +1,5 @@
+import Glibc
+
 /// The whole configuration, validated. Every field is documented in `config/tokenrelay.schema.json`.
 public struct Config: Sendable {
     public var listen: ListenAddress
@@ -165,5 +167,33 @@ public struct ListenAddress: Sendable, CustomStringConvertible {
             throw ConfigError(field, "port must be a number from 0 to 65535")
         }
         return ListenAddress(host: host, port: port)
+    }
+
+    /// Whether binding both would collide: the same port on the same address, or on a wildcard that
+    /// covers the other (`0.0.0.0` every IPv4 address; `::` every address, IPv4 too, as Linux binds it
+    /// dual-stack). Port 0 is a fresh port each time. Host names are compared as written: resolving
+    /// them here could disagree with what the listener resolves at start.
+    func overlaps(_ other: ListenAddress) -> Bool {
+        guard port == other.port, port != 0 else { return false }
+        let hosts = [Self.canonical(host), Self.canonical(other.host)]
+        if hosts[0] == hosts[1] || hosts.contains(.ipv6("::")) { return true }
+        if hosts.contains(.ipv4("0.0.0.0")) { return hosts.allSatisfy { if case .ipv4 = $0 { true } else { false } } }
+        return false
+    }
+
+    private enum CanonicalHost: Equatable {
+        case ipv4(String), ipv6(String), name(String)
+    }
+
+    /// One spelling per address (`::0001` is `::1`), so equal addresses compare equal.
+    private static func canonical(_ host: String) -> CanonicalHost {
+        for (family, wrap) in [(AF_INET, CanonicalHost.ipv4), (AF_INET6, CanonicalHost.ipv6)] {
+            var address = in6_addr()  // large enough for either family
+            var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+            if inet_pton(family, host, &address) == 1, inet_ntop(family, &address, &text, socklen_t(text.count)) != nil {
+                return wrap(String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            }
+        }
+        return .name(host.lowercased())
     }
 }

@@ -16,6 +16,12 @@ public enum ConfigLoader {
         } catch {
             throw ConfigError("", "\(source) is not valid JSON: \(describeJSONError(error))")
         }
+        if let violation = StrictJSON.firstViolation(in: data) {
+            switch violation.kind {
+            case .trailingComma: throw ConfigError("", "\(source) is not valid JSON: \(violation)")
+            case .duplicateKey(let path): throw ConfigError(path, "duplicate key at line \(violation.line)")
+            }
+        }
         let root = try JSONObjectReader(json, path: "")
         let config = try readRoot(root)
         try root.rejectUnknownKeys()
@@ -47,7 +53,12 @@ public enum ConfigLoader {
 
         var admin: Config.Admin?
         if let adminObject = try root.optionalObject("admin") {
-            admin = Config.Admin(listen: try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen"))
+            let adminListen = try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen")
+            // Both listeners bind at start; the second would fail with "Address already in use", after check said ok.
+            if adminListen.overlaps(listen) {
+                throw ConfigError("admin.listen", "must differ from listen (\(adminListen) and \(listen) cannot both be bound)")
+            }
+            admin = Config.Admin(listen: adminListen)
             try adminObject.rejectUnknownKeys()
         }
 

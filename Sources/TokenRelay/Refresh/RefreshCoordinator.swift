@@ -110,6 +110,10 @@ final class RefreshCoordinator {
     private var spentRefreshTokens: [String] = []
     private var knownFileSignature: TokenFile.Signature?
     private var watchTimer: LoopEvent?
+    /// The generation the upstream last refused, and the one whose cycle after such a refusal ended
+    /// without new tokens (`isAccessTokenKnownDead`).
+    private var refusedGeneration: UInt64?
+    private var deadGeneration: UInt64?
 
     /// Told of every refresh outcome (the proxy releases its held requests here).
     var onOutcome: ((Outcome) -> Void)?
@@ -165,6 +169,7 @@ final class RefreshCoordinator {
     func unauthorized(sentGeneration: UInt64) -> UnauthorizedDecision {
         if state == .loginRequired || state == .degraded { return .passThrough }
         if sentGeneration < generation { return .replay }
+        refusedGeneration = generation
         if state == .refreshing {
             if mode == .proactive {
                 // The token died before the proactive refresh finished: from now on requests wait.
@@ -187,6 +192,11 @@ final class RefreshCoordinator {
     }
 
     var expiresAt: Date? { tokens.expiresAt }
+
+    /// The upstream refused the current access token and a refresh cycle since then ended without new
+    /// tokens: every request can only fail until a refresh succeeds or tokens are adopted, both of which
+    /// start a new generation. A failed refresh of a token nobody refused says nothing about the token.
+    var isAccessTokenKnownDead: Bool { deadGeneration == generation }
 
     // MARK: - The refresh cycle
 
@@ -360,6 +370,7 @@ final class RefreshCoordinator {
     /// tried again later.
     private func giveUp(reason: String) {
         state = .ready
+        if refusedGeneration == generation { deadGeneration = generation }
         finishCycle(.unavailable(reason: reason), description: "failed: \(reason)")
         guard let expiresAt = tokens.expiresAt, expiresAt.timeIntervalSinceNow > 0, settings.proactive else { return }
         if refreshTokenInDoubt {

@@ -23,9 +23,10 @@ public enum TokenImport {
     }
 
     static func parse(_ input: Data, now: Date) throws -> TokenSet {
-        guard let object = (try? JSONSerialization.jsonObject(with: input)) as? [String: Any] else {
-            throw TokenImportError("input is not a JSON object")
-        }
+        guard let json = try? JSONSerialization.jsonObject(with: input) else { throw TokenImportError("input is not valid JSON") }
+        // A second access_token further down must not silently win over the first.
+        if let violation = StrictJSON.firstViolation(in: input) { throw TokenImportError("input is not valid JSON: \(violation)") }
+        guard let object = json as? [String: Any] else { throw TokenImportError("input is not a JSON object") }
         var rest = object
         let expiresIn = rest.removeValue(forKey: "expires_in")
         let expiresAt = rest.removeValue(forKey: "expires_at")
