@@ -12,11 +12,10 @@ public enum ConfigLoader {
     public static func parse(_ data: Data, source: String = "config") throws -> Config {
         let json: Any
         do {
-            json = try JSONSerialization.jsonObject(with: data)
-        } catch {
+            json = try StrictJSON.parse(data)
+        } catch .malformed(let error) {
             throw ConfigError("", "\(source) is not valid JSON: \(describeJSONError(error))")
-        }
-        if let violation = StrictJSON.firstViolation(in: data) {
+        } catch .violation(let violation) {
             switch violation.kind {
             case .trailingComma: throw ConfigError("", "\(source) is not valid JSON: \(violation)")
             case .duplicateKey(let path): throw ConfigError(path, "duplicate key at line \(violation.line)")

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Foundation's JSONSerialization on Linux accepts `{"a":1,}` and keeps only the last of two equal keys.
 /// A hand-edited config or token file must mean exactly what it says (a second `"listen"` further down
 /// silently winning is how a reviewed setting gets overridden), so both are refused.
@@ -5,6 +7,26 @@
 /// Runs over text JSONSerialization has already accepted and looks only for those two things; anything
 /// else unexpected ends the scan without a verdict, since the parser is the judge of the rest.
 enum StrictJSON {
+    enum ParseError: Error {
+        /// JSONSerialization refused the text; its message may quote the text (a token), so callers
+        /// decide whether to show it.
+        case malformed(any Error)
+        case violation(Violation)
+    }
+
+    /// Every JSON document tokenrelay reads (config, token file, `token import`) goes through here:
+    /// Foundation's parser, then the two checks it lacks.
+    static func parse(_ data: Data) throws(ParseError) -> Any {
+        let json: Any
+        do {
+            json = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw .malformed(error)
+        }
+        if let violation = firstViolation(in: data) { throw .violation(violation) }
+        return json
+    }
+
     struct Violation: Error, Equatable {
         enum Kind: Equatable {
             case trailingComma

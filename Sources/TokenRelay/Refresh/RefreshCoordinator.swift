@@ -303,7 +303,6 @@ final class RefreshCoordinator {
                 self.logger.info("refresh succeeded", metadata: ["generation": "\(self.generation)", "attempt": "\(self.attempt)",
                                                                  "expires_at": "\(self.tokens.expiresAt.map(Timestamp.format) ?? "unknown")"])
                 self.finishCycle(.renewed(generation: self.generation), description: "success")
-                self.onTokenEndpointIdle?()
             }
         case .rejected(let status, let oauthError):
             metrics.countRefreshError(code: oauthError ?? "http_\(status)")
@@ -362,7 +361,6 @@ final class RefreshCoordinator {
             self.lock.release()
             self.logger.warning("kept the rotated refresh token from the unusable answer")
             self.giveUp(reason: reason)
-            self.onTokenEndpointIdle?()
         }
     }
 
@@ -491,7 +489,8 @@ final class RefreshCoordinator {
 
     /// Writes tokens fresh from the token endpoint to the token file, off the loop, then continues on it.
     /// The cycle stays `.refreshing` meanwhile: held requests stay held, no second cycle starts, and the
-    /// file watch does not mistake our own write for someone else's.
+    /// file watch does not mistake our own write for someone else's. Once saved, a draining shutdown may
+    /// go ahead (`onTokenEndpointIdle`).
     private func persist(_ next: TokenSet, then continuation: @escaping () -> Void) {
         let data: Data
         do {
@@ -510,6 +509,7 @@ final class RefreshCoordinator {
             case .failure(let error): self.persistFailed(error)
             }
             continuation()
+            self.onTokenEndpointIdle?()
         }
     }
 

@@ -23,9 +23,15 @@ public enum TokenImport {
     }
 
     static func parse(_ input: Data, now: Date) throws -> TokenSet {
-        guard let json = try? JSONSerialization.jsonObject(with: input) else { throw TokenImportError("input is not valid JSON") }
-        // A second access_token further down must not silently win over the first.
-        if let violation = StrictJSON.firstViolation(in: input) { throw TokenImportError("input is not valid JSON: \(violation)") }
+        let json: Any
+        do {
+            json = try StrictJSON.parse(input)
+        } catch .malformed {
+            throw TokenImportError("input is not valid JSON")
+        } catch .violation(let violation) {
+            // A second access_token further down must not silently win over the first.
+            throw TokenImportError("input is not valid JSON: \(violation)")
+        }
         guard let object = json as? [String: Any] else { throw TokenImportError("input is not a JSON object") }
         var rest = object
         let expiresIn = rest.removeValue(forKey: "expires_in")

@@ -55,9 +55,15 @@ struct TokenFile {
     }
 
     static func decode(_ data: Data, path: String) throws -> TokenSet {
-        // The parser's own message is left out: some of them quote the text around the error, a token.
-        guard let json = try? JSONSerialization.jsonObject(with: data) else { throw TokenFileError(path, "is not valid JSON") }
-        if let violation = StrictJSON.firstViolation(in: data) { throw TokenFileError(path, "is not valid JSON: \(violation)") }
+        let json: Any
+        do {
+            json = try StrictJSON.parse(data)
+        } catch .malformed {
+            // The parser's own message is left out: some of them quote the text around the error, a token.
+            throw TokenFileError(path, "is not valid JSON")
+        } catch .violation(let violation) {
+            throw TokenFileError(path, "is not valid JSON: \(violation)")
+        }
         guard var object = json as? [String: Any] else { throw TokenFileError(path, "is not a JSON object") }
         var refresh: String?
         if let value = object.removeValue(forKey: "refresh_token"), !(value is NSNull) {
