@@ -32,7 +32,7 @@ final class ProxyServer {
         self.logger = logger
         let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
                                                 timeoutSeconds: config.timeouts.upstreamSeconds)
-        pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections,
+        pool = UpstreamPool(loop: loop, factory: connections, maxConnections: config.limits.maxUpstreamConnections,
                             maxWaiters: config.limits.maxUpstreamWaiters,
                             timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
                                             idle: config.timeouts.poolIdleSeconds))
@@ -46,6 +46,11 @@ final class ProxyServer {
         listener.track(clientConnections)
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
+        pool.onDesyncedConnection = { [unowned self] unread in
+            self.metrics.countUpstreamError(kind: "excess_response_bytes")
+            self.logger.warning("upstream sent more data than its response; connection closed, not reused",
+                                metadata: ["unread_bytes": "\(unread)"])
+        }
     }
 
     private func accept(_ request: OpaquePointer) {

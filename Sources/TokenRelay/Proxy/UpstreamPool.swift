@@ -14,6 +14,10 @@ import CLibevent
 /// headers, the stream idle timeout once a response is flowing (an idle SSE stream must not be cut by
 /// the header timeout), and the pool idle timeout while it sits unused, which closes it before the
 /// upstream's own keep-alive timeout races us.
+///
+/// A connection is reused only if the response consumed every byte the upstream sent: anything left
+/// over (a second response in the same write, a body on a 204/304) would be read as the answer to the
+/// *next* client's request. Such a connection is retired instead, and a fresh one takes its place.
 final class UpstreamPool {
     struct Timeouts {
         var response: Double
@@ -28,6 +32,9 @@ final class UpstreamPool {
     private var idle: [OpaquePointer] = []
     private var all: [OpaquePointer] = []
     private var waiters: [(id: ObjectIdentifier, grant: (OpaquePointer) -> Void)] = []
+    private let retirement: ConnectionRetirement
+    /// Told how many unread bytes a retired connection had (the proxy logs and counts it).
+    var onDesyncedConnection: ((Int) -> Void)?
 
     enum Acquisition {
         case ready(OpaquePointer)
@@ -37,7 +44,8 @@ final class UpstreamPool {
         case full
     }
 
-    init(factory: HTTPConnectionFactory, maxConnections: Int, maxWaiters: Int, timeouts: Timeouts) {
+    init(loop: EventLoop, factory: HTTPConnectionFactory, maxConnections: Int, maxWaiters: Int, timeouts: Timeouts) {
+        retirement = ConnectionRetirement(loop: loop)
         self.factory = factory
         self.maxConnections = maxConnections
         self.maxWaiters = maxWaiters
@@ -76,12 +84,24 @@ final class UpstreamPool {
     }
 
     func release(_ connection: OpaquePointer) {
+        let unread = ConnectionRetirement.unreadBytes(on: connection)
+        if unread > 0 { return replace(connection, unreadBytes: unread) }
         setTimeout(connection, timeouts.idle)
         if !waiters.isEmpty {
             waiters.removeFirst().grant(connection)
         } else {
             idle.append(connection)
         }
+    }
+
+    private func replace(_ connection: OpaquePointer, unreadBytes: Int) {
+        all.removeAll { $0 == connection }
+        retirement.retire(connection)
+        onDesyncedConnection?(unreadBytes)
+        guard !waiters.isEmpty, let fresh = factory.makeConnection() else { return }
+        all.append(fresh)
+        setTimeout(fresh, timeouts.idle)
+        waiters.removeFirst().grant(fresh)
     }
 
     private func setTimeout(_ connection: OpaquePointer, _ seconds: Double) {
@@ -91,6 +111,7 @@ final class UpstreamPool {
 
     /// Frees every connection; only once no request is in flight.
     func close() {
+        retirement.freeRetired()
         all.forEach { evhttp_connection_free($0) }
         all = []
         idle = []

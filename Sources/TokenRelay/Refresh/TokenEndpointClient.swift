@@ -12,16 +12,25 @@ import Foundation
 final class TokenEndpointClient: OutgoingRequestDelegate {
     private let endpoint: HTTPEndpoint
     private let grant: TokenGrantStrategy
-    private let connection: OpaquePointer?
+    private let factory: HTTPConnectionFactory
+    private var connection: OpaquePointer?
+    private let retirement: ConnectionRetirement
     private var call: OutgoingRequest?
     private var response = SmallResponse()
     private var completion: ((TokenEndpointResult) -> Void)?
 
-    init(factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
+    init(loop: EventLoop, factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
         endpoint = factory.endpoint
+        self.factory = factory
         self.grant = grant
-        connection = factory.makeConnection()
+        retirement = ConnectionRetirement(loop: loop)
+        connection = Self.makeConnection(factory)
+    }
+
+    private static func makeConnection(_ factory: HTTPConnectionFactory) -> OpaquePointer? {
+        let connection = factory.makeConnection()
         if let connection { evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes) }
+        return connection
     }
 
     deinit {
@@ -67,6 +76,11 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     }
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
+        // More bytes than the answer: the next refresh must not read them as its answer.
+        if let connection, ConnectionRetirement.unreadBytes(on: connection) > 0 {
+            retirement.retire(connection)
+            self.connection = Self.makeConnection(factory)
+        }
         switch result {
         case .success:
             finish(grant.classify(status: response.status, body: response.body))

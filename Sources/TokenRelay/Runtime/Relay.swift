@@ -35,7 +35,7 @@ public final class Relay {
         }
         let tokenEndpointConnections = HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: preflight.refreshTLS,
                                                              timeoutSeconds: config.timeouts.refreshSeconds)
-        endpoint = TokenEndpointClient(factory: tokenEndpointConnections,
+        endpoint = TokenEndpointClient(loop: loop, factory: tokenEndpointConnections,
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
