@@ -58,11 +58,12 @@ class RelayTestCase: XCTestCase {
     }
 
     @discardableResult
-    func startRelay(_ overrides: [String: Any] = [:], subdirectory: String = "relay") throws -> TokenRelayProcess {
+    func startRelay(_ overrides: [String: Any] = [:], subdirectory: String = "relay", wrapper: [String] = [],
+                    startupTimeout: Double = 15) throws -> TokenRelayProcess {
         let directory = workDir.appendingPathComponent("\(subdirectory)-\(relays.count)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let relay = try TokenRelayProcess.start(config: config(overrides), environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret],
-                                                workDir: directory)
+                                                workDir: directory, wrapper: wrapper, startupTimeout: startupTimeout)
         relays.append(relay)
         return relay
     }

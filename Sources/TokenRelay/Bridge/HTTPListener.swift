@@ -8,6 +8,8 @@ import Glibc
 final class HTTPListener {
     let http: OpaquePointer
     let handler: (OpaquePointer) -> Void
+    /// `evhttp_free` needs the `event_base` still alive: the listener keeps its loop.
+    private let loop: EventLoop
     private var boundSocket: OpaquePointer?
     /// Kept until after `evhttp_free`, which calls the close callbacks that point into it.
     private var connections: ClientConnections?
@@ -21,6 +23,7 @@ final class HTTPListener {
         guard let http = evhttp_new(loop.base) else { throw BindError(description: "evhttp_new failed") }
         self.http = http
         self.handler = handler
+        self.loop = loop
         // Every method evhttp can parse (its default omits OPTIONS, PATCH, TRACE, CONNECT; notes P12).
         let all = EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_POST.rawValue | EVHTTP_REQ_HEAD.rawValue
             | EVHTTP_REQ_PUT.rawValue | EVHTTP_REQ_DELETE.rawValue | EVHTTP_REQ_OPTIONS.rawValue

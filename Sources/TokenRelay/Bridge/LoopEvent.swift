@@ -3,16 +3,20 @@ import CLibevent
 /// A libevent `event` (timer, signal, fd readiness, or manual wake-up) that calls a Swift closure.
 ///
 /// The owner keeps the `LoopEvent`; the closure should capture its owner weakly or unowned. Freeing the
-/// `LoopEvent` (deinit) deletes the event, so it can never fire into a released object.
+/// `LoopEvent` (deinit) deletes the event, so it can never fire into a released object. It keeps its
+/// loop alive: `event_free` on an `event_base` that was freed first is a use-after-free, and the order
+/// in which Swift releases an owner's properties at shutdown is not ours to choose.
 final class LoopEvent {
     private var event: OpaquePointer? = nil
     private let handler: (Int16) -> Void
+    private let loop: EventLoop
 
     /// - Parameters:
     ///   - fd: the descriptor or signal number to watch, or -1 for a pure timer / manual event.
     ///   - events: `EV_TIMEOUT`, `EV_READ`, `EV_CLOSED`, `EV_SIGNAL`, `EV_PERSIST` as libevent defines them.
     init(loop: EventLoop, fd: Int32 = -1, events: Int32 = 0, handler: @escaping (Int16) -> Void) {
         self.handler = handler
+        self.loop = loop
         event = event_new(loop.base, fd, Int16(truncatingIfNeeded: events), loopEventTrampoline, unretainedContext(self))
     }
 
@@ -40,9 +44,21 @@ final class LoopEvent {
     }
 }
 
+/// What every timer and timeout handed to libevent goes through.
+enum TimerDuration {
+    /// The longest timer libevent is ever given. Callers clamp durations from outside where they read
+    /// them; this is the last line, so that no Double reaching a timer can trap in the conversion.
+    static let longestSeconds: Double = 10 * 366 * 86_400
+
+    static func clamped(_ seconds: Double) -> Double {
+        seconds.isNaN ? 0 : min(max(seconds, 0), longestSeconds)
+    }
+}
+
 extension timeval {
     init(seconds: Double) {
-        let whole = seconds.rounded(.down)
-        self.init(tv_sec: Int(whole), tv_usec: Int((seconds - whole) * 1_000_000))
+        let bounded = TimerDuration.clamped(seconds)
+        let whole = bounded.rounded(.down)
+        self.init(tv_sec: Int(whole), tv_usec: Int((bounded - whole) * 1_000_000))
     }
 }

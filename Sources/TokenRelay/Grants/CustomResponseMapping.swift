@@ -55,11 +55,13 @@ struct CustomResponseMapping {
         case .absolute(let pointer)?:
             guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
             if let date = Timestamp.date(value), date > now {
-                grant.expiresIn = date.timeIntervalSince(now)
+                grant.expiresIn = TokenEndpointResult.clampedLifetime(date.timeIntervalSince(now), field: "the value at \(pointer)",
+                                                                      warnings: &grant.warnings)
             } else {
                 grant.warnings.append("ignored the value at \(pointer): not a future RFC 3339 time or epoch seconds")
             }
         }
+        grant.noteClampedJWTExpiry(now: now)
         return .granted(grant)
     }
 }

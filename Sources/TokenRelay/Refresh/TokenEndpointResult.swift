@@ -6,8 +6,14 @@ struct TokenGrant {
     /// Present when the server rotated the refresh token; the old one is burnt from this moment.
     var refreshToken: String?
     var expiresIn: Double?
-    /// Parts of the answer that were ignored (an `expires_in` that is not a positive number), for the log.
+    /// Parts of the answer that were ignored or clamped (an `expires_in` that is not a positive number,
+    /// or one beyond `TokenExpiry.longestLifetime`), for the log.
     var warnings: [String] = []
+
+    /// Without a lifetime in the answer the JWT `exp` is used: say so when it is clamped.
+    mutating func noteClampedJWTExpiry(now: Date) {
+        if expiresIn == nil, let warning = TokenExpiry.jwtClampWarning(accessToken, now: now) { warnings.append(warning) }
+    }
 }
 
 extension TokenSet {
@@ -90,6 +96,7 @@ enum TokenEndpointResult {
         var grant = TokenGrant(accessToken: access)
         if case .rotated(let refresh) = rotation { grant.refreshToken = refresh }
         grant.expiresIn = expiresIn(json["expires_in"], field: "expires_in", warnings: &grant.warnings)
+        grant.noteClampedJWTExpiry(now: Date())
         return .granted(grant)
     }
 
@@ -101,6 +108,15 @@ enum TokenEndpointResult {
             warnings.append("ignored \(field): not a positive number of seconds")
             return nil
         }
-        return seconds
+        return clampedLifetime(seconds, field: field, warnings: &warnings)
+    }
+
+    /// A lifetime from the answer, clamped to `TokenExpiry.longestLifetime` (with a warning when it was).
+    static func clampedLifetime(_ seconds: Double, field: String, warnings: inout [String]) -> Double {
+        let clamped = TokenExpiry.clampedLifetime(seconds)
+        if clamped != seconds {
+            warnings.append("clamped \(field): more than \(TokenExpiry.longestLifetimeDescription); planning with \(TokenExpiry.longestLifetimeDescription)")
+        }
+        return clamped
     }
 }

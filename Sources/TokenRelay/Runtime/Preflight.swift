@@ -1,3 +1,5 @@
+import Foundation
+
 /// Everything that must hold before tokenrelay can serve: a valid config, loadable TLS material (CA
 /// bundles, client certificates and keys), the client secret where the config says it is, and a
 /// readable, private, well-formed token file. `tokenrelay check` runs exactly
@@ -54,6 +56,7 @@ public struct Preflight {
         let expiry = tokens.expiresAt.map { "access token expires \(Timestamp.format($0))" } ?? "access token expiry unknown"
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         let unverified = unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
-        return "ok: config valid; token file \(tokenFile.path): \(expiry), \(refresh)\(unverified)"
+        let clamped = TokenExpiry.clampWarning(for: tokens, now: Date()).map { "; WARNING: \($0)" } ?? ""
+        return "ok: config valid; token file \(tokenFile.path): \(expiry), \(refresh)\(unverified)\(clamped)"
     }
 }

@@ -26,11 +26,13 @@ public enum TokenFileReport {
         }
         let left = expiresAt.timeIntervalSince(now)
         let when = Timestamp.format(expiresAt)
-        return left > 0 ? "\(when) (in \(duration(left)))" : "\(when) (expired \(duration(-left)) ago)"
+        let clamped = TokenExpiry.clampWarning(for: tokens, now: now).map { " (\($0))" } ?? ""
+        return (left > 0 ? "\(when) (in \(duration(left)))" : "\(when) (expired \(duration(-left)) ago)") + clamped
     }
 
     static func duration(_ seconds: Double) -> String {
-        let total = Int(seconds.rounded(.down))
+        // Expiries are clamped where they are read, but a report must not trap on any input either.
+        let total = Int(min(max(seconds, 0), Double(Int32.max)).rounded(.down))
         let (days, hours, minutes, secs) = (total / 86_400, total % 86_400 / 3600, total % 3600 / 60, total % 60)
         if days > 0 { return "\(days)d \(hours)h" }
         if hours > 0 { return "\(hours)h \(minutes)m" }

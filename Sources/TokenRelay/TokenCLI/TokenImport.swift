@@ -45,12 +45,12 @@ public enum TokenImport {
             guard let seconds = Timestamp.seconds(seconds), seconds >= 0 else {
                 throw TokenImportError("expires_in must be a number of seconds")
             }
-            tokens.expiresAt = now.addingTimeInterval(seconds)
+            tokens.expiresAt = now.addingTimeInterval(TokenExpiry.clampedLifetime(seconds))
         case (nil, let absolute?):
             guard let date = Timestamp.date(absolute) else {
                 throw TokenImportError("expires_at must be an RFC 3339 time (2026-11-21T10:00:00Z) or epoch seconds")
             }
-            tokens.expiresAt = date
+            tokens.expiresAt = TokenExpiry.clampedDate(date, now: now)
         case (_?, _?):
             throw TokenImportError("give either expires_in or expires_at, not both")
         }

@@ -41,14 +41,16 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     /// Writes `config` to `workDir/config.json`, runs `tokenrelay run --config <path>` (plus
     /// `extraArguments`) with cwd `workDir`, and waits until stderr shows the startup line
     /// `... msg=listening ... proxy=127.0.0.1:PORT ...` (with `admin=127.0.0.1:PORT` unless disabled).
+    /// `wrapper`, when given, is the command line that runs the binary (e.g. `[valgrind, options…, binary]`);
+    /// the `run` arguments are appended to it.
     static func start(config: [String: Any], environment: [String: String] = [:], workDir: URL,
-                      extraArguments: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
+                      extraArguments: [String] = [], wrapper: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
         let configURL = workDir.appendingPathComponent("config.json")
         try JSONSerialization.data(withJSONObject: config, options: [.prettyPrinted, .sortedKeys]).write(to: configURL)
         let process = try launch(arguments: ["run", "--config", configURL.path] + extraArguments,
                                  environment: environment, workDir: workDir,
                                  stdout: workDir.appendingPathComponent("stdout.log"),
-                                 stderr: workDir.appendingPathComponent("stderr.log"))
+                                 stderr: workDir.appendingPathComponent("stderr.log"), wrapper: wrapper)
         var instance: TokenRelayProcess?
         let stderrURL = workDir.appendingPathComponent("stderr.log")
         let started = waitUntil(timeout: startupTimeout) {
@@ -164,15 +166,20 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     /// The child gets a minimal environment (PATH, plus LLVM_PROFILE_FILE for coverage runs) with
     /// `environment` on top, so nothing from the developer's shell changes its behaviour.
     private static func launch(arguments: [String], environment: [String: String], workDir: URL,
-                               stdout: URL, stderr: URL, stdin: URL? = nil) throws -> Process {
+                               stdout: URL, stderr: URL, stdin: URL? = nil, wrapper: [String] = []) throws -> Process {
         let parent = ProcessInfo.processInfo.environment
         var env = ["PATH": parent["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"]
         env["LLVM_PROFILE_FILE"] = parent["LLVM_PROFILE_FILE"]
         env.merge(environment) { _, new in new }
         for url in [stdout, stderr] { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
         let process = Process()
-        process.executableURL = try binaryURL()
-        process.arguments = arguments
+        if let program = wrapper.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(wrapper.dropFirst()) + arguments
+        } else {
+            process.executableURL = try binaryURL()
+            process.arguments = arguments
+        }
         process.environment = env
         process.currentDirectoryURL = workDir
         let inHandle = try stdin.map { try FileHandle(forReadingFrom: $0) }
