@@ -29,12 +29,7 @@ final class AdminServer {
         case (EVHTTP_REQ_GET, "/healthz"), (EVHTTP_REQ_HEAD, "/healthz"):
             respond(request, 200, json: ["status": "alive"])
         case (EVHTTP_REQ_GET, "/readyz"), (EVHTTP_REQ_HEAD, "/readyz"):
-            let reason: String? = switch coordinator.state {
-            case _ where proxy.isDraining: "shutting down"
-            case .loginRequired: "login required"
-            case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
-            default: unusableTokenReason()
-            }
+            let reason = notReadyReason()
             var body: [String: Any] = ["ready": reason == nil, "state": coordinator.state.rawValue]
             body["reason"] = reason
             let ready = reason == nil
@@ -62,6 +57,17 @@ final class AdminServer {
         }
     }
 
+    /// Why the relay is not ready, or nil: the one answer `/readyz` and `/status` both give, so the two
+    /// can never disagree.
+    private func notReadyReason() -> String? {
+        switch coordinator.state {
+        case _ where proxy.isDraining: "shutting down"
+        case .loginRequired: "login required"
+        case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
+        default: unusableTokenReason()
+        }
+    }
+
     /// Why requests cannot succeed with the token in hand although nothing is latched: they would only
     /// get 503 (or wait for a refresh), so the sidecar is not ready. A refresh that failed while the token
     /// still works is no reason.
@@ -73,11 +79,14 @@ final class AdminServer {
     }
 
     private func statusReport() -> [String: Any] {
+        let notReady = notReadyReason()
         var report: [String: Any] = [
             "state": coordinator.state.rawValue,
+            "ready": notReady == nil,
+            "not_ready_reason": notReady ?? NSNull(),
             "generation": coordinator.generation,
             "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? NSNull(),
-            "degraded_reason": coordinator.degradedReason ?? NSNull(),
+            "degraded_reason": coordinator.degradedReason ?? notReady ?? NSNull(),
             "has_refresh_token": coordinator.tokens.refreshToken != nil,
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,

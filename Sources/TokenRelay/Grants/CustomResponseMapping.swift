@@ -37,13 +37,14 @@ struct CustomResponseMapping {
         guard let json else { return .invalidResponse(reason: "response body is not JSON", rotation: .unknown) }
         var rotation = TokenEndpointResult.Rotation.none
         if let pointer = settings.refreshToken, let value = pointer.evaluate(json), !(value is NSNull) {
-            guard let refresh = value as? String, TokenSet.isHeaderSafe(refresh) else {
+            guard let refresh = value as? String, TokenSet.unusableReason(refresh) == nil else {
                 return .invalidResponse(reason: "the refresh token at \(pointer) is not a usable string", rotation: .unknown)
             }
             rotation = .rotated(to: refresh)
         }
-        guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.isHeaderSafe(access) else {
-            return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII)", rotation: rotation)
+        guard let access = settings.accessToken.evaluate(json) as? String, TokenSet.unusableReason(access) == nil else {
+            return .invalidResponse(reason: "no usable access token at \(settings.accessToken) (a string of visible ASCII, at most \(TokenSet.maximumTokenBytes) bytes)",
+                                    rotation: rotation)
         }
         var grant = TokenGrant(accessToken: access)
         if case .rotated(let refresh) = rotation { grant.refreshToken = refresh }

@@ -76,16 +76,17 @@ enum TokenEndpointResult {
     private static func parseGrant(_ json: [String: Any]) -> TokenEndpointResult {
         var rotation = Rotation.none
         if let refresh = json["refresh_token"], !(refresh is NSNull) {
-            guard let refresh = refresh as? String, TokenSet.isHeaderSafe(refresh) else {
-                return .invalidResponse(reason: "refresh_token is not a usable string", rotation: .unknown)
+            guard let refresh = refresh as? String, TokenSet.unusableReason(refresh) == nil else {
+                return .invalidResponse(reason: "refresh_token is not a usable string (visible ASCII, at most \(TokenSet.maximumTokenBytes) bytes)",
+                                        rotation: .unknown)
             }
             rotation = .rotated(to: refresh)
         }
         guard let access = json["access_token"] as? String, !access.isEmpty else {
             return .invalidResponse(reason: "response has no access_token", rotation: rotation)
         }
-        guard TokenSet.isHeaderSafe(access) else {
-            return .invalidResponse(reason: "access_token contains characters not allowed in an HTTP header", rotation: rotation)
+        if let reason = TokenSet.unusableReason(access) {
+            return .invalidResponse(reason: "access_token \(reason)", rotation: rotation)
         }
         // RFC 6749 §7.1: a client must not use a token whose type it does not understand. Bearer is the
         // only kind a header can carry as is; DPoP and MAC tokens need a proof per request.

@@ -50,7 +50,12 @@ public enum TokenImport {
             guard let date = Timestamp.date(absolute) else {
                 throw TokenImportError("expires_at must be an RFC 3339 time (2026-11-21T10:00:00Z) or epoch seconds")
             }
-            tokens.expiresAt = TokenExpiry.clampedDate(date, now: now)
+            // Kept as given (the relay plans with at most `TokenExpiry.longestLifetime` of it), as long as
+            // the file can hold it: RFC 3339 stops at the year 9999.
+            guard date.timeIntervalSince1970 <= Timestamp.latestRepresentable else {
+                throw TokenImportError("expires_at is after the year 9999")
+            }
+            tokens.expiresAt = date
         case (_?, _?):
             throw TokenImportError("give either expires_in or expires_at, not both")
         }

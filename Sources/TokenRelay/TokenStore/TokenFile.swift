@@ -41,13 +41,26 @@ struct TokenFile {
     func checkPermissions() throws {
         var info = stat()
         guard stat(path, &info) == 0 else { throw TokenFileError(path, String(cString: strerror(errno))) }
+        try Self.requireRegularFile(info, path: path)
         let mode = info.st_mode & 0o777
         if mode & 0o077 != 0 {
             throw TokenFileError(path, "is accessible by group or others (mode \(String(mode, radix: 8))); run chmod 600 on it")
         }
     }
 
+    /// A directory, FIFO, socket or device is no token file: say so, instead of a mode complaint or a
+    /// read that blocks on a FIFO with no writer.
+    static func requireRegularFile(_ info: stat, path: String) throws {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: return
+        case S_IFDIR: throw TokenFileError(path, "is a directory, not a file")
+        default: throw TokenFileError(path, "is not a regular file (a FIFO, socket or device)")
+        }
+    }
+
     func load() throws -> TokenSet {
+        var info = stat()
+        if stat(path, &info) == 0 { try Self.requireRegularFile(info, path: path) }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw TokenFileError(path, String(cString: strerror(errno)))
         }
@@ -71,9 +84,7 @@ struct TokenFile {
                 throw TokenFileError(path, "refresh_token must be a non-empty string")
             }
             // Some grants send it in a header (a custom refresh request), so the same rule as the access token.
-            guard TokenSet.isHeaderSafe(string) else {
-                throw TokenFileError(path, "refresh_token contains characters not allowed in an HTTP header")
-            }
+            if let reason = TokenSet.unusableReason(string) { throw TokenFileError(path, "refresh_token \(reason)") }
             refresh = string
         }
         // A file seeded with only a refresh token is a valid bootstrap: the access token is fetched at start.
@@ -82,9 +93,7 @@ struct TokenFile {
         if access.isEmpty && (refresh == nil || !(accessValue == nil || accessValue is NSNull)) {
             throw TokenFileError(path, "access_token is missing or not a non-empty string")
         }
-        guard access.isEmpty || TokenSet.isHeaderSafe(access) else {
-            throw TokenFileError(path, "access_token contains characters not allowed in an HTTP header")
-        }
+        if !access.isEmpty, let reason = TokenSet.unusableReason(access) { throw TokenFileError(path, "access_token \(reason)") }
         var expiresAt: Date?
         if let value = object.removeValue(forKey: "expires_at"), !(value is NSNull) {
             guard let text = value as? String, let date = Timestamp.parse(text) else {

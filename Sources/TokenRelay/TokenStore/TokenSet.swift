@@ -14,10 +14,25 @@ struct TokenSet {
     static func isHeaderSafe(_ token: String) -> Bool {
         !token.isEmpty && token.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }
     }
+
+    /// The longest token accepted, access or refresh. The access token rides on every proxied request:
+    /// a server (or a hand-edited file) that hands out a 100 KB one would make each request that much
+    /// larger, and most upstreams refuse header blocks that big anyway.
+    static let maximumTokenBytes = 16 * 1024
+
+    /// Why `token` cannot be used as is ("… is longer than …", "… contains characters …"), or nil.
+    static func unusableReason(_ token: String) -> String? {
+        if token.utf8.count > maximumTokenBytes { return "is longer than \(maximumTokenBytes) bytes" }
+        if !isHeaderSafe(token) { return "contains characters not allowed in an HTTP header" }
+        return nil
+    }
 }
 
 /// Time formats of the token file: RFC 3339 in UTC, fractional seconds accepted on input.
 enum Timestamp {
+    /// 9999-12-31T23:59:59Z, the last time RFC 3339 can write.
+    static let latestRepresentable: Double = 253_402_300_799
+
     static func format(_ date: Date) -> String {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
