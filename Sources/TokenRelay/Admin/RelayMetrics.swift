@@ -31,8 +31,8 @@ final class RelayMetrics {
     let refreshDuration: CoreMetrics.Recorder
     /// Seconds from sending a request upstream to its response headers.
     let upstreamLatency: CoreMetrics.Recorder
-    /// Seconds requests spent held waiting for a token refresh.
-    let holdDuration: CoreMetrics.Recorder
+    /// Seconds from a request's hold to its answer, by how it was answered.
+    private var holdDurations: [HoldOutcome: CoreMetrics.Recorder] = [:]
 
     init() {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -55,7 +55,6 @@ final class RelayMetrics {
         stormGuardTrips = Counter(label: "tokenrelay_storm_guard_trips_total", factory: factory)
         refreshDuration = Recorder(label: "tokenrelay_refresh_duration_seconds", aggregate: true, factory: factory)
         upstreamLatency = Recorder(label: "tokenrelay_upstream_response_seconds", aggregate: true, factory: factory)
-        holdDuration = Recorder(label: "tokenrelay_hold_duration_seconds", aggregate: true, factory: factory)
     }
 
     /// Client requests answered, by HTTP status (the hot path: counters are cached per status).
@@ -64,6 +63,28 @@ final class RelayMetrics {
         let counter = Counter(label: "tokenrelay_requests_total", dimensions: [("status", String(status))], factory: factory)
         requestsByStatus[status] = counter
         counter.increment()
+    }
+
+    /// How a request that was held for a refresh ended (the label of `tokenrelay_hold_duration_seconds`).
+    enum HoldOutcome: String {
+        /// Sent again with the new token; whatever the upstream answered went to the client.
+        case replayed
+        /// tokenrelay answered 503 (hold timeout, no token could be obtained, overload).
+        case unavailable
+        /// The upstream's 401, or tokenrelay's own "login required".
+        case unauthorized
+        /// The client hung up first.
+        case clientGone = "client_gone"
+        case other
+    }
+
+    /// A held request was answered (or its client left) `seconds` after its hold began.
+    func recordHold(seconds: Double, outcome: HoldOutcome) {
+        if let recorder = holdDurations[outcome] { return recorder.record(seconds) }
+        let recorder = Recorder(label: "tokenrelay_hold_duration_seconds", dimensions: [("outcome", outcome.rawValue)], aggregate: true,
+                                factory: factory)
+        holdDurations[outcome] = recorder
+        recorder.record(seconds)
     }
 
     /// Token refresh attempts, by outcome (success, rejected, transient_failure, invalid_response).

@@ -55,6 +55,14 @@ final class HTTPListener {
         evhttp_set_timeout_tv(http, &tv)
     }
 
+    /// evhttp listens with a fixed backlog of 128, which drops connects during a spike (the client retries
+    /// a second later). Calling listen() again on the listening socket sets a new backlog (Linux keeps the
+    /// socket and its queue; the kernel caps the value at net.core.somaxconn).
+    func setBacklog(_ backlog: Int) {
+        guard let boundSocket else { return }
+        _ = listen(evhttp_bound_socket_get_fd(boundSocket), Int32(clamping: backlog))
+    }
+
     /// Hands every accepted connection to `connections`, which may pause and resume accepting.
     func track(_ connections: ClientConnections) {
         self.connections = connections

@@ -108,10 +108,13 @@ public struct Config: Sendable {
         public var maxHeaderBytes = 64 * 1024
         public var maxHeldRequests = 1024
         /// Open client connections; see `ClientConnections` for what happens at the limit.
-        public var maxClientConnections = 512
+        public var maxClientConnections = 4096
         public var maxUpstreamConnections = 128
         /// Requests that may wait for a busy pool; beyond it 503.
-        public var maxUpstreamWaiters = 256
+        public var maxUpstreamWaiters = 4096
+        /// Pending connections the kernel queues for the proxy listener. The kernel caps it at
+        /// net.core.somaxconn, so the default means "the system's maximum".
+        public var listenBacklog = 65535
     }
 
     /// Proxy headers added to forwarded requests (`ForwardingHeaders`).

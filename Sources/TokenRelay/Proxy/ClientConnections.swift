@@ -99,7 +99,7 @@ final class ClientConnections {
     private var accepting = true
     /// Set while closing an idle connection for a particular connection, so its slot goes to that one.
     private var makingRoom = false
-    private var lastWarning: [String: Double] = [:]
+    private var warnings = LogRateLimiter(interval: ClientConnections.warningInterval)
     /// Called with false to pause accepting, and with true to resume.
     var setAccepting: ((Bool) -> Void)?
 
@@ -293,9 +293,7 @@ final class ClientConnections {
 
     /// Under a connection flood these would come once per connection; the metrics already count each.
     private func warn(_ key: String, _ message: Logger.Message) {
-        let now = EventLoop.monotonicNow
-        guard now - (lastWarning[key] ?? -.infinity) >= Self.warningInterval else { return }
-        lastWarning[key] = now
+        guard warnings.admit(key, now: EventLoop.monotonicNow).allowed else { return }
         logger.warning(message, metadata: ["open": "\(openCount)", "max_client_connections": "\(maxConnections)"])
     }
 }

@@ -71,6 +71,8 @@ final class Exchange: OutgoingRequestDelegate {
     private var hangUpWatcher: LoopEvent?
     private var upstreamReadingPaused = false
     private var answeredStatus: Int32 = 0
+    /// The answer is the upstream's response (streamed), not one tokenrelay wrote.
+    private var answeredByUpstream = false
     private var selfRetain: Unmanaged<Exchange>?
 
     init(proxy: ProxyServer, request: OpaquePointer) {
@@ -160,7 +162,10 @@ final class Exchange: OutgoingRequestDelegate {
     /// must turn into quick 503s, not into an unbounded queue of clients.
     private func acquireConnection() {
         phase = .waitingForConnection
-        let acquisition = proxy.pool.acquire(for: self) { [unowned self] connection in
+        // A request that was held has been admitted already (limits.max_held_requests): when a refresh
+        // releases a thousand at once they queue for connections in order, none is refused by the
+        // waiter bound meant for new arrivals.
+        let acquisition = proxy.pool.acquire(for: self, admittedBefore: heldSince != nil) { [unowned self] connection in
             self.poolWaitTimer = nil
             self.send(on: connection)
         }
@@ -328,7 +333,7 @@ final class Exchange: OutgoingRequestDelegate {
         guard proxy.hold(self) else { return reply(.tooManyHeld) }
         phase = .held
         let now = EventLoop.monotonicNow
-        heldSince = now
+        if heldSince == nil { heldSince = now }
         let deadline = holdDeadline ?? now + proxy.config.timeouts.holdSeconds
         holdDeadline = deadline
         let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
@@ -338,17 +343,25 @@ final class Exchange: OutgoingRequestDelegate {
         holdTimer = timer
     }
 
+    /// Hold duration runs from the first hold to the answer (not to the end of the refresh), so a slow
+    /// replay or a 503 after the hold shows in it, labelled by how the request ended.
     private func recordHoldEnded() {
         guard let since = heldSince else { return }
         heldSince = nil
-        proxy.metrics.holdDuration.record(EventLoop.monotonicNow - since)
+        let outcome: RelayMetrics.HoldOutcome = switch answeredStatus {
+        case 0: .clientGone
+        case _ where answeredByUpstream: .replayed
+        case 503: .unavailable
+        case 401: .unauthorized
+        default: .other
+        }
+        proxy.metrics.recordHold(seconds: EventLoop.monotonicNow - since, outcome: outcome)
     }
 
     /// Called by the proxy for every held exchange when a refresh cycle ends.
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
         guard phase == .held else { return }
         holdTimer = nil
-        recordHoldEnded()
         switch outcome {
         case .renewed:
             if sends > 0 { proxy.metrics.replaysAfterRefresh.increment() }
@@ -364,6 +377,7 @@ final class Exchange: OutgoingRequestDelegate {
 
     private func startStreaming(_ response: OpaquePointer) {
         phase = .streaming
+        answeredByUpstream = true
         answeredStatus = evhttp_request_get_response_code(response)
         let upstreamHeaders = HeaderList(raw: evhttp_request_get_input_headers(response)).entries
         let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
@@ -420,6 +434,7 @@ final class Exchange: OutgoingRequestDelegate {
     // MARK: - Answers
 
     private func reply(_ response: LocalResponse) {
+        if response.status == 503 { proxy.answeredUnavailable(response) }
         let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
         for header in response.headers { output.add(header.name, header.value) }
         send(status: response.status, reason: response.reason, body: Array(response.body.utf8))
@@ -497,10 +512,8 @@ final class Exchange: OutgoingRequestDelegate {
         returnConnection()
         proxy.pool.cancelWait(for: self)
         holdTimer = nil
-        if wasHeld {
-            proxy.unhold(self)
-            recordHoldEnded()
-        }
+        if wasHeld { proxy.unhold(self) }
+        recordHoldEnded()
         if let body { evbuffer_free(body) }
         body = nil
         proxy.exchangeFinished(self, status: answeredStatus, summary: AccessLogEntry(

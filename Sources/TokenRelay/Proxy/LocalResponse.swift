@@ -4,10 +4,15 @@ struct LocalResponse {
     let reason: String
     var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
     let body: String
+    /// The `error` and `message` of the body, for the log.
+    let error: String
+    let message: String
 
     init(status: Int32, reason: String, error: String, message: String, extraHeaders: [(String, String)] = []) {
         self.status = status
         self.reason = reason
+        self.error = error
+        self.message = message
         headers += extraHeaders.map { (name: $0.0, value: $0.1) }
         body = "{\"error\":\"\(error)\",\"message\":\"\(Self.jsonEscaped(message))\"}\n"
     }

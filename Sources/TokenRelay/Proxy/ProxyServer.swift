@@ -43,6 +43,7 @@ final class ProxyServer {
         }
         listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
                            timeoutSeconds: config.timeouts.clientSeconds)
+        listener.setBacklog(config.limits.listenBacklog)
         listener.track(clientConnections)
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
@@ -70,6 +71,17 @@ final class ProxyServer {
 
     /// Maps request targets onto the upstream; built once the listener knows its port.
     private(set) var targets: RequestTarget!
+
+    /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
+    /// connections, shutting down): logged with its reason, at most once a second per reason.
+    func answeredUnavailable(_ response: LocalResponse) {
+        let (allowed, heldBack) = unavailableLog.admit(response.message, now: EventLoop.monotonicNow)
+        guard allowed else { return }
+        var metadata: Logger.Metadata = ["error": "\(response.error)", "reason": "\(response.message)"]
+        if heldBack > 0 { metadata["more_since_last_line"] = "\(heldBack)" }
+        logger.info("request answered by tokenrelay: service unavailable", metadata: metadata)
+    }
+    private var unavailableLog = LogRateLimiter(interval: 1)
 
     /// A request refused before anything was forwarded (smuggling probes, foreign hosts).
     func refused(_ reason: String) {

@@ -53,13 +53,15 @@ final class UpstreamPool {
     }
 
     /// Gives a connection now, or later through `grant` (in FIFO order) when all are busy.
-    func acquire(for waiter: AnyObject, grant: @escaping (OpaquePointer) -> Void) -> Acquisition {
+    /// `admittedBefore`: the request was admitted under another bound already (a held request), so the
+    /// waiter bound does not apply to it.
+    func acquire(for waiter: AnyObject, admittedBefore: Bool = false, grant: @escaping (OpaquePointer) -> Void) -> Acquisition {
         if let connection = idle.popLast() { return .ready(connection) }
         if all.count < maxConnections, let connection = factory.makeConnection() {
             all.append(connection)
             return .ready(connection)
         }
-        guard waiters.count < maxWaiters else { return .full }
+        guard admittedBefore || waiters.count < maxWaiters else { return .full }
         waiters.append((ObjectIdentifier(waiter), grant))
         return .queued
     }
