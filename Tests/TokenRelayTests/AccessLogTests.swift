@@ -16,7 +16,7 @@ final class AccessLogTests: RelayTestCase {
 
         let metrics = try admin(relay, "/metrics").bodyText
         XCTAssertTrue(metrics.contains("tokenrelay_upstream_response_seconds_count 3"), metrics)
-        XCTAssertTrue(metrics.contains("tokenrelay_hold_duration_seconds_count 1"), metrics)
+        XCTAssertTrue(metrics.contains("tokenrelay_hold_duration_seconds_count{outcome=\"replayed\"} 1"), metrics)
     }
 
     func testAccessLogIsOffByDefault() throws {

@@ -38,6 +38,13 @@ final class RequestHygieneTests: RelayTestCase {
             Probe(name: "absolute-form, https to the proxy", bytes: "GET https://127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "absolute-form with userinfo", bytes: "GET http://user@127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "asterisk-form", bytes: "OPTIONS * HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "bare CR in target", bytes: "GET /a\rAuthorization: Bearer stolen\r HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "TAB in target", bytes: "GET /a\tb HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "control character in target", bytes: "GET /a\u{01}b HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "DEL in target", bytes: "GET /a\u{7F}b HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "dot segments escaping the base path", bytes: "GET /../../etc/passwd HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "dot segment inside the path", bytes: "GET /x/../public/x HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "percent-encoded dot segment", bytes: "GET /%2e%2E/etc HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "CONNECT", bytes: "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n"),
         ]
     }
@@ -65,6 +72,38 @@ final class RequestHygieneTests: RelayTestCase {
         XCTAssertEqual(api.acceptedConnections, 0, "no upstream connection may be opened for a refused request")
         // The relay is still healthy after the probes.
         XCTAssertEqual(try get(relay).status, 200)
+    }
+
+    func testTargetBytesThatAreNotUTF8AreRefusedAndUTF8IsForwardedUnchanged() throws {
+        let relay = try startRelay()
+        var invalid = Data("GET /caf".utf8)
+        invalid.append(0xFF)
+        invalid.append(Data(" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+        let refused = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: invalid), as: UTF8.self)
+        XCTAssertTrue(refused.hasPrefix("HTTP/1.1 400"), String(refused.prefix(200)))
+        XCTAssertEqual(api.requestCount, 0)
+        let utf8 = "GET /caf\u{E9}?q=%20 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        let accepted = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data(utf8.utf8)), as: UTF8.self)
+        XCTAssertTrue(accepted.hasPrefix("HTTP/1.1 200"), String(accepted.prefix(200)))
+        XCTAssertEqual(api.requests.last?.target, "/caf\u{E9}?q=%20")
+    }
+
+    func testOnlyHTTP10And11AreAnswered() throws {
+        let relay = try startRelay()
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("GET /v HTTP/1.2\r\nHost: x\r\n\r\n".utf8)),
+                          as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 505"), String(text.prefix(200)))
+        XCTAssertEqual(api.requestCount, 0)
+    }
+
+    func testPassthroughPrefixesMatchWholeSegments() throws {
+        let relay = try startRelay(["upstream": ["passthrough_prefixes": ["/public"]]])
+        _ = try get(relay, "/public/x")
+        XCTAssertNil(api.requests.last?.header("Authorization"), "under the prefix: no token")
+        _ = try get(relay, "/public")
+        XCTAssertNil(api.requests.last?.header("Authorization"))
+        _ = try get(relay, "/publicity")
+        XCTAssertNotNil(api.requests.last?.header("Authorization"), "/publicity is not under /public")
     }
 
     /// Obs-fold and bare-LF line endings are unambiguous once parsed; the upstream gets a clean message.

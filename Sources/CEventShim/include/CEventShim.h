@@ -10,6 +10,10 @@ struct ssl_ctx_st;
 /// HTTP minor version of a request. libevent 2.1 has no getter for it, and the proxy needs it
 /// to frame responses for HTTP/1.0 clients correctly (see shared notes, P16).
 int tr_evhttp_request_minor(struct evhttp_request *req);
+/// HTTP major version of a request (evhttp accepts any 1.x and would answer HTTP/1.2 in kind).
+int tr_evhttp_request_major(struct evhttp_request *req);
+/// evhttp writes its answer in the request's version; an unsupported one is answered as HTTP/1.1.
+void tr_evhttp_request_answer_as_http11(struct evhttp_request *req);
 
 /// OpenSSL exposes these as function-like macros, which Swift does not import.
 long tr_ssl_set_tlsext_host_name(struct ssl_st *ssl, const char *name);

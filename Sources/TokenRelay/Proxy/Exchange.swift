@@ -97,10 +97,22 @@ final class Exchange: OutgoingRequestDelegate {
             watcher.schedule()
             hangUpWatcher = watcher
         }
-        let rawTarget = evhttp_request_get_uri(clientRequest).map { String(cString: $0) } ?? ""
+        let rawTargetPointer = evhttp_request_get_uri(clientRequest)
+        let rawTargetBytes = rawTargetPointer.map { UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self),
+                                                                        count: strlen($0)) }
+        let rawTarget = rawTargetBytes.map { String(decoding: $0, as: UTF8.self) } ?? ""
         if proxy.config.accessLog.enabled { accessLogTarget = rawTarget }
         if admission == .overLimit { return replyAndClose(.tooManyConnections) }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
+        // evhttp answers any HTTP/1.x in kind, HTTP/1.2 included; only 1.0 and 1.1 exist.
+        if tr_evhttp_request_major(clientRequest) != 1 || tr_evhttp_request_minor(clientRequest) > 1 {
+            proxy.refused("unsupported HTTP version")
+            tr_evhttp_request_answer_as_http11(clientRequest)
+            return replyAndClose(.versionNotSupported)
+        }
+        if let refusal = RequestTarget.checkBytes(rawTargetBytes ?? UnsafeBufferPointer(start: nil, count: 0)) {
+            return refuse(refusal.description)
+        }
         let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
         if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
         switch proxy.targets.upstreamTarget(for: rawTarget) {

@@ -55,6 +55,9 @@ struct LocalResponse {
     static let connectRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "CONNECT is not supported")
 
+    static let versionNotSupported = LocalResponse(
+        status: 505, reason: "HTTP Version Not Supported", error: "http_version_not_supported", message: "only HTTP/1.0 and HTTP/1.1 are supported")
+
     static func badRequest(_ message: String) -> LocalResponse {
         LocalResponse(status: 400, reason: "Bad Request", error: "bad_request", message: message)
     }

@@ -60,13 +60,19 @@ final class ProxyServer {
         exchange.begin()
     }
 
-    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints.
+    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on
+    /// a segment boundary: `/public` covers `/public` and `/public/x`, never `/publicity`.
     func isPassthrough(_ target: String) -> Bool {
         guard !config.upstream.passthroughPrefixes.isEmpty else { return false }
         var base = upstream.path
         while base.hasSuffix("/") { base.removeLast() }
         let path = target.dropFirst(base.count)
-        return config.upstream.passthroughPrefixes.contains { path.hasPrefix($0) }
+        return config.upstream.passthroughPrefixes.contains { prefix in
+            guard path.hasPrefix(prefix) else { return false }
+            if prefix.hasSuffix("/") { return true }
+            let rest = path.dropFirst(prefix.count)
+            return rest.isEmpty || rest.first == "/" || rest.first == "?"
+        }
     }
 
     /// Maps request targets onto the upstream; built once the listener knows its port.

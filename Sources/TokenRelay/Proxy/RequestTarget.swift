@@ -18,6 +18,19 @@ struct RequestTarget {
         let description: String
     }
 
+    /// The raw target's bytes, checked before they become a String (which would silently replace bytes
+    /// that are not UTF-8). RFC 9112 §3.2 allows no whitespace or control character in a request target:
+    /// evhttp passes a bare CR through, and `GET /a\rAuthorization: …` would reach the upstream as is.
+    static func checkBytes<Bytes: Collection>(_ bytes: Bytes) -> Refusal? where Bytes.Element == UInt8 {
+        if bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
+            return Refusal(description: "the request target contains whitespace or a control character")
+        }
+        if String(validating: bytes, as: UTF8.self) == nil {
+            return Refusal(description: "the request target is not valid UTF-8")
+        }
+        return nil
+    }
+
     /// The target to send upstream (the upstream URL's path prefixed), or why the request is refused.
     func upstreamTarget(for rawURI: String) -> Result<String, Refusal> {
         var target = rawURI
@@ -26,6 +39,12 @@ struct RequestTarget {
             case .success(let path): target = path
             case .failure(let refusal): return .failure(refusal)
             }
+        }
+        // `/../../etc/passwd` would escape the upstream's base path on an upstream that normalises, and
+        // `/x/../public/y` would get a token although it resolves under a passthrough prefix: whatever
+        // decides on the path must see the path the upstream will use. Refused rather than rewritten.
+        if Self.hasDotSegment(target) {
+            return .failure(Refusal(description: "the request target contains a dot segment (. or ..)"))
         }
         var base = upstream.path
         while base.hasSuffix("/") { base.removeLast() }
@@ -50,6 +69,15 @@ struct RequestTarget {
         guard target.hasPrefix("/") else { return .failure(Refusal(description: "the request target is not valid")) }
         if let query = evhttp_uri_get_query(uri) { target += "?" + String(cString: query) }
         return .success(target)
+    }
+
+    /// A path segment that is `.` or `..`, also percent-encoded (`%2e`), before any query.
+    static func hasDotSegment(_ target: String) -> Bool {
+        let path = target.utf8.prefix { $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
+        return path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).contains { segment in
+            let lowered = String(decoding: segment, as: UTF8.self).lowercased().replacingOccurrences(of: "%2e", with: ".")
+            return lowered == "." || lowered == ".."
+        }
     }
 
     private func namesUpstream(scheme: String, host: String, port: Int) -> Bool {
