@@ -72,10 +72,18 @@ final class AdminServer {
     /// get 503 (or wait for a refresh), so the sidecar is not ready. A refresh that failed while the token
     /// still works is no reason.
     private func unusableTokenReason() -> String? {
-        if coordinator.tokens.accessToken.isEmpty { return "no access token yet" }
-        if let expiresAt = coordinator.expiresAt, expiresAt <= Date() { return "access token expired" }
-        if coordinator.isAccessTokenKnownDead { return "access token rejected by the upstream and the refresh failed" }
-        return nil
+        let reason: String
+        if coordinator.tokens.accessToken.isEmpty {
+            reason = "no access token yet"
+        } else if let expiresAt = coordinator.expiresAt, expiresAt <= Date() {
+            reason = "access token expired"
+        } else if coordinator.isAccessTokenKnownDead {
+            reason = "access token rejected by the upstream and the refresh failed"
+        } else {
+            return nil
+        }
+        guard let holdOff = coordinator.refreshHoldOffReason else { return reason }
+        return "\(reason); \(holdOff)"
     }
 
     private func statusReport() -> [String: Any] {
@@ -88,6 +96,8 @@ final class AdminServer {
             "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? NSNull(),
             "degraded_reason": coordinator.degradedReason ?? notReady ?? NSNull(),
             "has_refresh_token": coordinator.tokens.refreshToken != nil,
+            "unsaved_tokens": coordinator.unsavedTokens != nil,
+            "refresh_hold_off": coordinator.refreshHoldOffReason ?? NSNull(),
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,
             "active_requests": proxy.activeCount,

@@ -22,6 +22,8 @@ final class RelayMetrics {
     let tokenGeneration: CoreMetrics.Gauge
     let loginRequired: CoreMetrics.Gauge
     let tokenFileWriteFailures: CoreMetrics.Counter
+    /// 1 while tokens in service (a rotated refresh token) could not be written to the token file.
+    let unsavedTokens: CoreMetrics.Gauge
     let accessTokenExpiresAt: CoreMetrics.Gauge
     let secondsUntilExpiry: CoreMetrics.Gauge
     let lockWaits: CoreMetrics.Counter
@@ -48,6 +50,7 @@ final class RelayMetrics {
         tokenGeneration = Gauge(label: "tokenrelay_token_generation", factory: factory)
         loginRequired = Gauge(label: "tokenrelay_login_required", factory: factory)
         tokenFileWriteFailures = Counter(label: "tokenrelay_token_file_write_failures_total", factory: factory)
+        unsavedTokens = Gauge(label: "tokenrelay_unsaved_tokens", factory: factory)
         accessTokenExpiresAt = Gauge(label: "tokenrelay_access_token_expiry_timestamp_seconds", factory: factory)
         secondsUntilExpiry = Gauge(label: "tokenrelay_access_token_remaining_seconds", factory: factory)
         lockWaits = Counter(label: "tokenrelay_token_lock_waits_total", factory: factory)

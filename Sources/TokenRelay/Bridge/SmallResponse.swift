@@ -8,9 +8,12 @@ struct SmallResponse {
 
     private(set) var status = 0
     private(set) var body: [UInt8] = []
+    /// The `Retry-After` header as sent (the token endpoint's 429 and 503 carry it).
+    private(set) var retryAfter: String?
 
     mutating func receivedHeaders(_ response: OpaquePointer) {
         status = Int(evhttp_request_get_response_code(response))
+        retryAfter = HeaderList(raw: evhttp_request_get_input_headers(response)).values("Retry-After").first
     }
 
     /// Takes the bytes evhttp has buffered (it would drain them after the callback anyway).

@@ -165,6 +165,7 @@ final class Exchange: OutgoingRequestDelegate {
         case .send: acquireConnection()
         case .hold: hold()
         case .loginRequired: reply(.loginRequired)
+        case .unavailable(let retryAfter): reply(.refreshOnHold(retryAfter: retryAfter))
         }
     }
 
@@ -338,6 +339,8 @@ final class Exchange: OutgoingRequestDelegate {
             hold()
         case .passThrough:
             replyCaptured401()
+        case .unavailable(let retryAfter):
+            reply(.refreshOnHold(retryAfter: retryAfter))
         }
     }
 

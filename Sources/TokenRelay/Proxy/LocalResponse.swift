@@ -39,9 +39,14 @@ struct LocalResponse {
         message: "tokenrelay's refresh token was rejected; a new login is needed",
         extraHeaders: [("WWW-Authenticate", "Bearer error=\"invalid_token\", error_description=\"login required\"")])
 
-    static func unavailable(_ message: String) -> LocalResponse {
+    static func unavailable(_ message: String, retryAfter: Int = 5) -> LocalResponse {
         LocalResponse(status: 503, reason: "Service Unavailable", error: "token_unavailable", message: message,
-                      extraHeaders: [("Retry-After", "5")])
+                      extraHeaders: [("Retry-After", String(max(1, retryAfter)))])
+    }
+
+    /// The last refresh's outcome is unknown and the refresh token may not be presented again yet.
+    static func refreshOnHold(retryAfter: Int) -> LocalResponse {
+        unavailable("the last token refresh's outcome is unknown; no new token before the refresh hold-off ends", retryAfter: retryAfter)
     }
 
     static let tooManyHeld = LocalResponse(

@@ -53,6 +53,8 @@ final class RefreshCoordinator {
         case replay
         case hold
         case passThrough
+        /// No refresh may start now (the refresh hold-off): 503 with this `Retry-After`.
+        case unavailable(retryAfter: Int)
     }
 
     /// What a request that just arrived should do.
@@ -60,6 +62,8 @@ final class RefreshCoordinator {
         case send(generation: UInt64, authorization: String)
         case hold
         case loginRequired
+        /// The access token is dead and no refresh may start now (the refresh hold-off).
+        case unavailable(retryAfter: Int)
     }
 
     private let loop: EventLoop
@@ -69,6 +73,9 @@ final class RefreshCoordinator {
     private let settings: Config.Refresh
     private let injection: InjectSettings
     private let lockTimeout: Double
+    /// `timeouts.refresh_seconds`: how long one exchange may take, and so how long after sending a
+    /// refresh request the server may still be working on it.
+    private let refreshTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
     private let redactor: SecretRedactor
@@ -80,7 +87,8 @@ final class RefreshCoordinator {
     private(set) var authorizationValue: String
     private(set) var lastOutcome: (description: String, at: Date)?
     private(set) var refreshCount = 0
-    private(set) var degradedReason: String?
+    /// Why the storm guard paused refreshing.
+    private var stormReason: String?
     private var lifetime: Double?
     private var attempt = 0
     private var countsTowardsStormGuard = false
@@ -106,6 +114,21 @@ final class RefreshCoordinator {
     private var proactiveTimer: LoopEvent?
     private var recoveryTimer: LoopEvent?
     private var reactiveRefreshTimes: [Double] = []
+    /// The refresh hold-off (rule: after an unknown outcome no refresh token leaves until that exchange
+    /// cannot still be in progress at the server). `until` is monotonic; `unknownOutcomes` counts
+    /// unknown outcomes in a row for the exponential part.
+    private var holdOff: (until: Double, reason: String)?
+    private var unknownOutcomes = 0
+    private var holdOffTimer: LoopEvent?
+    /// When the request of the current attempt left (monotonic).
+    private var attemptSentAt = 0.0
+    /// The token endpoint's last `Retry-After`, as a monotonic time before which no attempt starts (this
+    /// cycle's retries and the next cycle's first attempt alike).
+    private var notBefore = -Double.infinity
+    /// Tokens in service that could not be written to the token file (rotated ones: the file holds a
+    /// burnt refresh token). Retried with backoff until a write succeeds; a last try at exit.
+    private(set) var unsavedTokens: (error: String, failedWrites: Int)?
+    private var saveRetryTimer: LoopEvent?
     /// Refresh tokens this process has presented: never adopt one of them from disk again.
     private var spentRefreshTokens: [String] = []
     private var knownFileSignature: TokenFile.Signature?
@@ -121,8 +144,8 @@ final class RefreshCoordinator {
     private var completions: [(Outcome) -> Void] = []
 
     init(loop: EventLoop, endpoint: TokenEndpointClient, store: TokenFile, lock: TokenFileLock, initialTokens: TokenSet,
-         settings: Config.Refresh, injection: InjectSettings = InjectSettings(), lockTimeout: Double, metrics: RelayMetrics,
-         redactor: SecretRedactor, logger: Logger) {
+         settings: Config.Refresh, injection: InjectSettings = InjectSettings(), lockTimeout: Double, refreshTimeout: Double = 60,
+         metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
         self.loop = loop
         self.endpoint = endpoint
         self.store = store
@@ -130,6 +153,7 @@ final class RefreshCoordinator {
         self.settings = settings
         self.injection = injection
         self.lockTimeout = lockTimeout
+        self.refreshTimeout = refreshTimeout
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
@@ -155,6 +179,7 @@ final class RefreshCoordinator {
     // MARK: - Questions the proxy asks
 
     func admit() -> Admission {
+        if let retryAfter = holdOffRetryAfter(), accessTokenNeedsReplacing { return .unavailable(retryAfter: retryAfter) }
         // No token yet (a grant that fetches its own, whose first fetch failed): fetch one, hold meanwhile.
         if tokens.accessToken.isEmpty && state == .ready { startRefresh(mode: .reactive, trigger: "no_token") }
         switch state {
@@ -170,6 +195,10 @@ final class RefreshCoordinator {
         if state == .loginRequired || state == .degraded { return .passThrough }
         if sentGeneration < generation { return .replay }
         refusedGeneration = generation
+        if let retryAfter = holdOffRetryAfter() {
+            deadGeneration = generation
+            return .unavailable(retryAfter: retryAfter)
+        }
         if state == .refreshing {
             if mode == .proactive {
                 // The token died before the proactive refresh finished: from now on requests wait.
@@ -186,6 +215,11 @@ final class RefreshCoordinator {
     /// Operator-requested refresh (`POST /refresh`): clears the latch and the storm guard, joins a
     /// running refresh.
     func forceRefresh(completion: @escaping (Outcome) -> Void) {
+        // Not even an operator may lift the hold-off: presenting the refresh token now is the very
+        // reuse it prevents.
+        if let holdOff, state != .refreshing {
+            return completion(.unavailable(reason: holdOff.reason))
+        }
         completions.append(completion)
         if state == .loginRequired || state == .degraded { clearLatches() }
         startRefresh(mode: .reactive, trigger: "forced")
@@ -197,6 +231,28 @@ final class RefreshCoordinator {
     /// tokens: every request can only fail until a refresh succeeds or tokens are adopted, both of which
     /// start a new generation. A failed refresh of a token nobody refused says nothing about the token.
     var isAccessTokenKnownDead: Bool { deadGeneration == generation }
+
+    /// No access token, or one known dead or past its expiry: requests can only succeed with new tokens.
+    private var accessTokenNeedsReplacing: Bool {
+        tokens.accessToken.isEmpty || isAccessTokenKnownDead || (tokens.expiresAt.map { $0 <= Date() } ?? false)
+    }
+
+    /// What /status and /readyz report besides the state: the storm guard's reason, the refresh
+    /// hold-off, tokens that could not be saved.
+    var degradedReason: String? {
+        stormReason ?? holdOff.map { $0.reason } ?? unsavedTokens.map { "rotated tokens are not saved in the token file: \($0.error)" }
+    }
+
+    /// The refresh hold-off's reason while it lasts (requests that need new tokens get 503 meanwhile).
+    var refreshHoldOffReason: String? { holdOff?.reason }
+
+    /// Seconds until the hold-off ends, rounded up for `Retry-After`, or nil when there is none.
+    private func holdOffRetryAfter() -> Int? {
+        guard let holdOff else { return nil }
+        let remaining = holdOff.until - EventLoop.monotonicNow
+        guard remaining > 0 else { return nil }
+        return Int(min(remaining, 3600).rounded(.up))
+    }
 
     // MARK: - The refresh cycle
 
@@ -211,7 +267,7 @@ final class RefreshCoordinator {
     }
 
     private func startRefresh(mode: Mode, trigger: String) {
-        guard !stopped else { return }
+        guard !stopped, holdOff == nil else { return }
         if state == .refreshing {
             if mode == .reactive { self.mode = .reactive }
             return
@@ -228,9 +284,11 @@ final class RefreshCoordinator {
         // The first attempt runs on the next loop pass, never inside this call: the request whose 401
         // started the cycle must have joined the held list before a cycle that ends at once (tokens
         // adopted from disk, no refresh token) releases it.
+        // A Retry-After from the last cycle still holds (rule: a server that asked for a pause gets it,
+        // however many 401s arrive meanwhile); the cycle is open and requests wait in it.
         let kickoff = LoopEvent(loop: loop) { [weak self] _ in self?.runAttempt() }
         retryTimer = kickoff
-        kickoff.activate()
+        kickoff.schedule(after: max(0, notBefore - EventLoop.monotonicNow))
     }
 
     /// One attempt: take the cross-process lock, adopt tokens another process wrote meanwhile, or else
@@ -241,7 +299,7 @@ final class RefreshCoordinator {
             if waited { self.metrics.lockWaits.increment() }
             guard acquired else {
                 self.attempt += 1  // counts, or another process holding the lock would keep this cycle alive forever
-                return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false))
+                return self.handle(.transient(reason: "timed out waiting for the token file lock \(self.lock.path)", outcomeUnknown: false), retryAfter: 0)
             }
             if let onDisk = try? self.newTokensOnDisk() {
                 self.adoptFromDisk(onDisk, reason: "adopted tokens rotated by another process")
@@ -258,9 +316,11 @@ final class RefreshCoordinator {
                 self.spentRefreshTokens = Array((self.spentRefreshTokens + [refreshToken]).suffix(16))
             }
             let started = EventLoop.monotonicNow
-            self.endpoint.refresh(current: self.tokens) { [weak self] result in
+            self.attemptSentAt = started
+            self.endpoint.refresh(current: self.tokens) { [weak self] result, retryAfter in
                 self?.metrics.refreshDuration.record(EventLoop.monotonicNow - started)
-                self?.handle(result)
+                if let retryAfter { self?.notBefore = EventLoop.monotonicNow + retryAfter }
+                self?.handle(result, retryAfter: retryAfter ?? 0)
                 self?.onTokenEndpointIdle?()
             }
         }
@@ -289,7 +349,7 @@ final class RefreshCoordinator {
         return changed && !spent
     }
 
-    private func handle(_ result: TokenEndpointResult) {
+    private func handle(_ result: TokenEndpointResult, retryAfter: Double) {
         switch result {
         case .granted(let grant):
             metrics.countRefresh(outcome: "success")
@@ -314,18 +374,23 @@ final class RefreshCoordinator {
             if outcomeUnknown { metadata["outcome"] = "unknown" }
             if outcomeUnknown && endpoint.needsRefreshToken {
                 // The server may have rotated the refresh token and we never saw the answer. Presenting it
-                // again at once, possibly while that request is still queued at a paused server, is how a
-                // rotation server concludes theft. End the cycle; the next one re-reads the token file first.
+                // again while that request may still be queued at a paused server is how a rotation server
+                // concludes theft. End the cycle and hold off (`startHoldOff`).
+                refreshTokenInDoubt = true
+                startHoldOff(reason: reason)
+                metadata["hold_off_seconds"] = "\(String(format: "%.2f", (holdOff?.until ?? 0) - EventLoop.monotonicNow))"
                 logger.error("refresh outcome unknown; not retrying now (the refresh token may already be rotated)",
                              metadata: metadata)
-                refreshTokenInDoubt = true
-                return giveUp(reason: reason)
+                return giveUp(reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again for now")
             }
             guard attempt < settings.maxAttempts, !stopped else {
                 logger.error("refresh failed; giving up for now", metadata: metadata)
                 return giveUp(reason: reason)
             }
-            let delay = settings.backoffSeconds * pow(2, Double(max(0, attempt - 1))) * Double.random(in: 0.8...1.2)
+            // The server's Retry-After wins over a shorter backoff (rule: no retry storm against a token
+            // endpoint that said how long it needs).
+            let backoff = settings.backoffSeconds * pow(2, Double(min(max(0, attempt - 1), 20))) * Double.random(in: 0.8...1.2)
+            let delay = max(backoff, retryAfter)
             metadata["retry_in"] = "\(String(format: "%.2f", delay))s"
             logger.warning(outcomeUnknown ? "refresh outcome unknown; retrying" : "refresh failed; retrying", metadata: metadata)
             let timer = LoopEvent(loop: loop) { [weak self] _ in self?.runAttempt() }
@@ -341,6 +406,7 @@ final class RefreshCoordinator {
                 return keepRotatedRefreshToken(refreshToken, reason: reason)
             case .unknown where endpoint.needsRefreshToken:
                 refreshTokenInDoubt = true
+                startHoldOff(reason: reason)
             default:
                 break
             }
@@ -410,6 +476,55 @@ final class RefreshCoordinator {
         waiting.forEach { $0(outcome) }
     }
 
+    // MARK: - Refresh hold-off after an unknown outcome
+
+    /// The exponential part of the hold-off stops growing here.
+    static let maximumHoldOffBackoff = 300.0
+
+    /// Rule (the race it prevents: a refresh token presented a second time while the server is still
+    /// working on its first presentation; a rotation server then sees a burnt token and revokes the
+    /// whole session): after an unknown outcome no refresh token leaves again until that exchange cannot
+    /// still be in progress at the server. Our side of its connection is closed already (evhttp closes
+    /// it before reporting a timeout or a lost connection; an unreadable 2xx was a complete answer), and
+    /// the hold-off lasts until `timeouts.refresh_seconds` plus a backoff have passed since the request
+    /// was sent. The backoff doubles with each unknown outcome in a row. Meanwhile requests that need a
+    /// new token get 503 with `Retry-After`, and `POST /refresh` cannot lift it.
+    private func startHoldOff(reason: String) {
+        unknownOutcomes += 1
+        let backoff = min(settings.backoffSeconds * pow(2, Double(min(unknownOutcomes - 1, 20))), Self.maximumHoldOffBackoff)
+        let until = attemptSentAt + refreshTimeout + backoff
+        let now = EventLoop.monotonicNow
+        let readable = Timestamp.format(Date().addingTimeInterval(until - now))
+        holdOff = (until, "refresh outcome unknown (\(reason)); the refresh token is not presented again before \(readable)")
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.holdOffEnded() }
+        holdOffTimer = timer
+        timer.schedule(after: max(0, until - now))
+        publish()
+    }
+
+    /// The hold-off is over. The token file comes first (another process may have the answer we
+    /// missed); otherwise the next need (a 401, a dead token at admission, expiry) starts a cycle, which
+    /// presents the refresh token once more. Unknown outcomes in a row keep counting.
+    private func holdOffEnded() {
+        holdOffTimer = nil
+        holdOff = nil
+        logger.info("refresh hold-off over", metadata: ["unknown_outcomes": "\(unknownOutcomes)"])
+        if state != .refreshing, let onDisk = try? newTokensOnDisk() {
+            adoptFromDisk(onDisk, reason: "adopted tokens from the token file after an unknown refresh outcome")
+            onOutcome?(.renewed(generation: generation))
+        } else if state != .refreshing {
+            scheduleProactiveRefresh()
+        }
+        publish()
+    }
+
+    /// New tokens settle every doubt.
+    private func clearHoldOff() {
+        holdOff = nil
+        holdOffTimer = nil
+        unknownOutcomes = 0
+    }
+
     // MARK: - Storm guard
 
     /// At most `stormMaxRefreshes` 401-triggered refreshes per window: a token endpoint that keeps
@@ -421,7 +536,7 @@ final class RefreshCoordinator {
         if reactiveRefreshTimes.count < settings.stormMaxRefreshes { return true }
         let reason = "\(reactiveRefreshTimes.count) refreshes within \(Int(settings.stormWindowSeconds)) s and the API still rejects the token"
         state = .degraded
-        degradedReason = reason
+        stormReason = reason
         metrics.stormGuardTrips.increment()
         logger.error("storm guard: refreshing paused; passing 401s through", metadata: ["reason": "\(reason)"])
         let recoverAfter = settings.stormWindowSeconds - (now - (reactiveRefreshTimes.first ?? now))
@@ -438,7 +553,7 @@ final class RefreshCoordinator {
 
     private func clearLatches() {
         state = .ready
-        degradedReason = nil
+        stormReason = nil
         recoveryTimer = nil
         reactiveRefreshTimes = []
         scheduleProactiveRefresh()
@@ -490,11 +605,25 @@ final class RefreshCoordinator {
     /// Writes tokens fresh from the token endpoint to the token file, off the loop, then continues on it.
     /// The cycle stays `.refreshing` meanwhile: held requests stay held, no second cycle starts, and the
     /// file watch does not mistake our own write for someone else's. Once saved, a draining shutdown may
-    /// go ahead (`onTokenEndpointIdle`).
+    /// go ahead (`onTokenEndpointIdle`). A retry of an earlier failed write still under way finishes
+    /// first, so an older token set can never land on disk after a newer one.
     private func persist(_ next: TokenSet, then continuation: @escaping () -> Void) {
+        if persisting {
+            afterSaveRetry = { [weak self] in self?.persist(next, then: continuation) }
+            return
+        }
+        write(next) { [weak self] in
+            continuation()
+            self?.onTokenEndpointIdle?()
+        }
+    }
+
+    private var afterSaveRetry: (() -> Void)?
+
+    private func write(_ tokens: TokenSet, then continuation: @escaping () -> Void) {
         let data: Data
         do {
-            data = try TokenFile.encode(next)
+            data = try TokenFile.encode(tokens)
         } catch {
             persistFailed(error)
             return continuation()
@@ -505,19 +634,75 @@ final class RefreshCoordinator {
             guard let self else { return }
             self.persisting = false
             switch outcome {
-            case .success: self.knownFileSignature = self.store.signature()
+            case .success: self.saved()
             case .failure(let error): self.persistFailed(error)
             }
+            // A queued cycle write starts before anyone hears "idle": a draining shutdown must wait for it.
+            if let queued = self.afterSaveRetry {
+                self.afterSaveRetry = nil
+                queued()
+            }
             continuation()
-            self.onTokenEndpointIdle?()
         }
     }
 
+    private func saved() {
+        knownFileSignature = store.signature()
+        if let unsaved = unsavedTokens {
+            logger.warning("tokens saved to the token file after failed writes", metadata: ["failed_writes": "\(unsaved.failedWrites)"])
+        }
+        unsavedTokens = nil
+        saveRetryTimer = nil
+        publish()
+    }
+
     /// The old refresh token is burnt already; the new one lives in memory only until the next successful
-    /// write. Loud, counted, but serving goes on.
+    /// write. Serving goes on (releasing held requests with the new token beats failing them), but the
+    /// state is loud: `/status` degraded reason, `tokenrelay_unsaved_tokens` 1, and the write is retried
+    /// with backoff until it succeeds (the disk may recover: space freed, the directory remounted).
     private func persistFailed(_ error: any Error) {
         metrics.tokenFileWriteFailures.increment()
-        logger.critical("could not persist refreshed tokens; a restart now would need a new login", metadata: ["error": "\(error)"])
+        let failedWrites = (unsavedTokens?.failedWrites ?? 0) + 1
+        unsavedTokens = ("\(error)", failedWrites)
+        if failedWrites == 1 {
+            logger.critical("could not persist refreshed tokens; a restart now would need a new login; retrying the write",
+                            metadata: ["error": "\(error)"])
+        }
+        let delay = min(max(settings.backoffSeconds, 0.05) * pow(2, Double(min(failedWrites - 1, 20))), Self.maximumSaveRetryDelay)
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.retrySave() }
+        saveRetryTimer = timer
+        timer.schedule(after: delay)
+        publish()
+    }
+
+    static let maximumSaveRetryDelay = 30.0
+
+    /// A refresh cycle under way will write newer tokens itself; otherwise the tokens in service are
+    /// written again.
+    private func retrySave() {
+        saveRetryTimer = nil
+        guard let unsaved = unsavedTokens, !persisting else { return }
+        guard state != .refreshing else {
+            let timer = LoopEvent(loop: loop) { [weak self] _ in self?.retrySave() }
+            saveRetryTimer = timer
+            return timer.schedule(after: max(settings.backoffSeconds, 0.05))
+        }
+        logger.info("retrying the token file write", metadata: ["failed_writes": "\(unsaved.failedWrites)"])
+        write(tokens) { [weak self] in self?.onTokenEndpointIdle?() }
+    }
+
+    /// At exit, after the loop has stopped: one last synchronous write of tokens that could not be
+    /// saved. Throws (one line naming the file and the cause) if even that fails: the process must not
+    /// exit 0 with a burnt refresh token on disk.
+    func saveUnsavedTokensAtExit() throws {
+        guard unsavedTokens != nil else { return }
+        do {
+            try store.write(tokens)
+            unsavedTokens = nil
+            logger.warning("tokens saved to the token file at exit")
+        } catch {
+            throw UnsavedTokensError(description: "exiting with rotated tokens that could not be saved (\(error)); the token file holds a burnt refresh token: a new login will be needed")
+        }
     }
 
     /// Makes `next` the current tokens in memory with a new generation, then plans the next proactive
@@ -530,7 +715,8 @@ final class RefreshCoordinator {
         generation += 1
         authorizationValue = injection.value(for: next.accessToken)
         state = .ready
-        degradedReason = nil
+        stormReason = nil
+        clearHoldOff()
         scheduleProactiveRefresh()
     }
 
@@ -552,7 +738,13 @@ final class RefreshCoordinator {
     private func publish() {
         metrics.tokenGeneration.record(Double(generation))
         metrics.loginRequired.record(state == .loginRequired ? 1 : 0)
+        metrics.unsavedTokens.record(unsavedTokens == nil ? 0 : 1)
         metrics.accessTokenExpiresAt.record(tokens.expiresAt?.timeIntervalSince1970 ?? 0)
         metrics.secondsUntilExpiry.record(tokens.expiresAt.map { max(0, $0.timeIntervalSinceNow) } ?? -1)
     }
+}
+
+/// Rotated tokens could not be written even at exit.
+struct UnsavedTokensError: Error, CustomStringConvertible {
+    let description: String
 }

@@ -17,7 +17,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     private let retirement: ConnectionRetirement
     private var call: OutgoingRequest?
     private var response = SmallResponse()
-    private var completion: ((TokenEndpointResult) -> Void)?
+    private var completion: ((TokenEndpointResult, _ retryAfter: Double?) -> Void)?
 
     init(loop: EventLoop, factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
         endpoint = factory.endpoint
@@ -44,8 +44,13 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     var needsRefreshToken: Bool { grant.needsRefreshToken }
 
     /// Obtains new tokens for `current` (the grant picks what it presents: refresh token, client
-    /// credentials, or whatever its template names).
-    func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult) -> Void) {
+    /// credentials, or whatever its template names). A transient answer comes with the server's
+    /// `Retry-After`, clamped (`RetryAfter`).
+    ///
+    /// After a timeout or a lost connection evhttp resets the connection, closing its socket before the
+    /// failure is reported: when the coordinator hears "outcome unknown", our side of that exchange is
+    /// closed, and the next exchange connects afresh.
+    func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult, _ retryAfter: Double?) -> Void) {
         precondition(call == nil, "one refresh at a time")
         self.completion = completion
         self.response = SmallResponse()
@@ -83,17 +88,20 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
         }
         switch result {
         case .success:
-            finish(grant.classify(status: response.status, body: response.body))
+            let result = grant.classify(status: response.status, body: response.body)
+            var retryAfter: Double?
+            if case .transient = result { retryAfter = RetryAfter.seconds(from: response.retryAfter, now: Date()) }
+            finish(result, retryAfter: retryAfter)
         case .failure(let failure):
             finish(.transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.mayHaveReachedPeer))
         }
     }
 
-    private func finish(_ result: TokenEndpointResult) {
+    private func finish(_ result: TokenEndpointResult, retryAfter: Double? = nil) {
         call = nil
         response = SmallResponse()
         let completion = self.completion
         self.completion = nil
-        completion?(result)
+        completion?(result, retryAfter)
     }
 }

@@ -42,6 +42,7 @@ public final class Relay {
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
                                          settings: config.refresh, injection: config.inject, lockTimeout: config.timeouts.refreshSeconds * 3,
+                                         refreshTimeout: config.timeouts.refreshSeconds,
                                          metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
                                 metrics: metrics, logger: logger)
@@ -60,6 +61,7 @@ public final class Relay {
         relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
+        try relay.coordinator.saveUnsavedTokensAtExit()
     }
 
     func announce() {

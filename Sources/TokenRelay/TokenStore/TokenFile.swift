@@ -118,11 +118,17 @@ struct TokenFile {
     }
 
     /// Atomically replaces the file at `path` with `data` (already encoded), mode 0600; safe on any thread.
-    static func write(_ data: Data, to path: String) throws {
+    ///
+    /// A symlinked token file (a mounted volume, a file managed elsewhere) is written *through*: the
+    /// temporary file goes next to the link's final target and is renamed over the target, so the link
+    /// stays a link and the target never holds a burnt refresh token while the link's own directory
+    /// holds the new one. Replacing the link itself would leave exactly that split.
+    static func write(_ data: Data, to configuredPath: String) throws {
+        let path = try resolvingSymlinks(configuredPath)
         let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
         let temporary = "\(directory)/.\((path as NSString).lastPathComponent).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw TokenFileError(path, "cannot create \(temporary): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw TokenFileError(configuredPath, "cannot create \(temporary): \(String(cString: strerror(errno)))") }
         var failure: String?
         data.withUnsafeBytes { raw in
             var offset = 0
@@ -141,7 +147,7 @@ struct TokenFile {
         if failure == nil, rename(temporary, path) != 0 { failure = "rename failed: \(String(cString: strerror(errno)))" }
         if let failure {
             unlink(temporary)
-            throw TokenFileError(path, failure)
+            throw TokenFileError(configuredPath, path == configuredPath ? failure : "\(failure) (writing through the symlink to \(path))")
         }
         // The rename is durable only once the directory entry is on disk.
         let directoryFD = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -149,5 +155,27 @@ struct TokenFile {
             fsync(directoryFD)
             close(directoryFD)
         }
+    }
+
+    /// The file a write replaces: `path` itself, or the final target of a chain of symlinks (relative
+    /// links resolve against the directory of the link that holds them). A dangling link resolves to its
+    /// target, which the write then creates.
+    static func resolvingSymlinks(_ path: String) throws -> String {
+        var current = path
+        for _ in 0..<32 {
+            var info = stat()
+            guard lstat(current, &info) == 0, info.st_mode & S_IFMT == S_IFLNK else { return current }
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let length = readlink(current, &buffer, buffer.count - 1)
+            guard length > 0 else { throw TokenFileError(path, "cannot read the symlink \(current): \(String(cString: strerror(errno)))") }
+            let target = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if target.hasPrefix("/") {
+                current = target
+            } else {
+                let parent = (current as NSString).deletingLastPathComponent
+                current = parent.isEmpty ? target : "\(parent)/\(target)"
+            }
+        }
+        throw TokenFileError(path, "too many levels of symbolic links")
     }
 }

@@ -15,8 +15,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         case normal
         /// Every grant fails with 400 invalid_grant (refresh token treated as dead).
         case rejectAll
-        /// Answers `status` without looking at (or consuming) the refresh token.
-        case unavailable(status: Int)
+        /// Answers `status` (with `Retry-After` when given) without looking at (or consuming) the refresh token.
+        case unavailable(status: Int, retryAfter: String? = nil)
         /// Waits `seconds` (bounded, cut short by stop()) and then answers normally.
         case delay(Double)
     }
@@ -130,7 +130,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         }
         guard let mode else { return .json(404, ["error": "not_found"]) }
         switch mode {
-        case .unavailable(let status): return .json(status, ["error": "temporarily_unavailable"])
+        case .unavailable(let status, let retryAfter):
+            return .json(status, ["error": "temporarily_unavailable"], headers: retryAfter.map { [("Retry-After", $0)] } ?? [])
         case .delay(let seconds):
             guard http.interruptibleDelay(seconds) else { return .json(503, ["error": "server stopping"]) }
         case .normal, .rejectAll: break
