@@ -5,13 +5,17 @@ import Logging
 /// held for a refresh, and keeps the counts that graceful shutdown waits on.
 final class ProxyServer {
     let loop: EventLoop
-    let config: Config
+    /// The running configuration; a reload swaps it (`apply`).
+    private(set) var config: Config
     let coordinator: RefreshCoordinator
-    let pool: UpstreamPool
+    /// Where new requests go; exchanges keep the route they arrived under.
+    private(set) var route: UpstreamRoute!
+    /// Routes a reload replaced, kept until their last connection is back.
+    private var retiredRoutes: [UpstreamRoute] = []
     let clientConnections: ClientConnections
     let metrics: RelayMetrics
     let logger: Logger
-    var upstream: HTTPEndpoint { config.upstream.url }
+    var pool: UpstreamPool { route.pool }
     private(set) var listener: HTTPListener!
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [Exchange] = []
@@ -30,12 +34,6 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
-                                                timeoutSeconds: config.timeouts.upstreamSeconds)
-        pool = UpstreamPool(factory: connections, maxConnections: config.limits.maxUpstreamConnections,
-                            maxWaiters: config.limits.maxUpstreamWaiters,
-                            timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
-                                            idle: config.timeouts.poolIdleSeconds))
         clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections, metrics: metrics,
                                               logger: logger)
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
@@ -44,8 +42,28 @@ final class ProxyServer {
         listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
                            timeoutSeconds: config.timeouts.clientSeconds)
         listener.track(clientConnections)
-        targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
+        route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: listener.boundPort)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
+    }
+
+    /// A reload: new requests use `config` (its listen address is the running one: binding again is a
+    /// restart). Requests in flight or held keep their route, and with it their upstream and connection;
+    /// the old pool is freed as its connections come back.
+    func apply(_ config: Config, upstreamTLS: TLSContext?) {
+        self.config = config
+        listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
+                           timeoutSeconds: config.timeouts.clientSeconds)
+        clientConnections.maxConnections = config.limits.maxClientConnections
+        retiredRoutes.removeAll { $0.pool.busyCount == 0 && $0.pool.waiterCount == 0 }
+        route.pool.retire(on: loop)
+        retiredRoutes.append(route)
+        route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: listener.boundPort)
+    }
+
+    /// Frees every upstream connection, old routes' too; only once no request is in flight.
+    func closePools() {
+        (retiredRoutes + [route]).forEach { $0.pool.close() }
+        retiredRoutes = []
     }
 
     private func accept(_ request: OpaquePointer) {
@@ -53,18 +71,6 @@ final class ProxyServer {
         active[ObjectIdentifier(exchange)] = exchange
         exchange.begin()
     }
-
-    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints.
-    func isPassthrough(_ target: String) -> Bool {
-        guard !config.upstream.passthroughPrefixes.isEmpty else { return false }
-        var base = upstream.path
-        while base.hasSuffix("/") { base.removeLast() }
-        let path = target.dropFirst(base.count)
-        return config.upstream.passthroughPrefixes.contains { path.hasPrefix($0) }
-    }
-
-    /// Maps request targets onto the upstream; built once the listener knows its port.
-    private(set) var targets: RequestTarget!
 
     /// A request refused before anything was forwarded (smuggling probes, foreign hosts).
     func refused(_ reason: String) {

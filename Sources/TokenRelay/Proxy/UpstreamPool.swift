@@ -28,6 +28,9 @@ final class UpstreamPool {
     private var idle: [OpaquePointer] = []
     private var all: [OpaquePointer] = []
     private var waiters: [(id: ObjectIdentifier, grant: (OpaquePointer) -> Void)] = []
+    /// Set when a reload replaced this pool: connections still in use finish their request here, then
+    /// are freed instead of kept (`retire`).
+    private var retirement: LoopEvent?
 
     enum Acquisition {
         case ready(OpaquePointer)
@@ -81,8 +84,30 @@ final class UpstreamPool {
             waiters.removeFirst().grant(connection)
         } else {
             idle.append(connection)
+            retirement?.activate()
         }
     }
+
+    /// A reload made a new pool for new requests. Requests already using (or queued for) this one keep
+    /// it; each connection is freed once it comes back, from the next loop pass rather than inside the
+    /// callback that returned it (its request's completion, still running on that connection).
+    func retire(on loop: EventLoop) {
+        guard retirement == nil else { return }
+        let event = LoopEvent(loop: loop) { [unowned self] _ in self.freeIdle() }
+        retirement = event
+        freeIdle()
+    }
+
+    private func freeIdle() {
+        for connection in idle {
+            evhttp_connection_free(connection)
+            all.removeAll { $0 == connection }
+        }
+        idle = []
+    }
+
+    /// Connections out with a request (a retired pool is done once this is 0).
+    var busyCount: Int { all.count - idle.count }
 
     private func setTimeout(_ connection: OpaquePointer, _ seconds: Double) {
         var tv = timeval(seconds: seconds)

@@ -10,9 +10,11 @@ import Foundation
 /// presents the refresh token, and with rotation a second presentation of a consumed token revokes the
 /// whole session. Retrying is the coordinator's decision.
 final class TokenEndpointClient: OutgoingRequestDelegate {
-    private let endpoint: HTTPEndpoint
-    private let grant: TokenGrantStrategy
-    private let connection: OpaquePointer?
+    private var endpoint: HTTPEndpoint
+    private var grant: TokenGrantStrategy
+    private var connection: OpaquePointer?
+    /// Settings from a reload or a rotated client secret, waiting for the exchange in flight to end.
+    private var pending: (factory: HTTPConnectionFactory, grant: TokenGrantStrategy)?
     private var call: OutgoingRequest?
     private var response = SmallResponse()
     private var completion: ((TokenEndpointResult) -> Void)?
@@ -20,8 +22,31 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     init(factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
         endpoint = factory.endpoint
         self.grant = grant
-        connection = factory.makeConnection()
+        connection = Self.connect(factory)
+    }
+
+    private static func connect(_ factory: HTTPConnectionFactory) -> OpaquePointer? {
+        let connection = factory.makeConnection()
         if let connection { evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes) }
+        return connection
+    }
+
+    /// New token endpoint, TLS, timeout or grant (with its client secret). An exchange in flight finishes
+    /// on the connection and with the request it started with; the next one uses the new settings. Never
+    /// called from inside one of this client's own callbacks (a reload, a file-watch timer), so freeing
+    /// the old connection here is safe.
+    func reconfigure(factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
+        pending = (factory, grant)
+        if call == nil { applyPending() }
+    }
+
+    private func applyPending() {
+        guard let pending else { return }
+        self.pending = nil
+        if let connection { evhttp_connection_free(connection) }
+        endpoint = pending.factory.endpoint
+        grant = pending.grant
+        connection = Self.connect(pending.factory)
     }
 
     deinit {
@@ -32,12 +57,15 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     var isBusy: Bool { call != nil }
 
     /// Whether the grant needs a refresh token to run at all.
-    var needsRefreshToken: Bool { grant.needsRefreshToken }
+    var needsRefreshToken: Bool { (pending?.grant ?? grant).needsRefreshToken }
 
     /// Obtains new tokens for `current` (the grant picks what it presents: refresh token, client
     /// credentials, or whatever its template names).
     func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult) -> Void) {
         precondition(call == nil, "one refresh at a time")
+        // Called from the coordinator's attempt (a timer or the lock's callback), never from inside the
+        // previous exchange's callbacks: the old connection is free to go.
+        applyPending()
         self.completion = completion
         self.response = SmallResponse()
         let prepared: TokenHTTPRequest
