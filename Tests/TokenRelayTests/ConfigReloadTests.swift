@@ -171,4 +171,35 @@ final class ConfigReloadTests: RelayTestCase {
         XCTAssertTrue(relay.isRunning)
         XCTAssertEqual(try get(relay).status, 200)
     }
+
+    /// The client id in the Basic authorization of the token server's request number `index`.
+    private func presentedClientID(_ index: Int) throws -> String {
+        let requests = tokenServer.receivedRequests
+        XCTAssertGreaterThan(requests.count, index)
+        let value = try XCTUnwrap(requests[index].header("Authorization"))
+        let pair = String(decoding: try XCTUnwrap(Data(base64Encoded: String(value.dropFirst("Basic ".count)))), as: UTF8.self)
+        return FakeTokenServer.formDecode(pair.prefix { $0 != ":" })
+    }
+
+    /// A refresh in flight during a reload finishes with the settings it started with; the next refresh
+    /// uses the new ones.
+    func testRefreshInFlightFinishesWithItsSettings() throws {
+        let relay = try startRelay(["timeouts": ["hold_seconds": 20]])
+        tokenServer.failureMode = .gated
+        tokenServer.expireAccessTokens()
+        let held = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/held") }
+        XCTAssertTrue(waitUntil(timeout: 10) { self.tokenServer.refreshCalls == 1 }, "a refresh is in flight")
+
+        // The token server knows only legacy-app: a refresh with the new id would be refused.
+        try reload(relay, ["refresh": ["client_id": "renamed-app"]])
+        tokenServer.failureMode = .normal
+        tokenServer.openGate()
+        XCTAssertEqual(try held.wait(timeout: 20).status, 200, "the refresh in flight completed with the old client id")
+        XCTAssertEqual(try presentedClientID(0), "legacy-app")
+
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/later").status, 401, "the next refresh used the new client id and was refused")
+        XCTAssertEqual(tokenServer.refreshCalls, 2)
+        XCTAssertEqual(try presentedClientID(1), "renamed-app")
+    }
 }
