@@ -47,12 +47,22 @@ final class KeySpellingTests: XCTestCase {
         XCTAssertTrue(KeySpelling.isOneEditAway("", "a"))
     }
 
+    func testOtherCaseStylesCount() {
+        XCTAssertTrue(KeySpelling.isLikelyMisspelling("clientId", of: "client_id"))
+        XCTAssertTrue(KeySpelling.isLikelyMisspelling("Client-ID", of: "client_id"))
+        XCTAssertTrue(KeySpelling.isLikelyMisspelling("tokenUrl", of: "token_url"))
+        XCTAssertFalse(KeySpelling.isLikelyMisspelling("client_id", of: "client_id"))
+        XCTAssertFalse(KeySpelling.isLikelyMisspelling("clientSecret", of: "client_id"))
+    }
+
     /// The case from the issue: the typo replaces the key, which used to read "refresh.client_id: is required".
     func testMisspeltRequiredKeyIsNamedFirst() {
         let message = error(editRefresh { $0["clinet_id"] = $0.removeValue(forKey: "client_id") })
         XCTAssertEqual(message, "refresh.clinet_id: unknown key (did you mean client_id?)")
         XCTAssertEqual(error { $0["lsiten"] = $0.removeValue(forKey: "listen") }, "lsiten: unknown key (did you mean listen?)")
         XCTAssertEqual(error { $0["upstrem"] = $0.removeValue(forKey: "upstream") }, "upstrem: unknown key (did you mean upstream?)")
+        XCTAssertEqual(error(editRefresh { $0["clientId"] = $0.removeValue(forKey: "client_id") }),
+                       "refresh.clientId: unknown key (did you mean client_id?)")
     }
 
     func testMisspeltOptionalKeyGetsASuggestion() {

@@ -108,15 +108,15 @@ final class JSONObjectReader {
     /// misspelt optional key gets the right spelling suggested.
     func rejectUnknownKeys() throws {
         if let unknown = object.keys.sorted().first(where: { !consumed.contains($0) }) {
-            throw unknownKey(unknown, suggesting: consumed.sorted().first { KeySpelling.isOneEditAway(unknown, $0) })
+            throw unknownKey(unknown, suggesting: consumed.sorted().first { KeySpelling.isLikelyMisspelling(unknown, of: $0) })
         }
     }
 
-    /// A required key is absent. A key of this object one edit away from it that nobody has asked for
-    /// is the likelier mistake (`clinet_id` for `client_id`): the typo is named, not the missing key, so
+    /// A required key is absent. A key of this object that looks like a misspelling of it (one edit away,
+    /// or another case style) and that nobody has asked for is the likelier mistake (`clinet_id` for `client_id`): the typo is named, not the missing key, so
     /// the operator fixes the line they wrote instead of adding a second one.
     func missing(_ key: String) -> ConfigError {
-        let typo = object.keys.sorted().first { !consumed.contains($0) && KeySpelling.isOneEditAway($0, key) }
+        let typo = object.keys.sorted().first { !consumed.contains($0) && KeySpelling.isLikelyMisspelling($0, of: key) }
         if let typo { return unknownKey(typo, suggesting: key) }
         return ConfigError(fieldPath(key), "is required")
     }

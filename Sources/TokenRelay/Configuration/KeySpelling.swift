@@ -1,6 +1,15 @@
 /// Whether a config key looks like a misspelling of another: one character inserted, deleted or
-/// replaced, or two neighbours swapped (`clinet_id` and `client_id`), the mistakes fingers make.
+/// replaced, or two neighbours swapped (`clinet_id` and `client_id`), the mistakes fingers make; or the
+/// same words in another case style (`clientId`, `Client-ID`), the mistake other tools' configs teach.
 enum KeySpelling {
+    static func isLikelyMisspelling(_ typed: String, of known: String) -> Bool {
+        isOneEditAway(typed, known) || (typed != known && normalized(typed) == normalized(known))
+    }
+
+    private static func normalized(_ key: String) -> String {
+        String(key.lowercased().filter { $0 != "_" && $0 != "-" })
+    }
+
     static func isOneEditAway(_ typed: String, _ known: String) -> Bool {
         let a = Array(typed.utf8), b = Array(known.utf8)
         guard a != b, abs(a.count - b.count) <= 1 else { return false }
