@@ -19,15 +19,20 @@ struct ConfigOption: ParsableArguments {
 }
 
 struct Run: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Run the proxy in the foreground until SIGTERM or SIGINT.")
+    static let configuration = CommandConfiguration(
+        abstract: "Run the proxy in the foreground until SIGTERM or SIGINT; SIGHUP reloads the config and the client secret.")
 
     @OptionGroup var options: ConfigOption
 
     func run() throws {
         let preflight = try failOnError { try Preflight.run(configPath: options.config) }
         let redactor = SecretRedactor()
-        let logger = bootstrapLogging(level: preflight.config.logLevel, format: preflight.config.logFormat, redactor: redactor)
-        try failOnError { try Relay.run(preflight: preflight, redactor: redactor, logger: logger) }
+        let logLevel = LogLevelControl(Logger.Level(rawValue: preflight.config.logLevel) ?? .info)
+        let logger = bootstrapLogging(level: logLevel, format: preflight.config.logFormat, redactor: redactor)
+        try failOnError {
+            try Relay.run(preflight: preflight, redactor: redactor, logger: logger,
+                          reloadSource: ReloadSource(configPath: options.config, logLevel: logLevel))
+        }
     }
 }
 
@@ -70,7 +75,11 @@ func failOnError<T>(_ body: () throws -> T) throws -> T {
 }
 
 func bootstrapLogging(level: String, format: LogFormat = .text, redactor: SecretRedactor) -> Logger {
-    let logLevel = Logger.Level(rawValue: level) ?? .info
-    LoggingSystem.bootstrap { _ in LineLogHandler(level: logLevel, format: format, redactor: redactor) }
+    bootstrapLogging(level: LogLevelControl(Logger.Level(rawValue: level) ?? .info), format: format, redactor: redactor)
+}
+
+/// Every logger follows `level`, which a reload may change.
+func bootstrapLogging(level: LogLevelControl, format: LogFormat = .text, redactor: SecretRedactor) -> Logger {
+    LoggingSystem.bootstrap { _ in LineLogHandler(levelControl: level, format: format, redactor: redactor) }
     return Logger(label: "tokenrelay")
 }

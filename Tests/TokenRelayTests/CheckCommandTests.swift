@@ -94,7 +94,13 @@ final class CheckCommandTests: RelayTestCase {
     }
 
     func testUnknownKey() throws {
-        assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key")
+        assertFails(try check(config(["refresh": ["clinet_id": "typo"]])), mentioning: "refresh.clinet_id: unknown key (did you mean client_id?)")
+        // The typo in place of the key: named as the typo, not as a missing client_id.
+        var replaced = config()
+        var refresh = replaced["refresh"] as! [String: Any]
+        refresh["clinet_id"] = refresh.removeValue(forKey: "client_id")
+        replaced["refresh"] = refresh
+        assertFails(try check(replaced), mentioning: "refresh.clinet_id: unknown key (did you mean client_id?)")
     }
 
     func testMissingConfigFile() throws {

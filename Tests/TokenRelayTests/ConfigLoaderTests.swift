@@ -54,8 +54,8 @@ final class ConfigLoaderTests: XCTestCase {
     }
 
     func testUnknownKeyNamesItsPath() {
-        XCTAssertEqual(error(with(["refresh", "clinet_id"], "x"))?.description, "refresh.clinet_id: unknown key")
-        XCTAssertEqual(error(with(["listn"], "x"))?.description, "listn: unknown key")
+        XCTAssertEqual(error(with(["refresh", "clinet_id"], "x"))?.description, "refresh.clinet_id: unknown key (did you mean client_id?)")
+        XCTAssertEqual(error(with(["listn"], "x"))?.description, "listn: unknown key (did you mean listen?)")
         XCTAssertEqual(error(with(["timeouts", "hold"], 3))?.description, "timeouts.hold: unknown key")
     }
 
@@ -149,7 +149,7 @@ final class ConfigLoaderTests: XCTestCase {
             object["upstream"] = ["url": "https://api.example.com", "tls": tls]
             return object
         }
-        XCTAssertEqual(error(upstreamTLS(["ca_fle": "/x"]))?.description, "upstream.tls.ca_fle: unknown key")
+        XCTAssertEqual(error(upstreamTLS(["ca_fle": "/x"]))?.description, "upstream.tls.ca_fle: unknown key (did you mean ca_file?)")
         XCTAssertEqual(error(upstreamTLS(["client_cert": "/c.pem"]))?.field, "upstream.tls.client_key")
         XCTAssertEqual(error(upstreamTLS(["client_key": "/c.key"]))?.field, "upstream.tls.client_cert")
         XCTAssertEqual(error(upstreamTLS(["insecure_skip_verify": "yes"]))?.description, "upstream.tls.insecure_skip_verify: must be true or false")

@@ -40,6 +40,26 @@ final class SystemdNotifyTests: RelayTestCase {
         XCTAssertEqual(lines.filter { $0 == "READY=1" }.count, 1)
     }
 
+    /// `systemctl reload` (ExecReload sends SIGHUP) under Type=notify: RELOADING=1 with MONOTONIC_USEC,
+    /// then READY=1 once the reload is done, and the service keeps running.
+    func testReloadIsAnnounced() throws {
+        let socketPath = workDir.appendingPathComponent("notify.sock").path
+        let receiver = try NotifyReceiver(path: socketPath)
+        let relay = try TokenRelayProcess.start(
+            config: config(), environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret, "NOTIFY_SOCKET": socketPath], workDir: workDir)
+        XCTAssertTrue(receiver.waitFor(timeout: 10) { $0.contains("READY=1") }, "\(receiver.messages)")
+        relay.signal(SIGHUP)
+        XCTAssertTrue(receiver.waitFor(timeout: 10) { $0.filter { $0 == "READY=1" }.count == 2 }, "\(receiver.messages)")
+        let messages = receiver.messages
+        let reloading = try XCTUnwrap(messages.firstIndex(of: "RELOADING=1"), "\(messages)")
+        XCTAssertTrue(messages[reloading + 1].hasPrefix("MONOTONIC_USEC="), "\(messages)")
+        XCTAssertGreaterThan(Int(messages[reloading + 1].dropFirst("MONOTONIC_USEC=".count)) ?? 0, 0)
+        XCTAssertGreaterThan(try XCTUnwrap(messages.lastIndex(of: "READY=1")), reloading)
+        XCTAssertEqual(try get(relay).status, 200)
+        relay.signal(SIGTERM)
+        XCTAssertEqual(relay.waitForExit(timeout: 20), 0)
+    }
+
     func testNoWatchdogWithoutWatchdogUsec() throws {
         let socketPath = workDir.appendingPathComponent("notify.sock").path
         let receiver = try NotifyReceiver(path: socketPath)

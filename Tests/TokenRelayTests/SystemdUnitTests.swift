@@ -65,6 +65,7 @@ final class SystemdUnitTests: XCTestCase {
             "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX", "SystemCallArchitectures": "native",
             "CapabilityBoundingSet": "",
             "ExecStart": "/usr/local/bin/tokenrelay run --config /etc/tokenrelay/config.json",
+            "ExecReload": "/bin/kill -HUP $MAINPID",
         ]
         for (key, value) in expected {
             XCTAssertEqual(settings[key], [value], key)

@@ -1,69 +1,108 @@
-import CoreMetrics
 import Prometheus
 
-/// The metrics tokenrelay exports on the admin listener's `/metrics`: recorded through the swift-metrics
-/// API, kept and rendered in Prometheus text format by swift-prometheus (nothing is hand-formatted).
+/// The metrics tokenrelay exports on the admin listener's `/metrics`: kept and rendered in Prometheus
+/// text format by swift-prometheus (nothing is hand-formatted).
 ///
-/// The factory is handed to each metric explicitly instead of bootstrapping the process-wide
-/// `MetricsSystem`, so a test process can run several relays side by side without them sharing counters.
+/// Every metric is made through the registry with its help text, so each family gets a `# HELP` line
+/// (the swift-metrics factory API registers them with empty help, which renders none). The registry
+/// insists that one name keeps one help text, so each family's text lives in one place here (`Family`).
+/// Each relay has its own registry instead of the process-wide one, so a test process can run several
+/// relays side by side without them sharing counters.
 /// Labels have small fixed value sets (status codes, outcome names); nothing derived from a request
 /// path or a token ever becomes a label. Confined to the event loop, except `exposition()`.
 final class RelayMetrics {
-    private let registry = PrometheusCollectorRegistry()
-    private let factory: PrometheusMetricsFactory
-    private var requestsByStatus: [Int: CoreMetrics.Counter] = [:]
-    private var labelled: [String: CoreMetrics.Counter] = [:]
+    /// A metric family: its name and the help text every series of it shares.
+    struct Family {
+        let name: String
+        let help: String
 
-    let heldRequests: CoreMetrics.Gauge
+        /// The full name goes in as is (no namespace or unit suffix is added).
+        var descriptor: MetricNameDescriptor { MetricNameDescriptor(metricName: name, unitName: "", helpText: help) }
+    }
+
+    enum Families {
+        static let requests = Family(name: "tokenrelay_requests_total", help: "Client requests answered, by HTTP status.")
+        static let refreshes = Family(name: "tokenrelay_refreshes_total",
+                                      help: "Exchanges with the token endpoint, by outcome (success, rejected, transient_failure, invalid_response).")
+        static let refreshCycles = Family(name: "tokenrelay_refresh_cycles_total",
+                                          help: "Refresh cycles started, by trigger (expiring, expired, unauthorized, forced, no_token).")
+        static let refreshErrors = Family(name: "tokenrelay_refresh_errors_total",
+                                          help: "Refreshes the token endpoint refused, by OAuth error code (invalid_grant means a new login is needed).")
+        static let connectionLimit = Family(name: "tokenrelay_client_connection_limit_total",
+                                            help: "Actions taken at limits.max_client_connections (closed_idle, refused, paused_accepting).")
+        static let upstreamErrors = Family(name: "tokenrelay_upstream_errors_total",
+                                           help: "Upstream requests that failed without a response, by kind (connect, timeout, tls, ...).")
+        static let replays = Family(name: "tokenrelay_replays_total",
+                                    help: "Requests sent upstream again after a 401, by reason (refreshed: after a refresh; stale_token: sent with an older token).")
+        static let holdDuration = Family(name: "tokenrelay_hold_duration_seconds",
+                                         help: "Seconds from a request's hold for a token refresh to its answer, by outcome (replayed, unavailable, unauthorized, client_gone, other).")
+        static let configReloads = Family(name: "tokenrelay_config_reloads_total",
+                                          help: "Configuration reloads (SIGHUP), by outcome (applied, invalid, needs_restart).")
+    }
+
+    private let registry = PrometheusCollectorRegistry()
+    private var requestsByStatus: [Int: Counter] = [:]
+    private var labelled: [String: Counter] = [:]
+
+    let heldRequests: Gauge
     /// Open client connections on the proxy listener.
-    let clientConnections: CoreMetrics.Gauge
-    let replaysAfterRefresh: CoreMetrics.Counter
-    let replaysStaleGeneration: CoreMetrics.Counter
-    let tokenGeneration: CoreMetrics.Gauge
-    let loginRequired: CoreMetrics.Gauge
-    let tokenFileWriteFailures: CoreMetrics.Counter
+    let clientConnections: Gauge
+    let replaysAfterRefresh: Counter
+    let replaysStaleGeneration: Counter
+    let tokenGeneration: Gauge
+    let loginRequired: Gauge
+    let tokenFileWriteFailures: Counter
     /// 1 while tokens in service (a rotated refresh token) could not be written to the token file.
-    let unsavedTokens: CoreMetrics.Gauge
-    let accessTokenExpiresAt: CoreMetrics.Gauge
-    let secondsUntilExpiry: CoreMetrics.Gauge
-    let lockWaits: CoreMetrics.Counter
-    let adoptedRotations: CoreMetrics.Counter
-    let stormGuardTrips: CoreMetrics.Counter
+    let unsavedTokens: Gauge
+    let accessTokenExpiresAt: Gauge
+    let secondsUntilExpiry: Gauge
+    let lockWaits: Counter
+    let adoptedRotations: Counter
+    let stormGuardTrips: Counter
     /// Seconds of one exchange with the token endpoint.
-    let refreshDuration: CoreMetrics.Recorder
+    let refreshDuration: ValueHistogram
     /// Seconds from sending a request upstream to its response headers.
-    let upstreamLatency: CoreMetrics.Recorder
+    let upstreamLatency: ValueHistogram
     /// Seconds from a request's hold to its answer, by how it was answered.
-    private var holdDurations: [HoldOutcome: CoreMetrics.Recorder] = [:]
+    private var holdDurations: [HoldOutcome: ValueHistogram] = [:]
+    private let latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
     init() {
-        var factory = PrometheusMetricsFactory(registry: registry)
-        let latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
-        for name in ["tokenrelay_refresh_duration_seconds", "tokenrelay_upstream_response_seconds", "tokenrelay_hold_duration_seconds"] {
-            factory.valueHistogramBuckets[name] = latencyBuckets
+        let latencyBuckets = self.latencyBuckets
+        let registry = self.registry
+        func gauge(_ name: String, _ help: String) -> Gauge { registry.makeGauge(descriptor: Family(name: name, help: help).descriptor) }
+        func counter(_ name: String, _ help: String) -> Counter { registry.makeCounter(descriptor: Family(name: name, help: help).descriptor) }
+        func histogram(_ name: String, _ help: String) -> ValueHistogram {
+            registry.makeValueHistogram(descriptor: Family(name: name, help: help).descriptor, buckets: latencyBuckets)
         }
-        self.factory = factory
-        heldRequests = Gauge(label: "tokenrelay_held_requests", factory: factory)
-        clientConnections = Gauge(label: "tokenrelay_client_connections", factory: factory)
-        replaysAfterRefresh = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "refreshed")], factory: factory)
-        replaysStaleGeneration = Counter(label: "tokenrelay_replays_total", dimensions: [("reason", "stale_token")], factory: factory)
-        tokenGeneration = Gauge(label: "tokenrelay_token_generation", factory: factory)
-        loginRequired = Gauge(label: "tokenrelay_login_required", factory: factory)
-        tokenFileWriteFailures = Counter(label: "tokenrelay_token_file_write_failures_total", factory: factory)
-        unsavedTokens = Gauge(label: "tokenrelay_unsaved_tokens", factory: factory)
-        accessTokenExpiresAt = Gauge(label: "tokenrelay_access_token_expiry_timestamp_seconds", factory: factory)
-        secondsUntilExpiry = Gauge(label: "tokenrelay_access_token_remaining_seconds", factory: factory)
-        lockWaits = Counter(label: "tokenrelay_token_lock_waits_total", factory: factory)
-        adoptedRotations = Counter(label: "tokenrelay_adopted_rotations_total", factory: factory)
-        stormGuardTrips = Counter(label: "tokenrelay_storm_guard_trips_total", factory: factory)
-        refreshDuration = Recorder(label: "tokenrelay_refresh_duration_seconds", aggregate: true, factory: factory)
-        upstreamLatency = Recorder(label: "tokenrelay_upstream_response_seconds", aggregate: true, factory: factory)
+        heldRequests = gauge("tokenrelay_held_requests", "Requests currently held waiting for a token refresh.")
+        clientConnections = gauge("tokenrelay_client_connections", "Open client connections on the proxy listener.")
+        replaysAfterRefresh = registry.makeCounter(descriptor: Families.replays.descriptor, labels: [("reason", "refreshed")])
+        replaysStaleGeneration = registry.makeCounter(descriptor: Families.replays.descriptor, labels: [("reason", "stale_token")])
+        tokenGeneration = gauge("tokenrelay_token_generation", "Generation of the access token in use; grows by one per new token.")
+        loginRequired = gauge("tokenrelay_login_required", "1 while the refresh credentials are refused and a new login is needed, else 0.")
+        tokenFileWriteFailures = counter("tokenrelay_token_file_write_failures_total",
+                                         "Refreshed tokens that could not be written to the token file (kept in memory only).")
+        unsavedTokens = gauge("tokenrelay_unsaved_tokens",
+                              "1 while tokens in service (a rotated refresh token) could not be written to the token file; the write is retried.")
+        accessTokenExpiresAt = gauge("tokenrelay_access_token_expiry_timestamp_seconds",
+                                     "Unix time the current access token expires; 0 when unknown.")
+        secondsUntilExpiry = gauge("tokenrelay_access_token_remaining_seconds",
+                                   "Seconds until the current access token expires; -1 when unknown.")
+        lockWaits = counter("tokenrelay_token_lock_waits_total", "Refresh attempts that waited for another process's lock on the token file.")
+        adoptedRotations = counter("tokenrelay_adopted_rotations_total",
+                                   "Tokens adopted from the token file (written by another process, token import, an operator).")
+        stormGuardTrips = counter("tokenrelay_storm_guard_trips_total",
+                                  "Times the storm guard paused refreshing after too many 401-triggered refreshes.")
+        refreshDuration = histogram("tokenrelay_refresh_duration_seconds", "Seconds of one exchange with the token endpoint.")
+        upstreamLatency = histogram("tokenrelay_upstream_response_seconds", "Seconds from sending a request upstream to its response headers.")
     }
 
     /// Client requests answered, by HTTP status (the hot path: counters are cached per status).
     func countRequest(status: Int) {
         if let counter = requestsByStatus[status] { return counter.increment() }
-        let counter = Counter(label: "tokenrelay_requests_total", dimensions: [("status", String(status))], factory: factory)
+        let family = Families.requests
+        let counter = registry.makeCounter(descriptor: family.descriptor, labels: [("status", String(status))])
         requestsByStatus[status] = counter
         counter.increment()
     }
@@ -83,45 +122,56 @@ final class RelayMetrics {
 
     /// A held request was answered (or its client left) `seconds` after its hold began.
     func recordHold(seconds: Double, outcome: HoldOutcome) {
-        if let recorder = holdDurations[outcome] { return recorder.record(seconds) }
-        let recorder = Recorder(label: "tokenrelay_hold_duration_seconds", dimensions: [("outcome", outcome.rawValue)], aggregate: true,
-                                factory: factory)
-        holdDurations[outcome] = recorder
-        recorder.record(seconds)
+        if let histogram = holdDurations[outcome] { return histogram.record(seconds) }
+        let histogram = registry.makeValueHistogram(descriptor: Families.holdDuration.descriptor, labels: [("outcome", outcome.rawValue)],
+                                                    buckets: latencyBuckets)
+        holdDurations[outcome] = histogram
+        histogram.record(seconds)
     }
 
     /// Token refresh attempts, by outcome (success, rejected, transient_failure, invalid_response).
     func countRefresh(outcome: String) {
-        counter("tokenrelay_refreshes_total", "outcome", outcome).increment()
+        counter(Families.refreshes, "outcome", outcome).increment()
     }
 
     /// Refresh cycles started, by trigger (expiring = proactive, unauthorized, forced, …).
     func countRefreshStarted(trigger: String) {
-        counter("tokenrelay_refresh_cycles_total", "trigger", trigger).increment()
+        counter(Families.refreshCycles, "trigger", trigger).increment()
     }
 
     /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
     func countRefreshError(code: String) {
-        counter("tokenrelay_refresh_errors_total", "error", code).increment()
+        counter(Families.refreshErrors, "error", code).increment()
     }
 
     /// What `limits.max_client_connections` made us do: closed_idle, refused (503), paused_accepting.
     func countClientConnectionLimit(action: String) {
-        counter("tokenrelay_client_connection_limit_total", "action", action).increment()
+        counter(Families.connectionLimit, "action", action).increment()
     }
 
     /// Upstream requests that failed without a response, by kind (connect, timeout, tls, …).
     func countUpstreamError(kind: String) {
-        counter("tokenrelay_upstream_errors_total", "kind", kind).increment()
+        counter(Families.upstreamErrors, "kind", kind).increment()
     }
 
-    private func counter(_ name: String, _ label: String, _ value: String) -> CoreMetrics.Counter {
-        let key = "\(name)\u{0}\(value)"
+    /// Configuration reloads, by outcome: applied, invalid (the old config keeps running), needs_restart.
+    func countConfigReload(outcome: String) {
+        counter(Families.configReloads, "outcome", outcome).increment()
+    }
+
+    private func counter(_ family: Family, _ label: String, _ value: String) -> Counter {
+        let key = "\(family.name)\u{0}\(value)"
         if let counter = labelled[key] { return counter }
-        let counter = Counter(label: name, dimensions: [(label, value)], factory: factory)
+        let counter = registry.makeCounter(descriptor: family.descriptor, labels: [(label, value)])
         labelled[key] = counter
         return counter
     }
 
     func exposition() -> String { registry.emitToString() }
+}
+
+extension Gauge {
+    /// Whole numbers (counts, 0/1 flags): an integer literal would otherwise be ambiguous between the
+    /// library's Int64 and Double overloads.
+    func record(_ value: Int) { set(to: Double(value)) }
 }

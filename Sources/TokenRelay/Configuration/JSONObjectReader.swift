@@ -40,7 +40,7 @@ final class JSONObjectReader {
     }
 
     func string(_ key: String) throws -> String {
-        guard let value = try optionalString(key) else { throw ConfigError(fieldPath(key), "is required") }
+        guard let value = try optionalString(key) else { throw missing(key) }
         return value
     }
 
@@ -100,15 +100,29 @@ final class JSONObjectReader {
     }
 
     func object(_ key: String) throws -> JSONObjectReader {
-        guard let reader = try optionalObject(key) else { throw ConfigError(fieldPath(key), "is required") }
+        guard let reader = try optionalObject(key) else { throw missing(key) }
         return reader
     }
 
-    /// Call after reading every known key.
+    /// Call after reading every known key. Every key asked for counts as known, present or not, so a
+    /// misspelt optional key gets the right spelling suggested.
     func rejectUnknownKeys() throws {
         if let unknown = object.keys.sorted().first(where: { !consumed.contains($0) }) {
-            throw ConfigError(fieldPath(unknown), "unknown key")
+            throw unknownKey(unknown, suggesting: consumed.sorted().first { KeySpelling.isLikelyMisspelling(unknown, of: $0) })
         }
+    }
+
+    /// A required key is absent. A key of this object that looks like a misspelling of it (one edit away,
+    /// or another case style) and that nobody has asked for is the likelier mistake (`clinet_id` for `client_id`): the typo is named, not the missing key, so
+    /// the operator fixes the line they wrote instead of adding a second one.
+    func missing(_ key: String) -> ConfigError {
+        let typo = object.keys.sorted().first { !consumed.contains($0) && KeySpelling.isLikelyMisspelling($0, of: key) }
+        if let typo { return unknownKey(typo, suggesting: key) }
+        return ConfigError(fieldPath(key), "is required")
+    }
+
+    private func unknownKey(_ key: String, suggesting known: String?) -> ConfigError {
+        ConfigError(fieldPath(key), known.map { "unknown key (did you mean \($0)?)" } ?? "unknown key")
     }
 
     private func format(_ value: Double) -> String {

@@ -15,13 +15,22 @@ public enum LogFormat: String, Sendable {
 /// `SecretRedactor` whatever the format, and escapes values so that a hostile string cannot forge extra
 /// log lines or fields.
 public struct LineLogHandler: LogHandler {
-    public var logLevel: Logger.Level
+    /// Shared by every copy of the handler (`LogLevelControl`): setting it changes the level process-wide.
+    public var logLevel: Logger.Level {
+        get { levelControl.current }
+        nonmutating set { levelControl.current = newValue }
+    }
     public var metadata: Logger.Metadata = [:]
     private let format: LogFormat
     private let redactor: SecretRedactor
+    private let levelControl: LogLevelControl
 
     public init(level: Logger.Level, format: LogFormat = .text, redactor: SecretRedactor) {
-        self.logLevel = level
+        self.init(levelControl: LogLevelControl(level), format: format, redactor: redactor)
+    }
+
+    public init(levelControl: LogLevelControl, format: LogFormat = .text, redactor: SecretRedactor) {
+        self.levelControl = levelControl
         self.format = format
         self.redactor = redactor
     }

@@ -80,9 +80,13 @@ final class ClientConnections {
     /// Warnings about the limit are repeated at most this often; the metrics count every event.
     private static let warningInterval = 10.0
 
-    let maxConnections: Int
+    /// A reload may change it: a lower limit is reached as connections close (none is cut for it), a
+    /// higher one lets waiting connections in as the next sweep or close looks.
+    var maxConnections: Int {
+        didSet { overLimitAllowance = Self.overLimitAllowance(for: maxConnections) }
+    }
     /// How many connections may wait beyond `maxConnections` (accepted, then promoted or answered 503).
-    let overLimitAllowance: Int
+    private(set) var overLimitAllowance: Int
     private let metrics: RelayMetrics
     private let logger: Logger
     private var connections: [OpaquePointer: Connection] = [:]

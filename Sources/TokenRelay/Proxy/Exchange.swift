@@ -38,6 +38,11 @@ final class Exchange: OutgoingRequestDelegate {
     private static let clientBacklogLimit = 256 * 1024
 
     private unowned let proxy: ProxyServer
+    /// The upstream and pool this request uses from arrival to answer, whatever a reload changes meanwhile.
+    private let route: UpstreamRoute
+    /// The header that carries the token, as of arrival: the client's own copy of it was dropped then,
+    /// so a reload naming another header must not make this request send two.
+    private let injection: InjectSettings
     private let clientRequest: OpaquePointer
     private let clientConnection: OpaquePointer?
     private let method: evhttp_cmd_type
@@ -77,6 +82,8 @@ final class Exchange: OutgoingRequestDelegate {
 
     init(proxy: ProxyServer, request: OpaquePointer) {
         self.proxy = proxy
+        route = proxy.route
+        injection = proxy.config.inject
         clientRequest = request
         clientConnection = evhttp_request_get_connection(request)
         method = evhttp_request_get_command(request)
@@ -115,13 +122,13 @@ final class Exchange: OutgoingRequestDelegate {
         }
         let clientHeaders = HeaderList(raw: evhttp_request_get_input_headers(clientRequest)).entries
         if let violation = RequestHygiene.check(clientHeaders, isHTTP11: !isHTTP10) { return refuse(violation.description) }
-        switch proxy.targets.upstreamTarget(for: rawTarget) {
+        switch route.targets.upstreamTarget(for: rawTarget) {
         case .success(let target): self.target = target
         case .failure(let refusal): return refuse(refusal.description)
         }
-        passthrough = proxy.isPassthrough(target)
+        passthrough = route.isPassthrough(target)
         forwardedHeaders = ForwardingHeaders.apply(
-            to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: proxy.config.inject.headerKey),
+            to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: injection.headerKey),
             clientAddress: clientAddress, settings: proxy.config.forwarding)
         // Take the body out of evhttp's request into a buffer we own for every attempt.
         let input = evhttp_request_get_input_buffer(clientRequest)
@@ -178,7 +185,7 @@ final class Exchange: OutgoingRequestDelegate {
         // A request that was held has been admitted already (limits.max_held_requests): when a refresh
         // releases a thousand at once they queue for connections in order, none is refused by the
         // waiter bound meant for new arrivals.
-        let acquisition = proxy.pool.acquire(for: self, admittedBefore: heldSince != nil) { [unowned self] connection in
+        let acquisition = route.pool.acquire(for: self, admittedBefore: heldSince != nil) { [unowned self] connection in
             self.poolWaitTimer = nil
             self.send(on: connection)
         }
@@ -188,7 +195,7 @@ final class Exchange: OutgoingRequestDelegate {
         case .queued:
             let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
                 self.poolWaitTimer = nil
-                self.proxy.pool.cancelWait(for: self)
+                self.route.pool.cancelWait(for: self)
                 self.reply(.poolExhausted("timed out waiting for a free upstream connection"))
             }
             timer.schedule(after: proxy.config.timeouts.poolWaitSeconds)
@@ -202,12 +209,12 @@ final class Exchange: OutgoingRequestDelegate {
     private func send(on connection: OpaquePointer) {
         let admission = passthrough ? .send(generation: 0, authorization: "") : proxy.coordinator.admit()
         guard phase == .waitingForConnection, case .send(let generation, let authorization) = admission else {
-            proxy.pool.release(connection)
+            route.pool.release(connection)
             if phase == .waitingForConnection { admit() }
             return
         }
         self.connection = connection
-        let reused = proxy.pool.willSend(on: connection)
+        let reused = route.pool.willSend(on: connection)
         sentOnReusedConnection = reused
         sends += 1
         sentAt = EventLoop.monotonicNow
@@ -219,8 +226,8 @@ final class Exchange: OutgoingRequestDelegate {
         let started = call.start(on: connection, method: method, target: target) { request in
             let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
             for header in forwardedHeaders { headers.add(header.name, header.value) }
-            headers.add("Host", proxy.upstream.authority)
-            if !passthrough { headers.add(proxy.config.inject.header, authorization) }
+            headers.add("Host", route.upstream.authority)
+            if !passthrough { headers.add(injection.header, authorization) }
             let length = EvBuffer.length(body)
             // evhttp adds Content-Length only for POST and PUT (notes P14); framing is ours.
             if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {
@@ -237,7 +244,7 @@ final class Exchange: OutgoingRequestDelegate {
         if !started {
             self.call = nil
             self.connection = nil
-            proxy.pool.release(connection)
+            route.pool.release(connection)
             upstreamFailed(OutgoingFailure(kind: .connect, afterResponseStarted: false))
         }
     }
@@ -247,7 +254,7 @@ final class Exchange: OutgoingRequestDelegate {
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
         connectWatchdog = nil
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
-        if let connection { proxy.pool.responseStarted(on: connection) }
+        if let connection { route.pool.responseStarted(on: connection) }
         if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
             status: Int(evhttp_request_get_response_code(response)),
             challenges: HeaderList(raw: evhttp_request_get_input_headers(response)).values("WWW-Authenticate"),
@@ -291,7 +298,7 @@ final class Exchange: OutgoingRequestDelegate {
             upstreamReadingPaused = false
             bufferevent_enable(evhttp_connection_get_bufferevent(connection), Int16(EV_READ))
         }
-        proxy.pool.release(connection)
+        route.pool.release(connection)
     }
 
     /// evhttp has already reset the failed connection, so its next request connects afresh: the retry
@@ -525,7 +532,7 @@ final class Exchange: OutgoingRequestDelegate {
         retryTimer = nil
         poolWaitTimer = nil
         returnConnection()
-        proxy.pool.cancelWait(for: self)
+        route.pool.cancelWait(for: self)
         holdTimer = nil
         if wasHeld { proxy.unhold(self) }
         recordHoldEnded()

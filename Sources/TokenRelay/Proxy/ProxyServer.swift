@@ -5,13 +5,17 @@ import Logging
 /// held for a refresh, and keeps the counts that graceful shutdown waits on.
 final class ProxyServer {
     let loop: EventLoop
-    let config: Config
+    /// The running configuration; a reload swaps it (`apply`).
+    private(set) var config: Config
     let coordinator: RefreshCoordinator
-    let pool: UpstreamPool
+    /// Where new requests go; exchanges keep the route they arrived under.
+    private(set) var route: UpstreamRoute!
+    /// Routes a reload replaced, kept until their last connection is back.
+    private var retiredRoutes: [UpstreamRoute] = []
     let clientConnections: ClientConnections
     let metrics: RelayMetrics
     let logger: Logger
-    var upstream: HTTPEndpoint { config.upstream.url }
+    var pool: UpstreamPool { route.pool }
     private(set) var listener: HTTPListener!
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [Exchange] = []
@@ -30,12 +34,6 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
-                                                timeoutSeconds: config.timeouts.upstreamSeconds)
-        pool = UpstreamPool(loop: loop, factory: connections, maxConnections: config.limits.maxUpstreamConnections,
-                            maxWaiters: config.limits.maxUpstreamWaiters,
-                            timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
-                                            idle: config.timeouts.poolIdleSeconds))
         clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections, metrics: metrics,
                                               logger: logger)
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
@@ -45,13 +43,38 @@ final class ProxyServer {
                            timeoutSeconds: config.timeouts.clientSeconds)
         listener.setBacklog(config.limits.listenBacklog)
         listener.track(clientConnections)
-        targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listener.boundPort)
+        route = makeRoute(config, upstreamTLS: upstreamTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
-        pool.onDesyncedConnection = { [unowned self] unread in
+    }
+
+    private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
+        let route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: listener.boundPort)
+        route.pool.onDesyncedConnection = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
                                 metadata: ["unread_bytes": "\(unread)"])
         }
+        return route
+    }
+
+    /// A reload: new requests use `config` (its listen address is the running one: binding again is a
+    /// restart). Requests in flight or held keep their route, and with it their upstream and connection;
+    /// the old pool is freed as its connections come back.
+    func apply(_ config: Config, upstreamTLS: TLSContext?) {
+        self.config = config
+        listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
+                           timeoutSeconds: config.timeouts.clientSeconds)
+        clientConnections.maxConnections = config.limits.maxClientConnections
+        retiredRoutes.removeAll { $0.pool.busyCount == 0 && $0.pool.waiterCount == 0 }
+        route.pool.retire()
+        retiredRoutes.append(route)
+        route = makeRoute(config, upstreamTLS: upstreamTLS)
+    }
+
+    /// Frees every upstream connection, old routes' too; only once no request is in flight.
+    func closePools() {
+        (retiredRoutes + [route]).forEach { $0.pool.close() }
+        retiredRoutes = []
     }
 
     private func accept(_ request: OpaquePointer) {
@@ -59,24 +82,6 @@ final class ProxyServer {
         active[ObjectIdentifier(exchange)] = exchange
         exchange.begin()
     }
-
-    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on
-    /// a segment boundary: `/public` covers `/public` and `/public/x`, never `/publicity`.
-    func isPassthrough(_ target: String) -> Bool {
-        guard !config.upstream.passthroughPrefixes.isEmpty else { return false }
-        var base = upstream.path
-        while base.hasSuffix("/") { base.removeLast() }
-        let path = target.dropFirst(base.count)
-        return config.upstream.passthroughPrefixes.contains { prefix in
-            guard path.hasPrefix(prefix) else { return false }
-            if prefix.hasSuffix("/") { return true }
-            let rest = path.dropFirst(prefix.count)
-            return rest.isEmpty || rest.first == "/" || rest.first == "?"
-        }
-    }
-
-    /// Maps request targets onto the upstream; built once the listener knows its port.
-    private(set) var targets: RequestTarget!
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
     /// connections, shutting down): logged with its reason, at most once a second per reason.

@@ -32,9 +32,13 @@ final class UpstreamPool {
     private var idle: [OpaquePointer] = []
     private var all: [OpaquePointer] = []
     private var waiters: [(id: ObjectIdentifier, grant: (OpaquePointer) -> Void)] = []
+    /// Connections that must not carry another request, freed on the next loop pass.
     private let retirement: ConnectionRetirement
     /// Told how many unread bytes a retired connection had (the proxy logs and counts it).
     var onDesyncedConnection: ((Int) -> Void)?
+    /// Set when a reload replaced this pool: connections still in use finish their request here, then
+    /// are freed instead of kept (`retire`).
+    private var isRetired = false
 
     enum Acquisition {
         case ready(OpaquePointer)
@@ -91,10 +95,29 @@ final class UpstreamPool {
         setTimeout(connection, timeouts.idle)
         if !waiters.isEmpty {
             waiters.removeFirst().grant(connection)
+        } else if isRetired {
+            all.removeAll { $0 == connection }
+            retirement.retire(connection)
         } else {
             idle.append(connection)
         }
     }
+
+    /// A reload made a new pool for new requests. Requests already using (or queued for) this one keep
+    /// it; each connection is freed once it comes back, from the next loop pass rather than inside the
+    /// callback that returned it (its request's completion, still running on that connection).
+    func retire() {
+        guard !isRetired else { return }
+        isRetired = true
+        idle.forEach { connection in
+            all.removeAll { $0 == connection }
+            retirement.retire(connection)
+        }
+        idle = []
+    }
+
+    /// Connections out with a request (a retired pool is done once this is 0).
+    var busyCount: Int { all.count - idle.count }
 
     private func replace(_ connection: OpaquePointer, unreadBytes: Int) {
         all.removeAll { $0 == connection }

@@ -70,8 +70,10 @@ final class RefreshCoordinator {
     private let endpoint: TokenEndpointClient
     private let store: TokenFile
     private let lock: TokenFileLock
-    private let settings: Config.Refresh
-    private let injection: InjectSettings
+    private var settings: Config.Refresh
+    private var injection: InjectSettings
+    /// Settings from a reload during a cycle: that cycle finishes with the ones it started with.
+    private var pendingSettings: Config.Refresh?
     private let lockTimeout: Double
     /// `timeouts.refresh_seconds`: how long one exchange may take, and so how long after sending a
     /// refresh request the server may still be working on it.
@@ -174,6 +176,17 @@ final class RefreshCoordinator {
         }
         watchTimer = timer
         timer.schedule(after: watchInterval)
+    }
+
+    /// A reload: refresh settings (attempts, backoff, proactive timing, storm guard) from the next cycle
+    /// on, so a cycle under way finishes with the ones it started with; the injection format at once
+    /// (same token, written differently). The token endpoint and grant are the endpoint client's.
+    func apply(settings: Config.Refresh, injection: InjectSettings) {
+        self.injection = injection
+        authorizationValue = injection.value(for: tokens.accessToken)
+        guard state != .refreshing else { return pendingSettings = settings }
+        self.settings = settings
+        scheduleProactiveRefresh()
     }
 
     // MARK: - Questions the proxy asks
@@ -468,6 +481,7 @@ final class RefreshCoordinator {
 
     private func finishCycle(_ outcome: Outcome, description: String) {
         retryTimer = nil
+        if let pending = pendingSettings { (settings, pendingSettings) = (pending, nil) }
         lastOutcome = (description, Date())
         publish()
         onOutcome?(outcome)

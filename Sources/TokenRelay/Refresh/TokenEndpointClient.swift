@@ -10,10 +10,12 @@ import Foundation
 /// presents the refresh token, and with rotation a second presentation of a consumed token revokes the
 /// whole session. Retrying is the coordinator's decision.
 final class TokenEndpointClient: OutgoingRequestDelegate {
-    private let endpoint: HTTPEndpoint
-    private let grant: TokenGrantStrategy
-    private let factory: HTTPConnectionFactory
+    private var endpoint: HTTPEndpoint
+    private var grant: TokenGrantStrategy
+    private var factory: HTTPConnectionFactory
     private var connection: OpaquePointer?
+    /// Settings from a reload or a rotated client secret, waiting for the exchange in flight to end.
+    private var pending: (factory: HTTPConnectionFactory, grant: TokenGrantStrategy)?
     private let retirement: ConnectionRetirement
     private var call: OutgoingRequest?
     private var response = SmallResponse()
@@ -24,13 +26,32 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
         self.factory = factory
         self.grant = grant
         retirement = ConnectionRetirement(loop: loop)
-        connection = Self.makeConnection(factory)
+        connection = Self.connect(factory)
     }
 
-    private static func makeConnection(_ factory: HTTPConnectionFactory) -> OpaquePointer? {
+    private static func connect(_ factory: HTTPConnectionFactory) -> OpaquePointer? {
         let connection = factory.makeConnection()
         if let connection { evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes) }
         return connection
+    }
+
+    /// New token endpoint, TLS, timeout or grant (with its client secret). An exchange in flight finishes
+    /// on the connection and with the request it started with; the next one uses the new settings. Never
+    /// called from inside one of this client's own callbacks (a reload, a file-watch timer), so freeing
+    /// the old connection here is safe.
+    func reconfigure(factory: HTTPConnectionFactory, grant: TokenGrantStrategy) {
+        pending = (factory, grant)
+        if call == nil { applyPending() }
+    }
+
+    private func applyPending() {
+        guard let pending else { return }
+        self.pending = nil
+        if let connection { evhttp_connection_free(connection) }
+        factory = pending.factory
+        endpoint = pending.factory.endpoint
+        grant = pending.grant
+        connection = Self.connect(pending.factory)
     }
 
     deinit {
@@ -41,7 +62,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     var isBusy: Bool { call != nil }
 
     /// Whether the grant needs a refresh token to run at all.
-    var needsRefreshToken: Bool { grant.needsRefreshToken }
+    var needsRefreshToken: Bool { (pending?.grant ?? grant).needsRefreshToken }
 
     /// Obtains new tokens for `current` (the grant picks what it presents: refresh token, client
     /// credentials, or whatever its template names). A transient answer comes with the server's
@@ -52,6 +73,9 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     /// closed, and the next exchange connects afresh.
     func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult, _ retryAfter: Double?) -> Void) {
         precondition(call == nil, "one refresh at a time")
+        // Called from the coordinator's attempt (a timer or the lock's callback), never from inside the
+        // previous exchange's callbacks: the old connection is free to go.
+        applyPending()
         self.completion = completion
         self.response = SmallResponse()
         let prepared: TokenHTTPRequest
@@ -84,7 +108,7 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
         // More bytes than the answer: the next refresh must not read them as its answer.
         if let connection, ConnectionRetirement.unreadBytes(on: connection) > 0 {
             retirement.retire(connection)
-            self.connection = Self.makeConnection(factory)
+            self.connection = Self.connect(factory)
         }
         switch result {
         case .success:

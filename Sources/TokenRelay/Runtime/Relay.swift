@@ -6,28 +6,39 @@ import Logging
 /// tokenrelay assembled: the token coordinator, the proxy listener and the admin listener on one event
 /// loop, plus signal handling and graceful shutdown.
 public final class Relay {
-    private let loop: EventLoop
-    private let config: Config
-    private let logger: Logger
-    private let metrics = RelayMetrics()
-    private let coordinator: RefreshCoordinator
-    private let endpoint: TokenEndpointClient
-    private let proxy: ProxyServer
+    let loop: EventLoop
+    /// The running configuration (a reload replaces it).
+    var config: Config
+    let logger: Logger
+    let redactor: SecretRedactor
+    /// Where a reload reads the config from, and the log level it may change (nil: no reload, as in the demo).
+    let reloadSource: ReloadSource?
+    var refreshTLS: TLSContext?
+    var clientSecret: String?
+    var secretWatch: ClientSecretWatch?
+    let metrics = RelayMetrics()
+    let coordinator: RefreshCoordinator
+    let endpoint: TokenEndpointClient
+    let proxy: ProxyServer
     private var admin: AdminServer?
     private var signalEvents: [LoopEvent] = []
     private var drainTimer: LoopEvent?
-    private var stopping = false
-    private let systemd = SystemdNotifier()
+    private(set) var stopping = false
+    let systemd = SystemdNotifier()
 
     /// Bound proxy port (useful when the config asked for port 0).
     public var proxyPort: Int { proxy.listener.boundPort }
     public var adminPort: Int? { admin?.listener.boundPort }
 
 
-    init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger) throws {
+    init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
         self.loop = loop
         config = preflight.config
         self.logger = logger
+        self.redactor = redactor
+        self.reloadSource = reloadSource
+        refreshTLS = preflight.refreshTLS
+        clientSecret = preflight.clientSecret
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
         if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
@@ -35,9 +46,7 @@ public final class Relay {
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
-        let tokenEndpointConnections = HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: preflight.refreshTLS,
-                                                             timeoutSeconds: config.timeouts.refreshSeconds)
-        endpoint = TokenEndpointClient(loop: loop, factory: tokenEndpointConnections,
+        endpoint = TokenEndpointClient(loop: loop, factory: Self.tokenEndpointConnections(loop: loop, config: config, tls: preflight.refreshTLS),
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: preflight.tokenFile, lock: lock, initialTokens: preflight.tokens,
@@ -50,12 +59,18 @@ public final class Relay {
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)
         }
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+        watchClientSecret()
     }
 
-    /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows.
-    public static func run(preflight: Preflight, redactor: SecretRedactor, logger: Logger) throws {
+    static func tokenEndpointConnections(loop: EventLoop, config: Config, tls: TLSContext?) -> HTTPConnectionFactory {
+        HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: tls, timeoutSeconds: config.timeouts.refreshSeconds)
+    }
+
+    /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows. SIGHUP reloads
+    /// from `reloadSource`.
+    public static func run(preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
         let loop = try EventLoop()
-        let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger)
+        let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()
         relay.announce()
         relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
@@ -82,6 +97,17 @@ public final class Relay {
             event.schedule()
             signalEvents.append(event)
         }
+        // Without a handler SIGHUP kills the process (a closed terminal, a log-rotation hook, `systemctl reload`).
+        let hangUp = LoopEvent(loop: loop, fd: SIGHUP, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in self.reload() }
+        hangUp.schedule()
+        signalEvents.append(hangUp)
+        // Log-rotation hooks send SIGUSR1 to make a daemon reopen its log file; tokenrelay writes to stderr
+        // only, so there is nothing to reopen, and the default action would end the process.
+        let rotate = LoopEvent(loop: loop, fd: SIGUSR1, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in
+            self.logger.info("SIGUSR1: logs go to stderr only; nothing to reopen")
+        }
+        rotate.schedule()
+        signalEvents.append(rotate)
     }
 
     /// Stops accepting, lets in-flight and held requests finish up to the drain timeout, then stops the
@@ -121,6 +147,7 @@ public final class Relay {
         signalEvents = []
         drainTimer = nil
         systemd.close()
-        proxy.pool.close()
+        secretWatch = nil
+        proxy.closePools()
     }
 }

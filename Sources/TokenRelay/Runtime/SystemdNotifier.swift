@@ -1,8 +1,8 @@
 import CLibevent
 import Glibc
 
-/// The systemd notification protocol (sd_notify(3)) without libsystemd: `READY=1`, `STOPPING=1` and
-/// `WATCHDOG=1` datagrams to the AF_UNIX socket named by `NOTIFY_SOCKET` (a path, or `@name` for the
+/// The systemd notification protocol (sd_notify(3)) without libsystemd: `READY=1`, `RELOADING=1`,
+/// `STOPPING=1` and `WATCHDOG=1` datagrams to the AF_UNIX socket named by `NOTIFY_SOCKET` (a path, or `@name` for the
 /// abstract namespace). Without `NOTIFY_SOCKET` every call is a no-op, so running outside systemd
 /// (or under `Type=simple`) costs nothing.
 ///
@@ -29,6 +29,19 @@ final class SystemdNotifier {
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [unowned self] _ in self.send("WATCHDOG=1") }
         timer.schedule(after: interval)
         watchdogTimer = timer
+    }
+
+    /// A reload (SIGHUP) has begun; `ready` ends it. systemd wants the CLOCK_MONOTONIC time with it, to
+    /// tell this reload's READY=1 from an earlier one.
+    func reloading() {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        send("RELOADING=1\nMONOTONIC_USEC=\(Int64(now.tv_sec) * 1_000_000 + Int64(now.tv_nsec) / 1_000)")
+    }
+
+    /// A reload is over (applied or refused: either way the service runs).
+    func reloaded(status: String) {
+        send("READY=1\nSTATUS=\(status)")
     }
 
     /// Shutdown has begun (systemd shows the unit as deactivating). Watchdog pings go on while draining.

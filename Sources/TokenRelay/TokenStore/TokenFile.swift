@@ -17,18 +17,9 @@ struct TokenFile {
     let path: String
 
     /// Identity of the file's current content, to notice changes made by someone else.
-    struct Signature: Equatable {
-        let inode: UInt64
-        let modified: Int
-        let modifiedNanos: Int
-        let size: Int
-    }
+    typealias Signature = FileSignature
 
-    func signature() -> Signature? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return Signature(inode: UInt64(info.st_ino), modified: info.st_mtim.tv_sec, modifiedNanos: info.st_mtim.tv_nsec, size: Int(info.st_size))
-    }
+    func signature() -> Signature? { FileSignature.of(path) }
 
     /// No file, or an empty one: nothing to load yet (allowed for grants that fetch their first token).
     var isAbsentOrEmpty: Bool {

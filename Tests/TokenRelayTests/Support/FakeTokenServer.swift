@@ -19,6 +19,9 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         case unavailable(status: Int, retryAfter: String? = nil)
         /// Waits `seconds` (bounded, cut short by stop()) and then answers normally.
         case delay(Double)
+        /// Waits until `openGate()` (at most 30 s, cut short by stop()) and then answers normally: a
+        /// refresh the test keeps in flight for as long as it needs, without guessing a delay.
+        case gated
     }
 
     static let tokenPath = "/oauth/token"
@@ -28,7 +31,11 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     static let seedPath = "/auth/token"
 
     let clientID: String
-    let clientSecret: String
+    /// The secret client authentication must present; a test may rotate it (`clientSecret = …`).
+    var clientSecret: String {
+        get { state.withLock { $0.clientSecret } }
+        set { state.withLock { $0.clientSecret = newValue } }
+    }
     /// nil = access tokens never expire by time (and `expires_in` is omitted).
     let accessTokenLifetime: Double?
     let expectedClientAuth: ClientAuth
@@ -47,6 +54,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         var manuallyExpired: Set<String> = []
         var serial = 0
         var mode = FailureMode.normal
+        var clientSecret = ""
+        var gateOpen = false
         var refreshCalls = 0, successfulRefreshes = 0, reuseDetections = 0, clientCredentialsGrants = 0
         var received: [RecordedRequest] = []
     }
@@ -63,9 +72,9 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     init(clientID: String = "test-client", clientSecret: String = "test-secret",
          accessTokenLifetime: Double? = 3600, expectedClientAuth: ClientAuth = .basic) throws {
         self.clientID = clientID
-        self.clientSecret = clientSecret
         self.accessTokenLifetime = accessTokenLifetime
         self.expectedClientAuth = expectedClientAuth
+        state.withLock { $0.clientSecret = clientSecret }
         http = try MiniHTTPServer { [weak self] request in
             self?.handle(request) ?? TestResponse(status: 503)
         }
@@ -81,6 +90,9 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     }
 
     /// All POSTs to the token path, whatever their outcome.
+    /// Lets gated token requests (`FailureMode.gated`) through.
+    func openGate() { state.withLock { $0.gateOpen = true } }
+
     var refreshCalls: Int { state.withLock { $0.refreshCalls } }
     var successfulRefreshes: Int { state.withLock { $0.successfulRefreshes } }
     var reuseDetections: Int { state.withLock { $0.reuseDetections } }
@@ -134,6 +146,11 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
             return .json(status, ["error": "temporarily_unavailable"], headers: retryAfter.map { [("Retry-After", $0)] } ?? [])
         case .delay(let seconds):
             guard http.interruptibleDelay(seconds) else { return .json(503, ["error": "server stopping"]) }
+        case .gated:
+            let deadline = Date(timeIntervalSinceNow: 30)
+            while !state.withLock({ $0.gateOpen }) && Date() < deadline {
+                guard http.interruptibleDelay(0.01) else { return .json(503, ["error": "server stopping"]) }
+            }
         case .normal, .rejectAll: break
         }
         if isSeed { return handleSeed(request, rejectAll: mode == .rejectAll) }

@@ -1,0 +1,40 @@
+/// Where client requests go under one configuration: the upstream, its connection pool, the mapping of
+/// request targets onto it and the paths passed through untouched.
+///
+/// An exchange takes the route current when it arrives and keeps it to the end, replays after a
+/// refresh included. A reload that changes the upstream therefore never splits one request across two
+/// upstreams (first send to the old one, replay to the new one with a target mapped for the old one),
+/// and a connection always goes back to the pool it came from.
+final class UpstreamRoute {
+    let upstream: HTTPEndpoint
+    let pool: UpstreamPool
+    let targets: RequestTarget
+    private let passthroughPrefixes: [String]
+
+    init(config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
+        upstream = config.upstream.url
+        passthroughPrefixes = config.upstream.passthroughPrefixes
+        let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
+                                                timeoutSeconds: config.timeouts.upstreamSeconds)
+        pool = UpstreamPool(loop: loop, factory: connections, maxConnections: config.limits.maxUpstreamConnections,
+                            maxWaiters: config.limits.maxUpstreamWaiters,
+                            timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
+                                            idle: config.timeouts.poolIdleSeconds))
+        targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
+    }
+
+    /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on
+    /// a segment boundary: `/public` covers `/public` and `/public/x`, never `/publicity`.
+    func isPassthrough(_ target: String) -> Bool {
+        guard !passthroughPrefixes.isEmpty else { return false }
+        var base = upstream.path
+        while base.hasSuffix("/") { base.removeLast() }
+        let path = target.dropFirst(base.count)
+        return passthroughPrefixes.contains { prefix in
+            guard path.hasPrefix(prefix) else { return false }
+            if prefix.hasSuffix("/") { return true }
+            let rest = path.dropFirst(prefix.count)
+            return rest.isEmpty || rest.first == "/" || rest.first == "?"
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+/// Which changes a reload applies and which wait for a restart (pure: no process, no loop).
+final class ConfigReloadPlanTests: XCTestCase {
+    private func config(_ edit: (inout [String: Any]) -> Void = { _ in }) throws -> Config {
+        var object: [String: Any] = [
+            "listen": "127.0.0.1:8080",
+            "upstream": ["url": "http://127.0.0.1:9000"],
+            "tokens": ["file": "/var/lib/tokenrelay/tokens.json"],
+            "refresh": ["grant": "refresh_token", "token_url": "http://127.0.0.1:9001/oauth/token", "client_id": "legacy-app",
+                        "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"],
+            "admin": ["listen": "127.0.0.1:8081"],
+        ]
+        edit(&object)
+        return try ConfigLoader.parse(JSONSerialization.data(withJSONObject: object))
+    }
+
+    func testLiveSettingsApplyWithNothingDeferred() throws {
+        let loaded = try config {
+            $0["upstream"] = ["url": "https://api.example.com/v2"]
+            $0["timeouts"] = ["upstream_seconds": 5, "hold_seconds": 3]
+            $0["limits"] = ["max_held_requests": 7, "max_client_connections": 9]
+            $0["inject"] = ["header": "X-Api-Token", "format": "{token}"]
+            $0["log"] = ["level": "warning"]
+            var refresh = $0["refresh"] as! [String: Any]
+            refresh["client_id"] = "other-app"
+            refresh["max_attempts"] = 2
+            $0["refresh"] = refresh
+        }
+        let plan = ConfigReload(running: try config(), loaded: loaded)
+        XCTAssertEqual(plan.needsRestart, [])
+        XCTAssertEqual(plan.effective.upstream.url.authority, "api.example.com")
+        XCTAssertEqual(plan.effective.timeouts.holdSeconds, 3)
+        XCTAssertEqual(plan.effective.limits.maxClientConnections, 9)
+        XCTAssertEqual(plan.effective.inject.header, "X-Api-Token")
+        XCTAssertEqual(plan.effective.logLevel, "warning")
+        XCTAssertEqual(plan.effective.refresh.clientID, "other-app")
+        XCTAssertEqual(plan.effective.refresh.maxAttempts, 2)
+    }
+
+    func testRestartOnlySettingsKeepTheirRunningValueAndAreNamed() throws {
+        let loaded = try config {
+            $0["listen"] = "127.0.0.1:9090"
+            $0["admin"] = ["listen": "127.0.0.1:9091"]
+            $0["tokens"] = ["file": "/elsewhere/tokens.json", "watch_interval_seconds": 5]
+            $0["log"] = ["format": "json"]
+            $0["upstream"] = ["url": "http://127.0.0.1:9500"]
+        }
+        let plan = ConfigReload(running: try config(), loaded: loaded)
+        XCTAssertEqual(plan.needsRestart.map(\.field), ["listen", "admin.listen", "tokens.file", "tokens.watch_interval_seconds", "log.format"])
+        XCTAssertEqual(plan.needsRestart.first?.description,
+                       "listen: changing it needs a restart (running 127.0.0.1:8080, config file says 127.0.0.1:9090)")
+        XCTAssertEqual(plan.effective.listen.port, 8080)
+        XCTAssertEqual(plan.effective.admin?.listen.port, 8081)
+        XCTAssertEqual(plan.effective.tokens.file, "/var/lib/tokenrelay/tokens.json")
+        XCTAssertEqual(plan.effective.tokens.watchIntervalSeconds, 1)
+        XCTAssertEqual(plan.effective.logFormat, .text)
+        XCTAssertEqual(plan.effective.upstream.url.port, 9500, "the rest of the reload still applies")
+    }
+
+    func testRemovingTheAdminListenerNeedsARestart() throws {
+        let plan = ConfigReload(running: try config(), loaded: try config { $0.removeValue(forKey: "admin") })
+        XCTAssertEqual(plan.needsRestart, [.init(field: "admin.listen", running: "127.0.0.1:8081", requested: "none")])
+        XCTAssertNotNil(plan.effective.admin)
+    }
+}
