@@ -150,6 +150,32 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(next - (1000 + 89), Machine.minimumCycleSpacing - 0.0001)
     }
 
+    func testWhileTheRefreshTokenIsInDoubtTheProactiveRefreshWaitsForExpiry() {
+        makeMachine(expiresIn: 3600)
+        let (_, new) = machine.forceRefresh(now: now)
+        record(new)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "timed out", outcomeUnknown: true), after: 10)
+        XCTAssertEqual(admit(), .send(generation: 1), "the token still works: requests flow during the hold-off")
+        advance(1)  // hold-off over
+        record(machine.storeRead(.tokens(machine.tokens), now: now))
+        XCTAssertEqual(timers[.proactive].map { ($0 - monotonic).rounded() }, 3600 - 11, "at expiry, not skew-early")
+        XCTAssertEqual(presentations, 1)
+        advance(3600 - 11)
+        XCTAssertEqual(machine.mode, .reactive, "the token is dead by then: requests wait")
+    }
+
+    func testAFailedProactiveRefreshIsRetriedBeforeExpiryWhileTheTokenServes() {
+        makeMachine(expiresIn: 100) { $0.maxAttempts = 1; $0.backoffSeconds = 0.5 }
+        advance(89)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false), after: 0)
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertFalse(machine.isAccessTokenKnownDead, "a failed refresh says nothing against a token nobody refused")
+        XCTAssertEqual(admit(), .send(generation: 1))
+        XCTAssertEqual(timers[.proactive].map { $0 - monotonic }, 2, "retried ahead of expiry")
+    }
+
     // MARK: - Storm guard
 
     func testStormGuardPassesThrough401sAfterTooManyReactiveRefreshes() {
