@@ -83,6 +83,8 @@ struct RefreshMachine {
     private var proactiveMode = Mode.proactive
     /// A write of unsaved tokens (not a cycle's) is under way.
     private var retryWriteInFlight = false
+    /// The store is being re-read because the hold-off ended (not because the watch saw a change).
+    private var readingStoreAfterHoldOff = false
     private var stopped = false
     private var actions: [Action] = []
 
@@ -482,7 +484,8 @@ struct RefreshMachine {
     /// Rule (the race it prevents: a refresh token presented a second time while the server is still
     /// working on its first presentation; a rotation server then sees a burnt token and revokes the whole
     /// session): after an unknown outcome no refresh token leaves again until that exchange cannot still
-    /// be in progress at the server. Our side of its connection is closed already, and the hold-off lasts
+    /// be in progress at the server. Our side of its connection is closed already (the token endpoint
+    /// client's connection is reset when a request fails), and the hold-off lasts
     /// until `refreshTimeout` plus a backoff have passed since the request was sent; the backoff doubles
     /// with each unknown outcome in a row. Meanwhile requests that need a new token get 503 with
     /// `Retry-After`, and a forced refresh cannot lift it.
@@ -509,6 +512,7 @@ struct RefreshMachine {
     private mutating func holdOffEnded(_ now: Instant) {
         holdOff = nil
         log(.info, "refresh hold-off over", ["unknown_outcomes": "\(unknownOutcomes)"])
+        readingStoreAfterHoldOff = true
         emit(.readStore)
         emit(.publish)
     }
@@ -612,22 +616,24 @@ struct RefreshMachine {
     /// another process's rotation) or was re-read at the end of a hold-off. Not during a cycle: the
     /// cycle re-reads it under the lock itself, and its own write must not look like someone else's.
     mutating func storeRead(_ read: StoreRead, now: Instant) -> [Action] {
+        let afterHoldOff = readingStoreAfterHoldOff
+        readingStoreAfterHoldOff = false
         if case .refreshing = phase { return drain() }
-        switch read {
-        case .unreadable(let error):
-            log(.error, "ignoring changed token file", ["error": error])
-        case .tokens(let stored):
-            if isNewToUs(stored) {
-                let previous = state
-                adopt(stored, now)
-                emit(.count(.adoptedRotation))
-                log(.info, "adopted tokens written to the token file", ["generation": "\(generation)", "previous_state": previous.rawValue])
-                emit(.publish)
-                emit(.release(.renewed(generation: generation)))
-            } else if holdOff == nil {
-                scheduleProactiveRefresh(now)
-            }
+        if case .tokens(let stored) = read, isNewToUs(stored) {
+            let previous = state
+            adopt(stored, now)
+            emit(.count(.adoptedRotation))
+            log(.info, "adopted tokens written to the token file", ["generation": "\(generation)", "previous_state": previous.rawValue])
+            emit(.publish)
+            emit(.release(.renewed(generation: generation)))
+            return drain()
         }
+        if case .unreadable(let error) = read {
+            log(.error, afterHoldOff ? "could not re-read the token file after the refresh hold-off" : "ignoring changed token file",
+                ["error": error])
+        }
+        // Nothing new after the hold-off: the proactive timer (at expiry while in doubt) takes over again.
+        if afterHoldOff { scheduleProactiveRefresh(now) }
         return drain()
     }
 
