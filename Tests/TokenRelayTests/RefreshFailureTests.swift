@@ -191,6 +191,7 @@ final class RefreshTokenSafetyTests: RelayTestCase {
     }
 
     func testUnknownOutcomeIsNotFollowedByAnEarlyRefresh() throws {
+        try skipUnlessSlowTestsEnabled("RefreshMachineTests.testWhileTheRefreshTokenIsInDoubtTheProactiveRefreshWaitsForExpiry; end to end: RefreshHoldOffTests")
         let relay = try startRelay(["timeouts": ["refresh_seconds": 0.4]])
         tokenServer.failureMode = .delay(1.0)
         XCTAssertEqual(try admin(relay, "/refresh", method: "POST").status, 503)
@@ -232,6 +233,7 @@ final class RefreshTokenSafetyTests: RelayTestCase {
     }
 
     func testSubSecondLifetimesAreSpacedOut() throws {
+        try skipUnlessSlowTestsEnabled("RefreshMachineTests.testTokensDueAtOnceAreRefreshedAtMostOncePerSecond; end to end: testZeroLifetimeDoesNotStartARefreshLoop")
         let endpoint = try ScriptedTokenEndpoint { call, _ in
             .json(200, ["access_token": "access-\(call)", "refresh_token": "refresh-\(call)", "expires_in": 0.2])
         }
@@ -301,6 +303,7 @@ final class ReadinessTests: RelayTestCase {
     }
 
     func testFailedProactiveRefreshKeepsAValidTokenReadyUntilItExpires() throws {
+        try skipUnlessSlowTestsEnabled("RefreshMachineTests.testAFailedProactiveRefreshIsRetriedBeforeExpiryWhileTheTokenServes; end to end: ReadinessTests.testTokenPastItsExpiryIsNotReady")
         let tokens = tokenServer.issueInitialTokens()
         try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(6))
         tokenServer.failureMode = .unavailable(status: 503)

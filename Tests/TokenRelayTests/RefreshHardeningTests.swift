@@ -37,35 +37,52 @@ final class RefreshHoldOffTests: RelayTestCase {
         XCTAssertEqual(try admin(relay, "/readyz").status, 200)
     }
 
-    /// The connection is lost before any answer; the server did not rotate. Once the hold-off is over
-    /// (refresh_seconds plus backoff since the request left), the next need presents the token again.
-    func testAfterTheHoldOffTheNextNeedPresentsTheRefreshTokenOnceMore() throws {
-        let calls = Locked<[Double]>([])
+    /// A token endpoint that never answers the first exchange (tokenrelay times out and must close the
+    /// connection) and loses the second one (reset before an answer); neither rotated. Each time the next
+    /// presentation waits for refresh_seconds plus the backoff, doubled the second time, since the last
+    /// one left, and never goes out while the previous connection is still open.
+    func testAfterEachHoldOffTheNextNeedPresentsTheRefreshTokenOnceMore() throws {
+        let sent = Locked<[Double]>([])
+        let firstClosedAt = Locked<Double?>(nil)
         let server = tokenServer!
         let endpoint = try rawUpstream { connection in
             while try connection.readRequest() != nil {
-                let count = calls.withLock { $0.append(ProcessInfo.processInfo.systemUptime); return $0.count }
-                if count == 1 { return connection.resetOnClose() }
+                let count = sent.withLock { $0.append(ProcessInfo.processInfo.systemUptime); return $0.count }
+                if count == 1 {
+                    if connection.waitForPeerClose(timeout: 5) { firstClosedAt.withLock { $0 = ProcessInfo.processInfo.systemUptime } }
+                    return
+                }
+                if count == 2 { return connection.resetOnClose() }
                 let fresh = server.issueInitialTokens()
                 let body = "{\"access_token\":\"\(fresh.access)\",\"refresh_token\":\"\(fresh.refresh)\",\"expires_in\":3600}"
                 try connection.write("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)")
             }
         }
         let relay = try startRelay(["timeouts": ["refresh_seconds": 0.4],
-                                    "refresh": ["token_url": endpoint.baseURL + "/oauth/token", "backoff_seconds": 0.6]])
+                                    "refresh": ["token_url": endpoint.baseURL + "/oauth/token", "backoff_seconds": 0.3]])
         tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay).status, 503)
-        XCTAssertTrue(relay.stderrText.contains("outcome unknown"), relay.stderrText)
+        XCTAssertEqual(try get(relay).status, 503, "timed out: outcome unknown")
         XCTAssertEqual(try get(relay, "/during").status, 503)
-        XCTAssertEqual(calls.withLock { $0.count }, 1)
+        XCTAssertEqual(sent.withLock { $0.count }, 1)
 
-        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/status").bodyText.contains("\"refresh_hold_off\":null")) ?? false })
-        XCTAssertEqual(try get(relay, "/after").status, 200)
-        let times = calls.withLock { $0 }
-        XCTAssertEqual(times.count, 2)
-        if times.count == 2 {
-            XCTAssertGreaterThanOrEqual(times[1] - times[0], 0.95, "refresh_seconds (0.4) plus backoff (0.6) since the first one left")
+        func waitForTheHoldOffToEnd() {
+            XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/status").bodyText.contains("\"refresh_hold_off\":null")) ?? false })
         }
+        waitForTheHoldOffToEnd()
+        XCTAssertEqual(try get(relay, "/second").status, 503, "connection lost: outcome unknown again")
+        XCTAssertEqual(sent.withLock { $0.count }, 2)
+        XCTAssertEqual(try get(relay, "/during-second").status, 503)
+        waitForTheHoldOffToEnd()
+        XCTAssertEqual(try get(relay, "/third").status, 200)
+
+        let times = sent.withLock { $0 }
+        XCTAssertEqual(times.count, 3)
+        guard times.count == 3 else { return }
+        let closed = try XCTUnwrap(firstClosedAt.withLock { $0 }, "tokenrelay closed the timed-out connection")
+        XCTAssertLessThan(closed, times[1], "closed before the refresh token left again")
+        XCTAssertGreaterThanOrEqual(times[1] - times[0], 0.4 + 0.3 - 0.02, "refresh_seconds plus backoff since the first one left")
+        XCTAssertGreaterThanOrEqual(times[2] - times[1], 0.4 + 0.6 - 0.02, "the backoff doubled for the second unknown outcome")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
     }
 
     func testRetryAfterFromTheTokenEndpointSpacesRetriesAndHoldsOffTheNextCycle() throws {

@@ -7,6 +7,7 @@ final class ProactiveRefreshTests: RelayTestCase {
 
     /// Steady load through two-second tokens: clients never see a 401 and the server never sees reuse.
     func testSteadyLoadWithShortTokensShowsNoUnauthorized() throws {
+        try skipUnlessSlowTestsEnabled("RefreshMachineTests.testProactiveRefreshRunsAheadOfExpiryWithoutHoldingRequests; end to end: JWTExpiryTests, ClientCredentialsProactiveTests")
         let tokens = tokenServer.issueInitialTokens()
         try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(2))
         let relay = try startRelay()
@@ -95,6 +96,7 @@ final class ShortLifetimeTests: RelayTestCase {
     override var accessTokenLifetime: Double? { 1 }
 
     func testOneSecondTokensStayUsableWithoutATightLoop() throws {
+        try skipUnlessSlowTestsEnabled("RefreshMachineTests.testTokensDueAtOnceAreRefreshedAtMostOncePerSecond; end to end: RefreshTokenSafetyTests.testZeroLifetimeDoesNotStartARefreshLoop")
         let relay = try startRelay()
         let deadline = Date().addingTimeInterval(4)
         var statuses: [Int: Int] = [:]
@@ -106,6 +108,7 @@ final class ShortLifetimeTests: RelayTestCase {
     }
 
     func testConfiguredSkewLongerThanTheLifetimeIsCappedAtHalf() throws {
+        try skipUnlessSlowTestsEnabled("RefreshTriggerRuleTests.testSkewRules; end to end: RefreshTokenSafetyTests.testZeroLifetimeDoesNotStartARefreshLoop")
         let tokens = tokenServer.issueInitialTokens()
         try writeTokenFile(at: tokenFileURL, access: tokens.access, refresh: tokens.refresh, expiresAt: Date().addingTimeInterval(1))
         let relay = try startRelay(["refresh": ["skew_seconds": 600]])

@@ -68,9 +68,10 @@ final class TokenEndpointClient: OutgoingRequestDelegate {
     /// credentials, or whatever its template names). A transient answer comes with the server's
     /// `Retry-After`, clamped (`RetryAfter`).
     ///
-    /// After a timeout or a lost connection evhttp resets the connection, closing its socket before the
-    /// failure is reported: when the coordinator hears "outcome unknown", our side of that exchange is
-    /// closed, and the next exchange connects afresh.
+    /// When a request fails (timeout, lost connection) evhttp resets the connection, which closes its
+    /// socket; the next exchange connects afresh. The refresh hold-off relies on that: the exchange whose
+    /// outcome is unknown is closed on our side before the refresh token can leave again
+    /// (`RefreshHoldOffTests` watches for the close at the token endpoint).
     func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult, _ retryAfter: Double?) -> Void) {
         precondition(call == nil, "one refresh at a time")
         // Called from the coordinator's attempt (a timer or the lock's callback), never from inside the

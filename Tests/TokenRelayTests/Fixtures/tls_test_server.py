@@ -21,6 +21,7 @@ Options: --cert/--key (server certificate), --client-ca (require a client certif
 --access/--refresh (the initial tokens).
 """
 import argparse
+import socket
 import json
 import ssl
 import sys
@@ -136,6 +137,15 @@ class TLSServer(ThreadingHTTPServer):
             tls = self.context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as error:
             sys.stderr.write("handshake failed: %s\n" % error)
+            # With TLS 1.3 the client has finished its side and sent its request by now. Closing with that
+            # request unread would be a reset, which can overtake our alert: end our side, drain, then close.
+            try:
+                request.settimeout(2)
+                request.shutdown(socket.SHUT_WR)
+                while request.recv(65536):
+                    pass
+            except OSError:
+                pass
             return
         try:
             super().finish_request(tls, client_address)

@@ -1,0 +1,698 @@
+import Foundation
+
+/// The refresh rules as a value: events in, actions out, time passed in with every event. It owns the
+/// tokens in service and their *generation*, and makes sure at most one refresh runs at a time in this
+/// process (and, through the store's lock, across processes), however many requests fail at once.
+///
+/// The race behind all of it: N requests leave with access token A; A expires; N responses come back
+/// 401. Refreshing once per 401 would present the same refresh token N times, and a server with refresh
+/// token rotation treats the second presentation as theft and revokes the whole session.
+///
+/// The file reads in cycle order: a request arrives (admission), a 401 comes back, a cycle starts, takes
+/// the lock, re-reads the store, presents the refresh token, persists the answer, releases the held
+/// requests; then what a cycle leaves behind (hold-off, storm guard, proactive timer, unsaved tokens),
+/// tokens adopted from the store, and shutdown. Each rule names the race it prevents.
+struct RefreshMachine {
+    /// The cycle under way: the phase's data lives in the phase.
+    struct Cycle {
+        var mode: Mode
+        var trigger: Trigger
+        /// The settings it started with: a reload meanwhile applies from the next cycle.
+        var settings: Settings
+        /// Attempts that reached the lock (a lock timeout counts too).
+        var attempt = 0
+        var step: Step
+
+        enum Step {
+            /// Until the attempt timer fires (first attempt, backoff, `Retry-After`).
+            case waiting
+            case acquiringLock
+            case exchanging(sentAt: Double)
+            /// The answer's tokens are being written; `queued` while an earlier retry's write finishes.
+            case persisting(TokenSet, lifetime: Double?, purpose: PersistPurpose, queued: Bool)
+        }
+    }
+
+    enum PersistPurpose {
+        /// Fresh tokens: adopted and released once written.
+        case renewal
+        /// An unusable answer with a rotated refresh token: kept, the cycle still fails with `reason`.
+        case keepRotatedRefreshToken(reason: String)
+    }
+
+    enum Phase {
+        case idle
+        case refreshing(Cycle)
+        case loginRequired
+        case stormPaused(reason: String)
+    }
+
+    /// After an unknown outcome: no refresh token leaves before `until` (monotonic).
+    struct HoldOff {
+        var until: Double
+        var reason: String
+    }
+
+    struct Unsaved {
+        var error: String
+        var failedWrites: Int
+    }
+
+    private(set) var settings: Settings
+    private(set) var tokens: TokenSet
+    private(set) var generation: UInt64 = 1
+    private(set) var phase: Phase = .idle
+    private(set) var holdOff: HoldOff?
+    private(set) var unsaved: Unsaved?
+    private(set) var refreshCount = 0
+    private(set) var lastOutcome: (description: String, at: Date)?
+    /// The generation the upstream last refused, and the one whose cycle after such a refusal ended
+    /// without new tokens (`isAccessTokenKnownDead`).
+    private var refusedGeneration: UInt64?
+    private var deadGeneration: UInt64?
+    private var lifetime: Double?
+    private var unknownOutcomes = 0
+    /// The token endpoint's last `Retry-After`, as the monotonic time before which no attempt starts.
+    private var notBefore = -Double.infinity
+    private var refreshTokenInDoubt = false
+    private var lastCycleStartedAt = -Double.infinity
+    private var reactiveRefreshTimes: [Double] = []
+    /// Refresh tokens this process has presented: never adopt one of them from the store again.
+    private var spentRefreshTokens: [String] = []
+    /// The mode the proactive timer starts its cycle in.
+    private var proactiveMode = Mode.proactive
+    /// A write of unsaved tokens (not a cycle's) is under way.
+    private var retryWriteInFlight = false
+    /// The store is being re-read because the hold-off ended (not because the watch saw a change).
+    private var readingStoreAfterHoldOff = false
+    private var stopped = false
+    private var actions: [Action] = []
+
+    /// A token endpoint that hands out tokens due at once must not turn the proactive timer into a loop.
+    static let minimumCycleSpacing = 1.0
+    static let maximumHoldOffBackoff = 300.0
+    static let maximumSaveRetryDelay = 30.0
+
+    init(tokens stored: TokenSet, settings: Settings, now: Instant) {
+        self.settings = settings
+        let expiry = TokenExpiry.forStoredTokens(stored, now: now.wall)
+        tokens = stored
+        tokens.expiresAt = expiry.expiresAt
+        lifetime = expiry.lifetime
+    }
+
+    // MARK: - Questions the driver and the admin listener ask
+
+    var state: State {
+        switch phase {
+        case .idle: return .ready
+        case .refreshing: return .refreshing
+        case .loginRequired: return .loginRequired
+        case .stormPaused: return .degraded
+        }
+    }
+
+    var mode: Mode? {
+        if case .refreshing(let cycle) = phase { return cycle.mode }
+        return nil
+    }
+
+    /// The upstream refused the current access token and a cycle since then ended without new tokens.
+    var isAccessTokenKnownDead: Bool { deadGeneration == generation }
+
+    /// An exchange with the token endpoint is under way, or its answer is being written: in both cases
+    /// this process may hold the only copy of a rotated refresh token.
+    var isTalkingToTokenEndpoint: Bool {
+        if retryWriteInFlight { return true }
+        guard case .refreshing(let cycle) = phase else { return false }
+        switch cycle.step {
+        case .exchanging, .persisting: return true
+        case .waiting, .acquiringLock: return false
+        }
+    }
+
+    var degradedReason: String? {
+        if case .stormPaused(let reason) = phase { return reason }
+        return holdOff?.reason ?? unsaved.map { "rotated tokens are not saved in the token file: \($0.error)" }
+    }
+
+    private func tokenNeedsReplacing(_ now: Instant) -> Bool {
+        tokens.accessToken.isEmpty || isAccessTokenKnownDead || (tokens.expiresAt.map { $0 <= now.wall } ?? false)
+    }
+
+    // MARK: - Start
+
+    mutating func start(now: Instant) -> [Action] {
+        scheduleProactiveRefresh(now)
+        if tokens.accessToken.isEmpty { startCycle(.reactive, .noToken, now) }
+        return drain()
+    }
+
+    // MARK: - 1. A request arrives
+
+    mutating func admit(now: Instant) -> (Admission, [Action]) {
+        // Hold-off: a dead token cannot be replaced yet; an answer beats a wait longer than the hold.
+        if let retryAfter = holdOffRetryAfter(now), tokenNeedsReplacing(now) { return (.unavailable(retryAfter: retryAfter), drain()) }
+        // No token yet (a grant that fetches its own, whose first fetch failed): fetch one, hold meanwhile.
+        if tokens.accessToken.isEmpty, case .idle = phase { startCycle(.reactive, .noToken, now) }
+        switch phase {
+        case .idle, .stormPaused: return (.send(generation: generation), drain())
+        // During a proactive cycle the current token still works: requests keep flowing.
+        case .refreshing(let cycle) where cycle.mode == .proactive: return (.send(generation: generation), drain())
+        // During a reactive one the token is dead: spending it would only earn another 401.
+        case .refreshing: return (.hold, drain())
+        case .loginRequired: return (.loginRequired, drain())
+        }
+    }
+
+    // MARK: - 2. A 401 comes back
+
+    mutating func unauthorized(sentGeneration: UInt64, now: Instant) -> (UnauthorizedDecision, [Action]) {
+        switch phase {
+        case .loginRequired, .stormPaused: return (.passThrough, drain())
+        default: break
+        }
+        // Stale generation: the request left with an older token, which says nothing against the current
+        // one. Refreshing on it would burn a refresh token for nothing; replay at once.
+        if sentGeneration < generation { return (.replay, drain()) }
+        refusedGeneration = generation
+        if let retryAfter = holdOffRetryAfter(now) {
+            deadGeneration = generation
+            return (.unavailable(retryAfter: retryAfter), drain())
+        }
+        // Coalescing: every 401 for the current generation joins the one cycle.
+        if case .refreshing(var cycle) = phase {
+            if cycle.mode == .proactive {
+                // The token died before the proactive refresh finished: from now on requests wait.
+                cycle.mode = .reactive
+                phase = .refreshing(cycle)
+                log(.info, "access token rejected during a proactive refresh; holding requests until it completes")
+            }
+            return (.hold, drain())
+        }
+        guard stormGuardAllowsRefresh(now) else { return (.passThrough, drain()) }
+        startCycle(.reactive, .unauthorized, now)
+        return (.hold, drain())
+    }
+
+    /// Storm guard: at most `stormMaxRefreshes` 401-triggered refreshes per window. Race it prevents: a
+    /// token endpoint that keeps issuing tokens the API rejects (wrong audience, clock skew) turning into
+    /// an endless refresh loop. Only cycles that reach the token endpoint count (adopting another
+    /// process's rotation is not a storm).
+    private mutating func stormGuardAllowsRefresh(_ now: Instant) -> Bool {
+        reactiveRefreshTimes.removeAll { now.monotonic - $0 >= settings.stormWindowSeconds }
+        guard reactiveRefreshTimes.count >= settings.stormMaxRefreshes else { return true }
+        let reason = "\(reactiveRefreshTimes.count) refreshes within \(Int(settings.stormWindowSeconds)) s and the API still rejects the token"
+        phase = .stormPaused(reason: reason)
+        emit(.count(.stormGuardTrip))
+        log(.error, "storm guard: refreshing paused; passing 401s through", ["reason": reason])
+        let recoverAt = (reactiveRefreshTimes.first ?? now.monotonic) + settings.stormWindowSeconds
+        emit(.schedule(.stormRecovery, at: max(now.monotonic + 0.01, recoverAt)))
+        emit(.publish)
+        return false
+    }
+
+    /// Operator-requested refresh (`POST /refresh`): clears the login latch and the storm guard, joins a
+    /// running cycle. Returns an immediate outcome when it cannot start one.
+    mutating func forceRefresh(now: Instant) -> (immediate: Outcome?, [Action]) {
+        // Not even an operator may lift the hold-off: presenting the refresh token now is the very reuse
+        // it prevents.
+        if let holdOff, state != .refreshing { return (.unavailable(reason: holdOff.reason), drain()) }
+        switch phase {
+        case .loginRequired, .stormPaused: clearLatches(now)
+        default: break
+        }
+        startCycle(.reactive, .forced, now)
+        return (nil, drain())
+    }
+
+    // MARK: - 3. A cycle starts
+
+    private mutating func startCycle(_ mode: Mode, _ trigger: Trigger, _ now: Instant) {
+        guard !stopped, holdOff == nil else { return }
+        if case .refreshing(var cycle) = phase {
+            if mode == .reactive && cycle.mode != .reactive {
+                cycle.mode = .reactive
+                phase = .refreshing(cycle)
+            }
+            return
+        }
+        phase = .refreshing(Cycle(mode: mode, trigger: trigger, settings: settings, step: .waiting))
+        lastCycleStartedAt = now.monotonic
+        emit(.cancel(.proactive))
+        emit(.count(.cycleStarted(trigger)))
+        log(.info, "refresh started", ["trigger": trigger.rawValue, "mode": mode.rawValue, "generation": "\(generation)"])
+        emit(.publish)
+        // The first attempt runs from a timer, never inside this call: the request whose 401 started the
+        // cycle must have joined the held list before a cycle that ends at once (tokens adopted from the
+        // store, no refresh token) releases it. A `Retry-After` from the last cycle still holds: a
+        // server that asked for a pause gets it, however many 401s arrive meanwhile.
+        emit(.schedule(.attempt, at: max(now.monotonic, notBefore)))
+    }
+
+    // MARK: - 4. Take the lock, re-read the store
+
+    private mutating func attemptTimerFired(_ now: Instant) {
+        guard case .refreshing(var cycle) = phase, case .waiting = cycle.step else { return }
+        cycle.step = .acquiringLock
+        phase = .refreshing(cycle)
+        emit(.acquireLock(timeout: cycle.settings.lockTimeout))
+    }
+
+    /// Another process holding the lock past the timeout: counts as an attempt, or it would keep this
+    /// cycle alive forever.
+    mutating func lockTimedOut(now: Instant) -> [Action] {
+        guard case .refreshing(var cycle) = phase, case .acquiringLock = cycle.step else { return drain() }
+        cycle.attempt += 1
+        phase = .refreshing(cycle)
+        transientFailure("timed out waiting for the token file lock", outcomeUnknown: false, retryAfter: 0, lockHeld: false, now)
+        return drain()
+    }
+
+    /// Under the lock, the store as it is now. Race it prevents: another process rotated the tokens
+    /// while we waited; presenting our (burnt) refresh token would be reuse. Its tokens are adopted instead.
+    mutating func lockAcquired(store: StoreRead?, now: Instant) -> [Action] {
+        guard case .refreshing(var cycle) = phase, case .acquiringLock = cycle.step else {
+            emit(.releaseLock)
+            return drain()
+        }
+        if case .tokens(let stored)? = store, isNewToUs(stored) {
+            adopt(stored, now)
+            emit(.count(.adoptedRotation))
+            log(.info, "adopted tokens rotated by another process", ["generation": "\(generation)"])
+            emit(.releaseLock)
+            endCycle(.renewed(generation: generation), description: "adopted from token file", now)
+            return drain()
+        }
+        if cycle.settings.needsRefreshToken && tokens.refreshToken == nil {
+            emit(.releaseLock)
+            reject("refresh impossible: the token file has no refresh_token; login required", [:], now)
+            return drain()
+        }
+        if cycle.attempt == 0 && cycle.trigger == .unauthorized { reactiveRefreshTimes.append(now.monotonic) }
+        cycle.attempt += 1
+        cycle.step = .exchanging(sentAt: now.monotonic)
+        phase = .refreshing(cycle)
+        refreshCount += 1
+        if cycle.settings.needsRefreshToken, let refreshToken = tokens.refreshToken {
+            spentRefreshTokens = Array((spentRefreshTokens + [refreshToken]).suffix(16))
+        }
+        // 5. Present the refresh token (exactly once per attempt; never by anyone but this cycle).
+        emit(.presentRefreshToken(tokens))
+        return drain()
+    }
+
+    private func isNewToUs(_ candidate: TokenSet) -> Bool {
+        let changed = candidate.accessToken != tokens.accessToken || candidate.refreshToken != tokens.refreshToken
+        let spent = candidate.refreshToken.map { spentRefreshTokens.contains($0) } ?? false
+        return changed && !spent
+    }
+
+    // MARK: - 6. The token endpoint answers
+
+    mutating func tokenEndpointAnswered(_ result: TokenEndpointResult, retryAfter: Double?, now: Instant) -> [Action] {
+        guard case .refreshing(let cycle) = phase, case .exchanging(let sentAt) = cycle.step else { return drain() }
+        emit(.count(.refreshDuration(max(0, now.monotonic - sentAt))))
+        if let retryAfter { notBefore = now.monotonic + retryAfter }
+        switch result {
+        case .granted(let grant):
+            emit(.count(.refreshOutcome("success")))
+            let (next, lifetime) = tokens.renewed(by: grant, now: now.wall)
+            emit(.redact([next.accessToken, next.refreshToken]))
+            for warning in grant.warnings { log(.warning, "token endpoint answer: \(warning)") }
+            persist(next, lifetime: lifetime, purpose: .renewal, cycle)
+        case .rejected(let status, let oauthError):
+            emit(.count(.refreshError(code: oauthError ?? "http_\(status)")))
+            emit(.releaseLock)
+            reject("refresh rejected; login required", ["status": "\(status)", "error": oauthError ?? "none"], now)
+        case .transient(let reason, let outcomeUnknown):
+            transientFailure(reason, outcomeUnknown: outcomeUnknown, retryAfter: retryAfter ?? 0, lockHeld: true, now)
+        case .unusable(let reason):
+            emit(.releaseLock)
+            reject("refresh impossible; login required", ["reason": reason], now)
+        case .invalidResponse(let reason, let rotation):
+            emit(.count(.refreshOutcome("invalid_response")))
+            log(.error, "refresh failed: invalid token endpoint response", ["reason": reason])
+            switch rotation {
+            case .rotated(let refreshToken) where cycle.settings.needsRefreshToken:
+                // Race it prevents: the old refresh token is burnt by this answer; dropping the new one
+                // would leave us presenting a burnt token next time.
+                var kept = tokens
+                kept.refreshToken = refreshToken
+                emit(.redact([kept.accessToken, refreshToken]))
+                persist(kept, lifetime: lifetime, purpose: .keepRotatedRefreshToken(reason: reason), cycle)
+            case .unknown where cycle.settings.needsRefreshToken:
+                refreshTokenInDoubt = true
+                startHoldOff(sentAt: sentAt, reason: reason, now)
+                emit(.releaseLock)
+                giveUp(reason: reason, now)
+            default:
+                emit(.releaseLock)
+                giveUp(reason: reason, now)
+            }
+        }
+        emit(.tokenEndpointIdle)
+        return drain()
+    }
+
+    private mutating func transientFailure(_ reason: String, outcomeUnknown: Bool, retryAfter: Double, lockHeld: Bool, _ now: Instant) {
+        guard case .refreshing(var cycle) = phase else { return }
+        if lockHeld { emit(.releaseLock) }
+        emit(.count(.refreshOutcome("transient_failure")))
+        var metadata = ["reason": reason, "attempt": "\(cycle.attempt)"]
+        if outcomeUnknown { metadata["outcome"] = "unknown" }
+        if outcomeUnknown && cycle.settings.needsRefreshToken, case .exchanging(let sentAt) = cycle.step {
+            // Unknown outcome: the server may have rotated the refresh token and may still be working on
+            // it. End the cycle and hold off (`startHoldOff`).
+            refreshTokenInDoubt = true
+            startHoldOff(sentAt: sentAt, reason: reason, now)
+            metadata["hold_off_seconds"] = String(format: "%.2f", (holdOff?.until ?? now.monotonic) - now.monotonic)
+            log(.error, "refresh outcome unknown; not retrying now (the refresh token may already be rotated)", metadata)
+            return giveUp(reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again for now", now)
+        }
+        guard cycle.attempt < cycle.settings.maxAttempts, !stopped else {
+            log(.error, "refresh failed; giving up for now", metadata)
+            return giveUp(reason: reason, now)
+        }
+        // Backoff, doubled per attempt with ±20 % jitter; a server's Retry-After wins over a shorter one
+        // (no retry storm against a token endpoint that said how long it needs).
+        let exponent = Double(min(max(0, cycle.attempt - 1), 20))
+        let backoff = cycle.settings.backoffSeconds * pow(2, exponent) * (0.8 + 0.4 * now.jitter)
+        let delay = max(backoff, retryAfter)
+        metadata["retry_in"] = String(format: "%.2fs", delay)
+        log(.warning, outcomeUnknown ? "refresh outcome unknown; retrying" : "refresh failed; retrying", metadata)
+        cycle.step = .waiting
+        phase = .refreshing(cycle)
+        emit(.schedule(.attempt, at: now.monotonic + delay))
+    }
+
+    // MARK: - 7. Persist before release
+
+    /// Race it prevents: the old refresh token is burnt the moment the server answered; releasing held
+    /// requests (or crashing) before the new one is on disk could lose the session. The cycle stays open
+    /// meanwhile, so held requests stay held and no second cycle starts. One write at a time: an
+    /// earlier retry's write finishes first, so older tokens can never land after newer ones.
+    private mutating func persist(_ next: TokenSet, lifetime: Double?, purpose: PersistPurpose, _ cycle: Cycle) {
+        var cycle = cycle
+        cycle.step = .persisting(next, lifetime: lifetime, purpose: purpose, queued: retryWriteInFlight)
+        phase = .refreshing(cycle)
+        if !retryWriteInFlight { emit(.persist(next)) }
+    }
+
+    mutating func persisted(now: Instant) -> [Action] {
+        writeFinished(error: nil, now)
+        return drain()
+    }
+
+    mutating func persistFailed(_ error: String, now: Instant) -> [Action] {
+        writeFinished(error: error, now)
+        return drain()
+    }
+
+    private mutating func writeFinished(error: String?, _ now: Instant) {
+        if retryWriteInFlight {
+            retryWriteInFlight = false
+            if let error { markUnsaved(error, now) } else { markSaved() }
+            // A cycle's write that queued behind it goes now, before anyone hears "idle".
+            if case .refreshing(var cycle) = phase, case .persisting(let next, let lifetime, let purpose, true) = cycle.step {
+                cycle.step = .persisting(next, lifetime: lifetime, purpose: purpose, queued: false)
+                phase = .refreshing(cycle)
+                emit(.persist(next))
+            }
+            emit(.tokenEndpointIdle)
+            return
+        }
+        guard case .refreshing(let cycle) = phase, case .persisting(let next, let lifetime, let purpose, false) = cycle.step else { return }
+        // Serving beats failing: the new tokens are used even if they could not be written, but the
+        // state is loud (`markUnsaved`).
+        if let error { markUnsaved(error, now) } else { markSaved() }
+        switch purpose {
+        case .renewal:
+            adopt(next, lifetime: lifetime, now)
+            emit(.releaseLock)
+            log(.info, "refresh succeeded", ["generation": "\(generation)", "attempt": "\(cycle.attempt)",
+                                              "expires_at": tokens.expiresAt.map(Timestamp.format) ?? "unknown"])
+            endCycle(.renewed(generation: generation), description: "success", now)
+        case .keepRotatedRefreshToken(let reason):
+            tokens.refreshToken = next.refreshToken
+            emit(.releaseLock)
+            log(.warning, "kept the rotated refresh token from the unusable answer")
+            giveUp(reason: reason, now)
+        }
+        emit(.tokenEndpointIdle)
+    }
+
+    // MARK: - 8. The cycle ends
+
+    private mutating func endCycle(_ outcome: Outcome, description: String, _ now: Instant) {
+        emit(.cancel(.attempt))
+        if case .refreshing = phase { phase = .idle }
+        lastOutcome = (description, now.wall)
+        emit(.publish)
+        emit(.release(outcome))
+    }
+
+    /// Ends a cycle without new tokens. A still-valid token keeps being used, and a proactive refresh is
+    /// tried again later (at expiry, not before, while the refresh token is in doubt).
+    private mutating func giveUp(reason: String, _ now: Instant) {
+        phase = .idle
+        if refusedGeneration == generation { deadGeneration = generation }
+        endCycle(.unavailable(reason: reason), description: "failed: \(reason)", now)
+        guard let expiresAt = tokens.expiresAt, expiresAt > now.wall, settings.proactive, !stopped else { return }
+        if refreshTokenInDoubt {
+            scheduleProactiveRefresh(now)
+        } else {
+            let remaining = expiresAt.timeIntervalSince(now.wall)
+            let delay = max(Self.minimumCycleSpacing, min(max(settings.backoffSeconds * 4, 1), remaining / 2))
+            proactiveMode = .proactive
+            emit(.schedule(.proactive, at: now.monotonic + delay))
+        }
+    }
+
+    /// The credentials are dead: say why once, latch "login required". No storm: nothing refreshes until
+    /// the store changes or an operator forces a refresh.
+    private mutating func reject(_ message: String, _ metadata: [String: String], _ now: Instant) {
+        emit(.count(.refreshOutcome("rejected")))
+        log(.error, message, metadata)
+        phase = .loginRequired
+        emit(.cancel(.proactive))
+        endCycle(.rejected, description: "rejected: login required", now)
+    }
+
+    // MARK: - 9. The refresh hold-off after an unknown outcome
+
+    /// Rule (the race it prevents: a refresh token presented a second time while the server is still
+    /// working on its first presentation; a rotation server then sees a burnt token and revokes the whole
+    /// session): after an unknown outcome no refresh token leaves again until that exchange cannot still
+    /// be in progress at the server. Our side of its connection is closed already (the token endpoint
+    /// client's connection is reset when a request fails), and the hold-off lasts
+    /// until `refreshTimeout` plus a backoff have passed since the request was sent; the backoff doubles
+    /// with each unknown outcome in a row. Meanwhile requests that need a new token get 503 with
+    /// `Retry-After`, and a forced refresh cannot lift it.
+    private mutating func startHoldOff(sentAt: Double, reason: String, _ now: Instant) {
+        unknownOutcomes += 1
+        let exponent = Double(min(unknownOutcomes - 1, 20))
+        let backoff = min(settings.backoffSeconds * pow(2, exponent), Self.maximumHoldOffBackoff)
+        let until = sentAt + settings.refreshTimeout + backoff
+        let readable = Timestamp.format(now.wall.addingTimeInterval(until - now.monotonic))
+        holdOff = HoldOff(until: until, reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again before \(readable)")
+        emit(.schedule(.holdOff, at: until))
+        emit(.publish)
+    }
+
+    private func holdOffRetryAfter(_ now: Instant) -> Int? {
+        guard let holdOff else { return nil }
+        let remaining = holdOff.until - now.monotonic
+        guard remaining > 0 else { return nil }
+        return Int(min(remaining, 3600).rounded(.up))
+    }
+
+    /// The hold-off is over: the store first (another process may hold the answer we missed), then the
+    /// next need starts a cycle that presents the refresh token once more.
+    private mutating func holdOffEnded(_ now: Instant) {
+        holdOff = nil
+        log(.info, "refresh hold-off over", ["unknown_outcomes": "\(unknownOutcomes)"])
+        readingStoreAfterHoldOff = true
+        emit(.readStore)
+        emit(.publish)
+    }
+
+    // MARK: - 10. Proactive refresh
+
+    /// Ahead of expiry by the skew (plus jitter that spreads a fleet that got its tokens together); at
+    /// expiry and not before while the refresh token is in doubt (race it prevents: presenting a
+    /// maybe-rotated refresh token early, when nothing needs it yet). Time-triggered cycles are spaced by
+    /// `minimumCycleSpacing`.
+    private mutating func scheduleProactiveRefresh(_ now: Instant) {
+        emit(.cancel(.proactive))
+        guard settings.proactive, !stopped, state != .loginRequired, let expiresAt = tokens.expiresAt, let lifetime else { return }
+        var delay = expiresAt.timeIntervalSince(now.wall)
+        if !refreshTokenInDoubt {
+            let skew = TokenExpiry.skew(lifetime: lifetime, configured: settings.skewSeconds)
+            delay -= skew + now.jitter * skew * 0.2
+        }
+        delay = max(delay, lastCycleStartedAt + Self.minimumCycleSpacing - now.monotonic)
+        if delay <= 0 {
+            // Already due: an expired token is useless, so requests wait for the new one; one inside the
+            // skew still works meanwhile.
+            proactiveMode = expiresAt > now.wall ? .proactive : .reactive
+        } else {
+            proactiveMode = refreshTokenInDoubt ? .reactive : .proactive
+        }
+        emit(.schedule(.proactive, at: now.monotonic + max(0, delay)))
+    }
+
+    // MARK: - 11. Timers
+
+    mutating func timerFired(_ timer: Timer, now: Instant) -> [Action] {
+        switch timer {
+        case .attempt: attemptTimerFired(now)
+        case .proactive:
+            if case .idle = phase { startCycle(proactiveMode, proactiveMode == .proactive ? .expiring : .expired, now) }
+        case .stormRecovery:
+            if case .stormPaused = phase {
+                clearLatches(now)
+                log(.info, "storm guard: window passed; refreshing allowed again")
+            }
+        case .holdOff: holdOffEnded(now)
+        case .saveRetry: retrySave(now)
+        }
+        return drain()
+    }
+
+    private mutating func clearLatches(_ now: Instant) {
+        phase = .idle
+        emit(.cancel(.stormRecovery))
+        reactiveRefreshTimes = []
+        scheduleProactiveRefresh(now)
+        emit(.publish)
+    }
+
+    // MARK: - 12. Unsaved tokens
+
+    /// Rotated tokens that could not be written stay in service, visibly (`degradedReason`, the unsaved
+    /// gauge), and the write is retried with backoff until it succeeds. Race it prevents: a restart (or
+    /// another process) reading the burnt refresh token that is still on disk.
+    private mutating func markUnsaved(_ error: String, _ now: Instant) {
+        emit(.count(.tokenFileWriteFailure))
+        let failedWrites = (unsaved?.failedWrites ?? 0) + 1
+        unsaved = Unsaved(error: error, failedWrites: failedWrites)
+        if failedWrites == 1 {
+            log(.critical, "could not persist refreshed tokens; a restart now would need a new login; retrying the write", ["error": error])
+        }
+        let exponent = Double(min(failedWrites - 1, 20))
+        let delay = min(max(settings.backoffSeconds, 0.05) * pow(2, exponent), Self.maximumSaveRetryDelay)
+        emit(.schedule(.saveRetry, at: now.monotonic + delay))
+        emit(.publish)
+    }
+
+    private mutating func markSaved() {
+        if let unsaved { log(.warning, "tokens saved to the token file after failed writes", ["failed_writes": "\(unsaved.failedWrites)"]) }
+        unsaved = nil
+        emit(.cancel(.saveRetry))
+        emit(.publish)
+    }
+
+    /// A cycle under way writes newer tokens itself; otherwise the tokens in service are written again.
+    private mutating func retrySave(_ now: Instant) {
+        guard let unsaved, !retryWriteInFlight else { return }
+        if case .refreshing = phase {
+            emit(.schedule(.saveRetry, at: now.monotonic + max(settings.backoffSeconds, 0.05)))
+            return
+        }
+        log(.info, "retrying the token file write", ["failed_writes": "\(unsaved.failedWrites)"])
+        retryWriteInFlight = true
+        emit(.persist(tokens))
+    }
+
+    /// Whether tokens in service are not in the store (the driver's last write at exit).
+    var hasUnsavedTokens: Bool { unsaved != nil }
+
+    mutating func savedAtExit() { unsaved = nil }
+
+    // MARK: - 13. Tokens from the store
+
+    /// The store changed under us (an operator seeding tokens after "login required", `token import`,
+    /// another process's rotation) or was re-read at the end of a hold-off. Not during a cycle: the
+    /// cycle re-reads it under the lock itself, and its own write must not look like someone else's.
+    mutating func storeRead(_ read: StoreRead, now: Instant) -> [Action] {
+        let afterHoldOff = readingStoreAfterHoldOff
+        readingStoreAfterHoldOff = false
+        if case .refreshing = phase { return drain() }
+        if case .tokens(let stored) = read, isNewToUs(stored) {
+            let previous = state
+            adopt(stored, now)
+            emit(.count(.adoptedRotation))
+            log(.info, "adopted tokens written to the token file", ["generation": "\(generation)", "previous_state": previous.rawValue])
+            emit(.publish)
+            emit(.release(.renewed(generation: generation)))
+            return drain()
+        }
+        if case .unreadable(let error) = read {
+            log(.error, afterHoldOff ? "could not re-read the token file after the refresh hold-off" : "ignoring changed token file",
+                ["error": error])
+        }
+        // Nothing new after the hold-off: the proactive timer (at expiry while in doubt) takes over again.
+        if afterHoldOff { scheduleProactiveRefresh(now) }
+        return drain()
+    }
+
+    /// Stored tokens (not fresh from the token endpoint): the expiry comes from the store or the JWT.
+    private mutating func adopt(_ stored: TokenSet, _ now: Instant) {
+        let expiry = TokenExpiry.forStoredTokens(stored, now: now.wall)
+        var next = stored
+        next.expiresAt = expiry.expiresAt
+        // Tokens someone else wrote supersede ours: nothing of ours is left to save.
+        if unsaved != nil {
+            unsaved = nil
+            emit(.cancel(.saveRetry))
+        }
+        adopt(next, lifetime: expiry.lifetime, now)
+    }
+
+    /// Makes `next` the tokens in service with a new generation; new tokens settle every doubt.
+    private mutating func adopt(_ next: TokenSet, lifetime: Double?, _ now: Instant) {
+        emit(.redact([next.accessToken, next.refreshToken]))
+        tokens = next
+        self.lifetime = lifetime
+        generation += 1
+        refreshTokenInDoubt = false
+        holdOff = nil
+        unknownOutcomes = 0
+        emit(.cancel(.holdOff))
+        if case .stormPaused = phase { phase = .idle }
+        if case .loginRequired = phase { phase = .idle }
+        scheduleProactiveRefresh(now)
+    }
+
+    // MARK: - 14. Settings and shutdown
+
+    /// Live reload: a cycle in flight finishes with the settings it started with; the next uses these.
+    mutating func apply(_ settings: Settings, now: Instant) -> [Action] {
+        self.settings = settings
+        if case .idle = phase { scheduleProactiveRefresh(now) }
+        return drain()
+    }
+
+    /// Graceful shutdown: no new cycle, retry or proactive refresh starts. An attempt already due and an
+    /// exchange already talking to the token endpoint finish, because the answer may carry the only copy
+    /// of a rotated refresh token (the drain waits for `isTalkingToTokenEndpoint`).
+    mutating func shutdown(now: Instant) -> [Action] {
+        stopped = true
+        emit(.cancel(.proactive))
+        return drain()
+    }
+
+    // MARK: - Plumbing
+
+    private mutating func emit(_ action: Action) { actions.append(action) }
+
+    private mutating func log(_ level: LogLevel, _ message: String, _ metadata: [String: String] = [:]) {
+        emit(.log(level, message, metadata))
+    }
+
+    private mutating func drain() -> [Action] {
+        defer { actions = [] }
+        return actions
+    }
+}

@@ -1,0 +1,442 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+/// The refresh rules, in process, with a manual clock: every rule of `RefreshMachine` in milliseconds.
+final class RefreshMachineTests: XCTestCase {
+    typealias Machine = RefreshMachine
+    typealias Action = RefreshMachine.Action
+
+    private var monotonic = 1000.0
+    private var wall = Date(timeIntervalSince1970: 1_800_000_000)
+    private var machine: Machine!
+    /// Armed timers and when they fire (monotonic), as the driver would keep them.
+    private var timers: [Machine.Timer: Double] = [:]
+    /// Everything the machine asked for, in order.
+    private var actions: [Action] = []
+
+    private var now: Machine.Instant { Machine.Instant(monotonic: monotonic, wall: wall, jitter: 0.5) }
+
+    private func makeMachine(expiresIn: Double? = 3600, refreshToken: String? = "r1", _ configure: (inout Machine.Settings) -> Void = { _ in }) {
+        var settings = Machine.Settings()
+        settings.backoffSeconds = 0.5
+        settings.refreshTimeout = 10
+        configure(&settings)
+        let tokens = TokenSet(accessToken: "a1", refreshToken: refreshToken, expiresAt: expiresIn.map { wall.addingTimeInterval($0) })
+        machine = Machine(tokens: tokens, settings: settings, now: now)
+        record(machine.start(now: now))
+    }
+
+    @discardableResult
+    private func record(_ new: [Action]) -> [Action] {
+        for action in new {
+            switch action {
+            case .schedule(let timer, let at): timers[timer] = at
+            case .cancel(let timer): timers[timer] = nil
+            default: break
+            }
+        }
+        actions += new
+        return new
+    }
+
+    /// Moves the clock forward, firing due timers in order.
+    private func advance(_ seconds: Double) {
+        let target = monotonic + seconds
+        while let (timer, at) = timers.filter({ $0.value <= target }).min(by: { $0.value < $1.value }) {
+            wall = wall.addingTimeInterval(max(0, at - monotonic))
+            monotonic = max(monotonic, at)
+            timers[timer] = nil
+            record(machine.timerFired(timer, now: now))
+        }
+        wall = wall.addingTimeInterval(target - monotonic)
+        monotonic = target
+    }
+
+    private func admit() -> Machine.Admission {
+        let (admission, new) = machine.admit(now: now)
+        record(new)
+        return admission
+    }
+
+    private func unauthorized(_ generation: UInt64) -> Machine.UnauthorizedDecision {
+        let (decision, new) = machine.unauthorized(sentGeneration: generation, now: now)
+        record(new)
+        return decision
+    }
+
+    private func count(_ predicate: (Action) -> Bool) -> Int { actions.filter(predicate).count }
+    private var presentations: Int { count { if case .presentRefreshToken = $0 { return true } else { return false } } }
+    private var releases: [Machine.Outcome] { actions.compactMap { if case .release(let outcome) = $0 { return outcome } else { return nil } } }
+    private var writes: [TokenSet] { actions.compactMap { if case .persist(let tokens) = $0 { return tokens } else { return nil } } }
+
+    private func grant(_ access: String, _ refresh: String, expiresIn: Double = 3600) -> TokenEndpointResult {
+        .granted(TokenGrant(accessToken: access, refreshToken: refresh, expiresIn: expiresIn))
+    }
+
+    /// Runs the cycle's next attempt up to the token endpoint (the store holds what we hold).
+    private func attemptReachesTokenEndpoint(store: TokenSet? = nil) {
+        advance(0)
+        guard case .refreshing(let cycle) = machine.phase, case .acquiringLock = cycle.step else { return XCTFail("lock not requested") }
+        record(machine.lockAcquired(store: .tokens(store ?? machine.tokens), now: now))
+    }
+
+    private func answer(_ result: TokenEndpointResult, retryAfter: Double? = nil, after seconds: Double = 0.05) {
+        advance(seconds)
+        record(machine.tokenEndpointAnswered(result, retryAfter: retryAfter, now: now))
+    }
+
+    private func renewViaUnauthorized(_ access: String, _ refresh: String) {
+        XCTAssertEqual(unauthorized(machine.generation), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant(access, refresh))
+        record(machine.persisted(now: now))
+    }
+
+    // MARK: - Coalescing and generations
+
+    func testABurstOf401sForOneGenerationCausesOnePresentation() {
+        makeMachine()
+        XCTAssertEqual(admit(), .send(generation: 1))
+        for _ in 0..<50 { XCTAssertEqual(unauthorized(1), .hold) }
+        XCTAssertEqual(admit(), .hold, "new requests wait during a reactive cycle")
+        XCTAssertFalse(actions.contains { if case .acquireLock = $0 { return true } else { return false } },
+                       "the first attempt never runs inside the call that started the cycle")
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        XCTAssertEqual(releases, [], "persist before release")
+        XCTAssertEqual(writes.last?.refreshToken, "r2")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(presentations, 1)
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(admit(), .send(generation: 2))
+        XCTAssertTrue(actions.contains(.releaseLock))
+    }
+
+    func testA401FromAnOlderGenerationIsReplayedWithoutARefresh() {
+        makeMachine()
+        renewViaUnauthorized("a2", "r2")
+        let before = actions.count
+        XCTAssertEqual(unauthorized(1), .replay)
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertEqual(actions.count, before)
+    }
+
+    // MARK: - Proactive refresh
+
+    func testProactiveRefreshRunsAheadOfExpiryWithoutHoldingRequests() {
+        makeMachine(expiresIn: 100)  // lifetime 100 s: skew 10 s, plus jitter 0.5 × 20 % of it
+        XCTAssertEqual(timers[.proactive], 1000 + 89)
+        advance(89)
+        XCTAssertEqual(machine.state, .refreshing)
+        XCTAssertEqual(machine.mode, .proactive)
+        XCTAssertEqual(admit(), .send(generation: 1), "the current token still works")
+        XCTAssertEqual(unauthorized(1), .hold, "a 401 meanwhile joins the cycle")
+        XCTAssertEqual(machine.mode, .reactive)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2", expiresIn: 100))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(presentations, 1)
+        XCTAssertEqual(timers[.proactive].map { $0 - monotonic }, 89)
+    }
+
+    func testTokensDueAtOnceAreRefreshedAtMostOncePerSecond() {
+        makeMachine(expiresIn: 100)
+        advance(89)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2", expiresIn: 0.2))
+        record(machine.persisted(now: now))
+        let next = timers[.proactive] ?? 0
+        XCTAssertGreaterThanOrEqual(next - (1000 + 89), Machine.minimumCycleSpacing - 0.0001)
+    }
+
+    func testWhileTheRefreshTokenIsInDoubtTheProactiveRefreshWaitsForExpiry() {
+        makeMachine(expiresIn: 3600)
+        let (_, new) = machine.forceRefresh(now: now)
+        record(new)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "timed out", outcomeUnknown: true), after: 10)
+        XCTAssertEqual(admit(), .send(generation: 1), "the token still works: requests flow during the hold-off")
+        advance(1)  // hold-off over
+        record(machine.storeRead(.tokens(machine.tokens), now: now))
+        XCTAssertEqual(timers[.proactive].map { ($0 - monotonic).rounded() }, 3600 - 11, "at expiry, not skew-early")
+        XCTAssertEqual(presentations, 1)
+        advance(3600 - 11)
+        XCTAssertEqual(machine.mode, .reactive, "the token is dead by then: requests wait")
+    }
+
+    func testAFailedProactiveRefreshIsRetriedBeforeExpiryWhileTheTokenServes() {
+        makeMachine(expiresIn: 100) { $0.maxAttempts = 1; $0.backoffSeconds = 0.5 }
+        advance(89)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false), after: 0)
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertFalse(machine.isAccessTokenKnownDead, "a failed refresh says nothing against a token nobody refused")
+        XCTAssertEqual(admit(), .send(generation: 1))
+        XCTAssertEqual(timers[.proactive].map { $0 - monotonic }, 2, "retried ahead of expiry")
+    }
+
+    // MARK: - Storm guard
+
+    func testStormGuardPassesThrough401sAfterTooManyReactiveRefreshes() {
+        makeMachine { $0.stormMaxRefreshes = 2; $0.stormWindowSeconds = 30 }
+        renewViaUnauthorized("a2", "r2")
+        renewViaUnauthorized("a3", "r3")
+        XCTAssertEqual(unauthorized(3), .passThrough)
+        XCTAssertEqual(machine.state, .degraded)
+        XCTAssertNotNil(machine.degradedReason)
+        XCTAssertEqual(presentations, 2)
+        advance(31)
+        XCTAssertEqual(machine.state, .ready, "the window passed")
+        XCTAssertEqual(unauthorized(3), .hold)
+    }
+
+    // MARK: - Unknown outcome: the hold-off
+
+    func testNoRefreshTokenLeavesBeforeRefreshTimeoutPlusBackoffSinceTheUnknownOutcomeWasSent() {
+        makeMachine { $0.refreshTimeout = 10; $0.backoffSeconds = 1 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        let sentAt = monotonic
+        answer(.transient(reason: "token endpoint timed out", outcomeUnknown: true), after: 10)
+        XCTAssertEqual(releases, [.unavailable(reason: "refresh outcome unknown (token endpoint timed out); the refresh token is not presented again for now")])
+        XCTAssertEqual(timers[.holdOff], sentAt + 10 + 1)
+        XCTAssertEqual(unauthorized(1), .unavailable(retryAfter: 1))
+        XCTAssertEqual(admit(), .unavailable(retryAfter: 1), "the token is known dead")
+        let (immediate, new) = machine.forceRefresh(now: now)
+        record(new)
+        XCTAssertNotNil(immediate, "a forced refresh cannot lift the hold-off")
+        XCTAssertTrue(machine.degradedReason?.contains("outcome unknown") ?? false)
+        XCTAssertEqual(presentations, 1)
+
+        advance(1)
+        XCTAssertEqual(actions.last(where: { $0 == .readStore }), .readStore, "the store is re-read first")
+        record(machine.storeRead(.tokens(machine.tokens), now: now))
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 2)
+        let secondSentAt = monotonic
+        answer(.transient(reason: "connection lost", outcomeUnknown: true), after: 0.2)
+        XCTAssertEqual(timers[.holdOff], secondSentAt + 10 + 2, "the backoff doubles for unknown outcomes in a row")
+    }
+
+    func testTokensInTheStoreEndTheHoldOff() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "timed out", outcomeUnknown: true), after: 10)
+        record(machine.storeRead(.tokens(TokenSet(accessToken: "a-other", refreshToken: "r-other")), now: now))
+        XCTAssertEqual(releases.last, .renewed(generation: 2))
+        XCTAssertNil(machine.holdOff)
+        XCTAssertEqual(admit(), .send(generation: 2))
+    }
+
+    func testAnUnreadableAnswerHoldsOffToo() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.invalidResponse(reason: "response body is not a JSON object", rotation: .unknown))
+        XCTAssertNotNil(machine.holdOff)
+        XCTAssertEqual(unauthorized(1), .unavailable(retryAfter: 11))
+    }
+
+    func testClientCredentialsRetryAnUnknownOutcome() {
+        makeMachine(refreshToken: nil) { $0.needsRefreshToken = false }
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "timed out", outcomeUnknown: true))
+        XCTAssertNil(machine.holdOff, "nothing to burn: no hold-off")
+        XCTAssertEqual(machine.state, .refreshing)
+    }
+
+    // MARK: - Retry-After
+
+    func testRetryAfterSpacesRetriesAndHoldsOffTheNextCycle() {
+        makeMachine { $0.maxAttempts = 2; $0.backoffSeconds = 0.05 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "token endpoint answered 429", outcomeUnknown: false), retryAfter: 5)
+        XCTAssertEqual(timers[.attempt], monotonic + 5, "Retry-After wins over the 0.05 s backoff")
+        advance(5)
+        record(machine.lockAcquired(store: .tokens(machine.tokens), now: now))
+        answer(.transient(reason: "token endpoint answered 429", outcomeUnknown: false), retryAfter: 5)
+        XCTAssertEqual(machine.state, .ready, "attempts exhausted")
+        let askedAt = monotonic
+        XCTAssertEqual(unauthorized(1), .hold)
+        XCTAssertEqual(timers[.attempt], askedAt + 5, "the next cycle waits for the last Retry-After too")
+    }
+
+    func testTransientFailuresAreRetriedWithBackoffThenGiveUp() {
+        makeMachine { $0.maxAttempts = 3; $0.backoffSeconds = 1 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        for attempt in 1...3 {
+            attemptReachesTokenEndpoint()
+            answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false))
+            if attempt < 3 { XCTAssertEqual(timers[.attempt].map { $0 - monotonic }, pow(2, Double(attempt - 1))) }
+            advance(timers[.attempt].map { $0 - monotonic } ?? 0)
+        }
+        XCTAssertEqual(presentations, 3)
+        XCTAssertEqual(releases, [.unavailable(reason: "token endpoint answered 503")])
+        XCTAssertTrue(machine.isAccessTokenKnownDead)
+    }
+
+    // MARK: - Login required
+
+    func testARejectedRefreshLatchesLoginRequired() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.rejected(status: 400, oauthError: "invalid_grant"))
+        XCTAssertEqual(releases, [.rejected])
+        XCTAssertEqual(machine.state, .loginRequired)
+        XCTAssertEqual(admit(), .loginRequired)
+        XCTAssertEqual(unauthorized(1), .passThrough)
+        XCTAssertEqual(presentations, 1, "no storm")
+        XCTAssertTrue(actions.contains(.count(.refreshError(code: "invalid_grant"))))
+        let (immediate, new) = machine.forceRefresh(now: now)
+        record(new)
+        XCTAssertNil(immediate)
+        XCTAssertEqual(machine.state, .refreshing, "an operator clears the latch")
+    }
+
+    func testNoRefreshTokenMeansLoginRequiredWithoutPresentingAnything() {
+        makeMachine(refreshToken: nil)
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 0)
+        XCTAssertEqual(machine.state, .loginRequired)
+    }
+
+    // MARK: - Tokens from the store
+
+    func testTokensAnotherProcessRotatedAreAdoptedUnderTheLock() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint(store: TokenSet(accessToken: "a-other", refreshToken: "r-other"))
+        XCTAssertEqual(presentations, 0, "a burnt refresh token is never presented")
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(machine.tokens.refreshToken, "r-other")
+    }
+
+    func testAStoreHoldingARefreshTokenWePresentedIsNotAdopted() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false))
+        advance(1)
+        record(machine.lockAcquired(store: .tokens(TokenSet(accessToken: "a-old", refreshToken: "r1")), now: now))
+        XCTAssertEqual(presentations, 2)
+        XCTAssertEqual(machine.generation, 1)
+    }
+
+    func testAChangedStoreClearsLoginRequired() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.rejected(status: 400, oauthError: "invalid_grant"))
+        record(machine.storeRead(.tokens(TokenSet(accessToken: "a-new", refreshToken: "r-new")), now: now))
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertEqual(admit(), .send(generation: 2))
+    }
+
+    // MARK: - Persist failures
+
+    func testUnsavedTokensAreServedVisiblyAndTheWriteIsRetriedWithBackoff() {
+        makeMachine { $0.backoffSeconds = 0.5 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.persistFailed("No such file or directory", now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)], "serving beats failing")
+        XCTAssertTrue(machine.hasUnsavedTokens)
+        XCTAssertTrue(machine.degradedReason?.contains("not saved") ?? false)
+        XCTAssertEqual(timers[.saveRetry], monotonic + 0.5)
+        advance(0.5)
+        XCTAssertEqual(writes.count, 2)
+        XCTAssertEqual(writes.last?.refreshToken, "r2")
+        record(machine.persistFailed("No such file or directory", now: now))
+        XCTAssertEqual(timers[.saveRetry], monotonic + 1, "backoff doubles")
+        advance(1)
+        record(machine.persisted(now: now))
+        XCTAssertFalse(machine.hasUnsavedTokens)
+        XCTAssertNil(timers[.saveRetry])
+    }
+
+    func testACycleWriteWaitsForARetryWriteInFlight() {
+        makeMachine()
+        renewViaUnauthorized("a2", "r2")
+        XCTAssertEqual(unauthorized(2), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a3", "r3"))
+        record(machine.persistFailed("disk full", now: now))
+        advance(0.5)  // the retry write of a3/r3 starts
+        XCTAssertTrue(machine.isTalkingToTokenEndpoint)
+        XCTAssertEqual(unauthorized(3), .hold)
+        attemptReachesTokenEndpoint()
+        let writesBefore = writes.count
+        answer(grant("a4", "r4"))
+        XCTAssertEqual(writes.count, writesBefore, "queued behind the retry")
+        record(machine.persisted(now: now))  // the retry's write
+        XCTAssertEqual(writes.last?.refreshToken, "r4", "then the newer tokens")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases.last, .renewed(generation: 4))
+        XCTAssertFalse(machine.hasUnsavedTokens)
+    }
+
+    func testARotatedRefreshTokenInAnUnusableAnswerIsKept() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.invalidResponse(reason: "access_token contains characters not allowed in an HTTP header", rotation: .rotated(to: "r2")))
+        XCTAssertEqual(writes.last?.refreshToken, "r2")
+        XCTAssertEqual(releases, [])
+        record(machine.persisted(now: now))
+        XCTAssertEqual(machine.tokens.refreshToken, "r2")
+        XCTAssertEqual(machine.tokens.accessToken, "a1")
+        XCTAssertEqual(releases.count, 1)
+    }
+
+    // MARK: - Shutdown and settings
+
+    func testShutdownWaitsForTheExchangeInFlightAndStartsNothingNew() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        record(machine.shutdown(now: now))
+        XCTAssertTrue(machine.isTalkingToTokenEndpoint)
+        answer(grant("a2", "r2"))
+        XCTAssertTrue(machine.isTalkingToTokenEndpoint, "until the rotated token is written")
+        record(machine.persisted(now: now))
+        XCTAssertFalse(machine.isTalkingToTokenEndpoint)
+        XCTAssertEqual(actions.last, .tokenEndpointIdle)
+        XCTAssertNil(timers[.proactive])
+        XCTAssertEqual(unauthorized(2), .hold)
+        XCTAssertEqual(machine.state, .ready, "no new cycle after shutdown")
+    }
+
+    func testLockTimeoutsCountAsAttempts() {
+        makeMachine { $0.maxAttempts = 2; $0.backoffSeconds = 0.1 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)
+        record(machine.lockTimedOut(now: now))
+        advance(1)
+        record(machine.lockTimedOut(now: now))
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertEqual(presentations, 0)
+    }
+
+    func testNewSettingsApplyFromTheNextCycle() {
+        makeMachine { $0.maxAttempts = 1 }
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        var settings = machine.settings
+        settings.maxAttempts = 3
+        record(machine.apply(settings, now: now))
+        answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false))
+        XCTAssertEqual(machine.state, .ready, "the cycle in flight kept max_attempts 1")
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false))
+        XCTAssertEqual(machine.state, .refreshing, "the next cycle retries")
+    }
+}
