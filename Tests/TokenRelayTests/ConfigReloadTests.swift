@@ -77,6 +77,20 @@ final class ConfigReloadTests: RelayTestCase {
         XCTAssertEqual(try metric(relay, "tokenrelay_config_reloads_total{outcome=\"applied\"}"), "1")
     }
 
+    /// An open keep-alive client connection survives the reload; its next request goes to the new upstream.
+    func testClientConnectionSurvivesTheReload() throws {
+        let other = try secondAPI()
+        let relay = try startRelay()
+        let connection = try HTTPTestConnection(port: relay.proxyPort)
+        defer { connection.close() }
+        XCTAssertEqual(try connection.send(method: "GET", path: "/first").status, 200)
+        try reload(relay, ["upstream": ["url": other.baseURL]])
+        XCTAssertFalse(connection.peerClosed, "the reload closed no client connection")
+        XCTAssertEqual(try connection.send(method: "GET", path: "/second").status, 200)
+        XCTAssertEqual(api.requests.map(\.path), ["/first"])
+        XCTAssertEqual(other.requests.map(\.path), ["/second"])
+    }
+
     /// A response streaming from the old upstream keeps flowing to its end after the reload.
     func testStreamInFlightIsUnaffected() throws {
         let releaseRest = DispatchSemaphore(value: 0)

@@ -74,6 +74,13 @@ final class KeySpellingTests: XCTestCase {
         XCTAssertEqual(error { $0["limits"] = ["max_body": 1] }, "limits.max_body: unknown key")
     }
 
+    /// Any unknown key of an object comes before a required key missing from it, typo or not.
+    func testUnknownKeyComesBeforeAMissingOne() {
+        XCTAssertEqual(error(editRefresh { $0.removeValue(forKey: "client_id"); $0["colour"] = "blue" }), "refresh.colour: unknown key")
+        XCTAssertEqual(error { $0.removeValue(forKey: "tokens"); $0["limts"] = [:] }, "limts: unknown key (did you mean limits?)")
+        XCTAssertEqual(error { $0["upstream"] = ["adress": "http://x"] }, "upstream.adress: unknown key")
+    }
+
     func testMissingKeyWithoutTypoIsStillRequired() {
         XCTAssertEqual(error(editRefresh { $0.removeValue(forKey: "client_id") }), "refresh.client_id: is required")
     }

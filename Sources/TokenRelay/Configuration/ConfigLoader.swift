@@ -28,9 +28,11 @@ public enum ConfigLoader {
     }
 
     private static func readRoot(_ root: JSONObjectReader) throws -> Config {
+        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log"])
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstreamObject = try root.object("upstream")
+        upstreamObject.declareKeys(["url", "tls", "passthrough_prefixes"])
         let upstreamURL = try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url")
         var upstream = Config.Upstream(url: upstreamURL, tls: try TLSSettings.read(from: upstreamObject, for: upstreamURL))
         if let prefixes = try upstreamObject.optionalStringArray("passthrough_prefixes") {
@@ -42,6 +44,7 @@ public enum ConfigLoader {
         try upstreamObject.rejectUnknownKeys()
 
         let tokensObject = try root.object("tokens")
+        tokensObject.declareKeys(["file", "watch_interval_seconds"])
         var tokens = Config.Tokens(file: try tokensObject.string("file"))
         if let interval = try tokensObject.optionalNumber("watch_interval_seconds", range: 0.1...3600) {
             tokens.watchIntervalSeconds = interval
@@ -52,6 +55,7 @@ public enum ConfigLoader {
 
         var admin: Config.Admin?
         if let adminObject = try root.optionalObject("admin") {
+            adminObject.declareKeys(["listen"])
             let adminListen = try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen")
             // Both listeners bind at start; the second would fail with "Address already in use", after check said ok.
             if adminListen.overlaps(listen) {

@@ -46,6 +46,9 @@ public struct CustomGrantSettings: Sendable {
     }
 
     static func read(request: JSONObjectReader, response: JSONObjectReader) throws -> CustomGrantSettings {
+        request.declareKeys(["url", "method", "headers", "body_json", "body_form"])
+        response.declareKeys(["access_token", "refresh_token", "expires_in", "expires_at", "login_required_statuses", "error",
+                              "login_required_errors"])
         let urlText = try request.string("url")
         guard !urlText.contains("{{") else { throw ConfigError(request.fieldPath("url"), "placeholders are not allowed in the URL") }
         let url = try HTTPEndpoint.parse(urlText, field: request.fieldPath("url"))

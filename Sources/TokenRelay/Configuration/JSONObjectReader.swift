@@ -7,6 +7,8 @@ final class JSONObjectReader {
     let path: String
     private let object: [String: Any]
     private var consumed: Set<String> = []
+    /// Every key this object may have (`declareKeys`), or nil when not declared.
+    private var declared: Set<String>?
 
     init(_ value: Any, path: String) throws {
         guard let object = value as? [String: Any] else {
@@ -14,6 +16,14 @@ final class JSONObjectReader {
         }
         self.object = object
         self.path = path
+    }
+
+    /// Declares every key this object may have. Objects with required keys declare them, so that an
+    /// unknown key is named before a missing one: reading stops at the first missing key, before the keys
+    /// read after it are known, and an operator who misspelt a key should hear about the misspelling, not
+    /// about the key it was meant to be. Debug builds check that nothing outside the list is read.
+    func declareKeys(_ keys: [String]) {
+        declared = Set(keys)
     }
 
     func fieldPath(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
@@ -107,17 +117,26 @@ final class JSONObjectReader {
     /// Call after reading every known key. Every key asked for counts as known, present or not, so a
     /// misspelt optional key gets the right spelling suggested.
     func rejectUnknownKeys() throws {
+        assert(declared.map(consumed.isSubset) ?? true, "\(path): read a key missing from declareKeys: \(consumed.subtracting(declared ?? []))")
         if let unknown = object.keys.sorted().first(where: { !consumed.contains($0) }) {
-            throw unknownKey(unknown, suggesting: consumed.sorted().first { KeySpelling.isLikelyMisspelling(unknown, of: $0) })
+            throw unknownKey(unknown, suggesting: suggestion(for: unknown, among: consumed.union(declared ?? [])))
         }
     }
 
+    private func suggestion(for unknown: String, among known: Set<String>) -> String? {
+        known.sorted().first { KeySpelling.isLikelyMisspelling(unknown, of: $0) }
+    }
+
     /// A required key is absent. A key of this object that looks like a misspelling of it (one edit away,
-    /// or another case style) and that nobody has asked for is the likelier mistake (`clinet_id` for `client_id`): the typo is named, not the missing key, so
+    /// or another case style) and that nobody has asked for is the likelier mistake, and so is, in an
+    /// object that declared its keys, any key outside the declaration (`clinet_id` for `client_id`): the typo is named, not the missing key, so
     /// the operator fixes the line they wrote instead of adding a second one.
     func missing(_ key: String) -> ConfigError {
         let typo = object.keys.sorted().first { !consumed.contains($0) && KeySpelling.isLikelyMisspelling($0, of: key) }
-        if let typo { return unknownKey(typo, suggesting: key) }
+        if let typo, !(declared?.contains(typo) ?? false) { return unknownKey(typo, suggesting: key) }
+        if let declared, let unknown = object.keys.sorted().first(where: { !declared.contains($0) }) {
+            return unknownKey(unknown, suggesting: suggestion(for: unknown, among: declared))
+        }
         return ConfigError(fieldPath(key), "is required")
     }
 

@@ -13,6 +13,7 @@ public struct LoginSettings: Sendable {
     /// Reads `login` from the root object, given the already validated `refresh` settings.
     static func read(from root: JSONObjectReader, refresh: Config.Refresh) throws -> LoginSettings? {
         guard let object = try root.optionalObject("login") else { return nil }
+        object.declareKeys(["device_authorization_url", "token_url", "client_id", "scope"])
         // The device grant ends with a refresh token for tokenrelay to renew; the other grants either
         // need no login (client_credentials) or talk to an endpoint that is not an OAuth token endpoint.
         guard refresh.grant == .refreshToken else {

@@ -3,6 +3,9 @@
 /// the client id and secret through placeholders instead.
 extension ConfigLoader {
     static func readRefresh(_ object: JSONObjectReader) throws -> Config.Refresh {
+        object.declareKeys(["grant", "token_url", "client_id", "client_secret_env", "client_secret_file", "client_auth", "scope",
+                            "audience", "resource", "request", "response", "max_attempts", "backoff_seconds", "trigger_statuses",
+                            "proactive", "skew_seconds", "storm_max_refreshes", "storm_window_seconds", "tls"])
         let grantText = try object.string("grant")
         guard let grant = Config.Refresh.Grant(rawValue: grantText) else {
             let supported = Config.Refresh.Grant.allCases.map(\.rawValue).joined(separator: ", ")
