@@ -48,8 +48,11 @@ public final class Relay {
         }
         endpoint = TokenEndpointClient(loop: loop, factory: Self.tokenEndpointConnections(loop: loop, config: config, tls: preflight.refreshTLS),
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
-        let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
-        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: FileTokenStore(file: preflight.tokenFile, lock: lock),
+        guard let tokenFile = preflight.tokenFile, preflight.redis == nil else {
+            throw ConfigError("tokens.redis", "fleet mode is not available in this build yet")
+        }
+        let lock = try TokenFileLock(tokenFilePath: tokenFile.path, loop: loop)
+        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: FileTokenStore(file: tokenFile, lock: lock),
                                          initialTokens: preflight.tokens,
                                          settings: config.refresh, injection: config.inject, lockTimeout: config.timeouts.refreshSeconds * 3,
                                          refreshTimeout: config.timeouts.refreshSeconds,

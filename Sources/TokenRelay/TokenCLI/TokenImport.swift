@@ -14,7 +14,7 @@ public enum TokenImport {
         if config.refresh.needsRefreshToken && tokens.refreshToken == nil {
             throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
         }
-        let file = TokenFile(path: config.tokens.file)
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token import"))
         try TokenFileLock.withBlockingLock(tokenFilePath: file.path) { try file.write(tokens) }
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         return "imported: token file \(file.path) (mode 0600): access token \(TokenFingerprint.of(tokens.accessToken)), "
