@@ -173,6 +173,8 @@ struct RefreshMachine {
         // Not even an operator may lift the hold-off: presenting the refresh token now is the very reuse
         // it prevents.
         if let holdOff, state != .refreshing { return (.unavailable(reason: holdOff.reason), drain()) }
+        // Shutting down: nothing new starts, so nothing would ever answer the caller.
+        if stopped, state != .refreshing { return (.unavailable(reason: "shutting down"), drain()) }
         switch phase {
         case .loginRequired, .stormPaused: clearLatches(now)
         default: break
