@@ -34,6 +34,8 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
+        // HTTP/1.1 message syntax (heads, framing, chunked bodies): pure Swift, no I/O, no C module.
+        .target(name: "HTTPWire"),
         .executableTarget(
             name: "tokenrelay",
             dependencies: [
@@ -47,5 +49,6 @@ let package = Package(
             // Helper programs the tests run from the source tree (located via #filePath), not resources.
             exclude: ["Fixtures"]
         ),
+        .testTarget(name: "HTTPWireTests", dependencies: ["HTTPWire"]),
     ]
 )
