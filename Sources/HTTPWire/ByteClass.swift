@@ -32,6 +32,9 @@ func isTargetByte(_ b: UInt8) -> Bool {
 func isWhitespace(_ b: UInt8) -> Bool { b == SP || b == HTAB }
 
 @inlinable @inline(__always)
+func isAlpha(_ b: UInt8) -> Bool { (b | 0x20) &- 0x61 < 26 }
+
+@inlinable @inline(__always)
 func isDigit(_ b: UInt8) -> Bool { b &- 0x30 < 10 }
 
 /// Value of a hexadecimal digit, or nil.

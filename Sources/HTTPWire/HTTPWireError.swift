@@ -46,7 +46,7 @@ public enum HTTPWireError: Error, Equatable, Sendable {
         case .bareCR: return "CR not followed by LF"
         case .bareLF: return "LF line ending without CR"
         case .invalidMethod: return "invalid method token"
-        case .invalidTarget: return "request target contains a space, control character or DEL, or is empty"
+        case .invalidTarget: return "request target is empty, contains a space, control character or DEL, or does not fit the method"
         case .invalidVersion: return "malformed HTTP version"
         case .unsupportedVersion: return "HTTP version other than 1.0 or 1.1"
         case .invalidStatus: return "malformed status code"

@@ -66,19 +66,33 @@ public struct HeadParser: Sendable {
         }
         guard i > targetStart, i < line.upperBound else { throw i == targetStart ? .invalidTarget : .invalidVersion }
         head.target = targetStart..<i
-        head.targetForm = targetForm(bytes, head.target, method: head.method)
         head.semantics.version = try parseVersion(bytes, (i &+ 1)..<line.upperBound)
+        head.targetForm = try targetForm(bytes, head.target, method: head.method)
     }
 
-    private func targetForm(_ bytes: UnsafeRawBufferPointer, _ target: Range<Int>, method: HTTPMethod) -> TargetForm {
+    /// The form of the target, which must fit the method: authority-form only for CONNECT (and CONNECT
+    /// only with it), asterisk-form only for OPTIONS, otherwise origin-form or absolute-form.
+    private func targetForm(_ bytes: UnsafeRawBufferPointer, _ target: Range<Int>, method: HTTPMethod) throws(HTTPWireError) -> TargetForm {
         let first = bytes[target.lowerBound]
+        if method == .connect {
+            guard first != UInt8(ascii: "/"), first != UInt8(ascii: "*") else { throw .invalidTarget }
+            return .authority
+        }
         if first == UInt8(ascii: "/") { return .origin }
-        if target.count == 1 && first == UInt8(ascii: "*") { return .asterisk }
-        if method == .connect { return .authority }
-        // absolute-form: scheme ":" ... (a scheme starts with a letter)
-        var i = target.lowerBound
-        while i < target.upperBound, bytes[i] != UInt8(ascii: ":") { i &+= 1 }
-        return i < target.upperBound ? .absolute : .authority
+        if target.count == 1 && first == UInt8(ascii: "*") {
+            guard method == .options else { throw .invalidTarget }
+            return .asterisk
+        }
+        // absolute-form: scheme ":" hier-part, scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )
+        guard isAlpha(first) else { throw .invalidTarget }
+        var i = target.lowerBound &+ 1
+        while i < target.upperBound {
+            let b = bytes[i]
+            if b == UInt8(ascii: ":") { return .absolute }
+            guard isAlpha(b) || isDigit(b) || b == UInt8(ascii: "+") || b == UInt8(ascii: "-") || b == UInt8(ascii: ".") else { break }
+            i &+= 1
+        }
+        throw .invalidTarget
     }
 
     private func validateHost(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) throws(HTTPWireError) {

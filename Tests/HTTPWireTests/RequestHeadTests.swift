@@ -48,6 +48,12 @@ final class RequestHeadTests: XCTestCase {
         XCTAssertEqual(try parseRequest("GET http://h/x HTTP/1.1\r\nHost: h\r\n\r\n")?.head.targetForm, .absolute)
         XCTAssertEqual(try parseRequest("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n")?.head.targetForm, .asterisk)
         XCTAssertEqual(try parseRequest("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n")?.head.targetForm, .authority)
+        XCTAssertEqual(try parseRequest("GET svn+ssh://h/x HTTP/1.1\r\nHost: h\r\n\r\n")?.head.targetForm, .absolute)
+        // Each form only with its method, and nothing that is none of them ("h:443" is a URI with scheme "h",
+        // which the proxy refuses as a foreign absolute-form target).
+        for (method, target) in [("GET", "*"), ("PUT", "+big"), ("GET", "x"), ("GET", "1http://h/"), ("CONNECT", "/x"), ("CONNECT", "*")] {
+            XCTAssertEqual(requestError("\(method) \(target) HTTP/1.1\r\nHost: h\r\n\r\n"), .invalidTarget, "\(method) \(target)")
+        }
     }
 
     /// Issue 14 item 9: bare CR, TAB, SP, C0 controls and DEL in the target are refused; other bytes
