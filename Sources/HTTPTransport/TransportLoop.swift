@@ -22,9 +22,9 @@ public final class TransportLoop {
         self.base = base
     }
 
-    /// Runs until `stop()` (or until nothing is registered).
+    /// Runs until `stop()`, also while nothing is registered (a loop waiting for work posted via `wake`).
     public func run() {
-        event_base_dispatch(base)
+        event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
     }
 
     /// Ends `run()` after the current callbacks; call on the loop's thread (from another, use `wake`).
@@ -36,9 +36,8 @@ public final class TransportLoop {
     public func onWake(_ handler: @escaping () -> Void) {
         wakeHandler = handler
         if wakeEvent == nil {
+            // Never added: an event without fd or timeout is only ever made active by event_active.
             wakeEvent = event_new(base, -1, Int16(EV_PERSIST), transportWakeTrampoline, Unmanaged.passUnretained(self).toOpaque())
-            // A persistent event with no fd and no timeout stays pending until deleted, keeping run() alive.
-            event_add(wakeEvent, nil)
         }
     }
 

@@ -22,6 +22,12 @@ public enum HTTPMethod: UInt8, Sendable, Equatable {
         }
     }
 
+    /// The method for a name as sent on the wire (case-sensitive, like methods).
+    public init(name: String) {
+        var copy = name
+        self = copy.withUTF8 { HTTPMethod.classify(UnsafeRawBufferPointer($0), 0..<$0.count) }
+    }
+
     /// The method name, for a known method.
     public var name: StaticString? {
         switch self {

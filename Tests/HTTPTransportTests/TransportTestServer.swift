@@ -52,9 +52,14 @@ final class TransportTestServer: @unchecked Sendable {
         lock.withLock { _ends.append(end) }
     }
 
+    /// Stops the loop thread, then closes the listener and its connections (the loop is no longer running,
+    /// so this thread may touch them) before the loop itself can be freed.
     func stop() {
         loop.wake()
         _ = stopped.wait(timeout: .now() + 10)
+        server.close()
+        handlers.removeAll()
+        server = nil
     }
 }
 
