@@ -42,6 +42,12 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
+        // HTTP/1.1 message syntax (heads, framing, chunked bodies): pure Swift, no I/O, no C module.
+        .target(name: "HTTPWire"),
+        // Connection-level HTTP/1.1 on libevent's event API (no evhttp): the one target meant to import
+        // CLibevent once the data plane has moved. Its public API has no libevent types.
+        .target(name: "CTransportSocket"),
+        .target(name: "HTTPTransport", dependencies: ["HTTPWire", "CLibevent", "CTransportSocket"]),
         .executableTarget(
             name: "tokenrelay",
             dependencies: [
@@ -55,5 +61,7 @@ let package = Package(
             // Helper programs the tests run from the source tree (located via #filePath), not resources.
             exclude: ["Fixtures"]
         ),
+        .testTarget(name: "HTTPWireTests", dependencies: ["HTTPWire"]),
+        .testTarget(name: "HTTPTransportTests", dependencies: ["HTTPTransport", "HTTPWire"]),
     ]
 )

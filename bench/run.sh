@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# Benchmark tokenrelay against nginx as a reverse proxy, on 127.0.0.1 only.
+# Benchmark tokenrelay against nginx as a reverse proxy, on 127.0.0.1 only, in one run.
 #
-#   bench/run.sh                      # defaults: DURATION=10 CONNECTIONS=32
-#   DURATION=5 CONNECTIONS=64 bench/run.sh
+#   bench/run.sh                      # defaults below; about 4-6 minutes
+#   ROUNDS=1 DURATION=5 CALLGRIND=0 bench/run.sh   # quick look
 #
 # Knobs (environment):
-#   DURATION         seconds per measured wrk run             (default 10)
-#   WARMUP           seconds of warm-up before each run        (default 2)
-#   CONNECTIONS      wrk connections, small-response scenario  (default 32)
-#   BIG_CONNECTIONS  wrk connections, 1 MiB scenario           (default 8)
-#   BASE_PORT        first of 4 consecutive 127.0.0.1 ports    (default 18590)
-#   SKIP_BUILD=1     use the existing .build-bench/release/tokenrelay as is
-#   PERF=1           after the measurements, profile tokenrelay with
-#                    `perf record -g` during one more small-response run and
-#                    write the top symbols to bench/results/perf-latest.txt
+#   DURATION           seconds per measured wrk run                         (default 8)
+#   WARMUP             seconds of warm-up before each run                   (default 2)
+#   ROUNDS             interleaved rounds; the table shows medians          (default 3)
+#   CONNECTIONS        wrk connections, /small                              (default 64)
+#   LARGE_CONNECTIONS  wrk connections, /large                              (default 8)
+#   COUNT_SMALL        requests per strace count, /small                    (default 5000)
+#   COUNT_LARGE        requests per strace count, /large                    (default 300)
+#   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
+#   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
+#   STDLIB             static (default, as deployed) or shared Swift runtime for tokenrelay
+#   PIN=0              do not pin (default: proxies on CPU 0, upstream and wrk on CPU 1)
+#   BASE_PORT          first of 7 consecutive 127.0.0.1 ports               (default 18590)
+#   SKIP_BUILD=1       use the existing binary as is
+#   PERF=1             afterwards, `perf record -g` tokenrelay during one more /small run
 #
 # See bench/README.md for what is measured and how to read the output.
 set -euo pipefail
 
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-2}
-CONNECTIONS=${CONNECTIONS:-32}
-BIG_CONNECTIONS=${BIG_CONNECTIONS:-8}
+ROUNDS=${ROUNDS:-3}
+CONNECTIONS=${CONNECTIONS:-64}
+LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-8}
+COUNT_SMALL=${COUNT_SMALL:-5000}
+COUNT_LARGE=${COUNT_LARGE:-300}
+CALLGRIND=${CALLGRIND:-1}
+CG_SMALL=${CG_SMALL:-1000}
+CG_LARGE=${CG_LARGE:-40}
+STDLIB=${STDLIB:-static}
+PIN=${PIN:-1}
 BASE_PORT=${BASE_PORT:-18590}
 SKIP_BUILD=${SKIP_BUILD:-0}
 PERF=${PERF:-0}
@@ -29,13 +42,20 @@ PERF=${PERF:-0}
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 RESULTS_DIR=$BENCH_DIR/results
-SCRATCH=$REPO_DIR/.build-bench
+case "$STDLIB" in
+    static) SCRATCH=$REPO_DIR/.build-bench; BUILD_FLAGS=(--static-swift-stdlib) ;;
+    shared) SCRATCH=$REPO_DIR/.build-bench-shared; BUILD_FLAGS=() ;;
+    *) echo "STDLIB must be static or shared" >&2; exit 2 ;;
+esac
 BIN=$SCRATCH/release/tokenrelay
 
-UP_PORT=$BASE_PORT               # upstream nginx
-NGX_PORT=$((BASE_PORT + 1))      # nginx reverse proxy
-TR_PORT=$((BASE_PORT + 2))       # tokenrelay proxy
-TR_ADMIN_PORT=$((BASE_PORT + 3)) # tokenrelay admin
+UP_PORT=$BASE_PORT                 # upstream nginx
+NGX_PORT=$((BASE_PORT + 1))        # nginx reverse proxy
+TR_PORT=$((BASE_PORT + 2))         # tokenrelay proxy
+TR_ADMIN_PORT=$((BASE_PORT + 3))   # tokenrelay admin
+CG_NGX_PORT=$((BASE_PORT + 4))     # nginx under callgrind
+CG_TR_PORT=$((BASE_PORT + 5))      # tokenrelay under callgrind
+CG_TR_ADMIN_PORT=$((BASE_PORT + 6))
 TOKEN=bench-token-123456
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -44,23 +64,21 @@ die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
 # ---------------------------------------------------------------- cleanup
 PIDS=()
 TMP=""
+stop_pid() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
 cleanup() {
     local rc=$?
     local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 1 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ -n "$TMP" && -d "$TMP" ]]; then
-        rm -rf "$TMP"
-    fi
+    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+    if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf "$TMP"; fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -72,6 +90,8 @@ need_pkgs=()
 command -v wrk >/dev/null 2>&1 || need_pkgs+=(wrk)
 command -v nginx >/dev/null 2>&1 || [[ -x /usr/sbin/nginx ]] || need_pkgs+=(nginx-light)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
+if [[ "$CALLGRIND" == 1 ]]; then command -v callgrind_control >/dev/null 2>&1 || need_pkgs+=(valgrind); fi
 if ((${#need_pkgs[@]})); then
     [[ $(id -u) -eq 0 ]] || die "missing ${need_pkgs[*]} and not root; install them first"
     export DEBIAN_FRONTEND=noninteractive
@@ -84,22 +104,27 @@ if ((${#need_pkgs[@]})); then
             apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >/dev/null
         fi
     fi
-    # The distro package may start a system nginx on :80; we never use it,
-    # but don't leave one running that we caused (only if it is ours to stop).
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x "$NGINX" ]] || die "nginx not found"
 CLK_TCK=$(getconf CLK_TCK)
 
+# Pinning: the proxy under test on CPU 0, everything else (upstream, wrk) on CPU 1, so the proxies compete
+# with the load generator the same way. On a 1-CPU machine pinning is meaningless and skipped.
+PROXY_CPU=(); LOAD_CPU=()
+if [[ "$PIN" == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null 2>&1; then
+    PROXY_CPU=(taskset -c 0); LOAD_CPU=(taskset -c 1)
+fi
+
 # ---------------------------------------------------------------- build
 if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
-    log "building tokenrelay (release, scratch path .build-bench)"
-    (cd "$REPO_DIR" && swift build -c release --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 3) >&2
+    log "building tokenrelay (release, $STDLIB Swift runtime, scratch path ${SCRATCH#"$REPO_DIR"/})"
+    (cd "$REPO_DIR" && swift build -c release "${BUILD_FLAGS[@]}" --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 3) >&2
 fi
 [[ -x "$BIN" ]] || die "tokenrelay binary missing: $BIN"
 
 # ---------------------------------------------------------------- ports
-for p in "$UP_PORT" "$NGX_PORT" "$TR_PORT" "$TR_ADMIN_PORT"; do
+for p in "$UP_PORT" "$NGX_PORT" "$TR_PORT" "$TR_ADMIN_PORT" "$CG_NGX_PORT" "$CG_TR_PORT" "$CG_TR_ADMIN_PORT"; do
     if [[ -n "$(ss -Htln "sport = :$p" 2>/dev/null)" ]]; then
         die "port $p is in use; pick another range with BASE_PORT=..."
     fi
@@ -109,24 +134,40 @@ done
 mkdir -p "$RESULTS_DIR"
 TR_LOG=$RESULTS_DIR/latest-tokenrelay.log   # kept after the run for diagnosis
 TMP=$(mktemp -d /tmp/tokenrelay-bench.XXXXXX)
-# nginx workers started by root run as 'nobody' and must read /big.
+# nginx workers started by root run as 'nobody' and must read /large.
 chmod 0755 "$TMP"
-mkdir -p "$TMP/www" "$TMP/up" "$TMP/ngx"
-head -c 1048576 /dev/urandom >"$TMP/www/big"
-chmod 0644 "$TMP/www/big"
-BIG_SHA=$(sha256sum "$TMP/www/big" | cut -d' ' -f1)
+mkdir -p "$TMP/www" "$TMP/up" "$TMP/ngx" "$TMP/cgngx" "$TMP/cg"
+head -c 1048576 /dev/urandom >"$TMP/www/large"
+chmod 0644 "$TMP/www/large"
+LARGE_SHA=$(sha256sum "$TMP/www/large" | cut -d' ' -f1)
+SMALL_BODY=$(printf 'x%.0s' $(seq 1 99))   # 99 bytes + "\n" = 100-byte body
 
-common_nginx_main() { # $1 = prefix dir
+# A fixed number of requests with wrk: the (single) thread stops after COUNT responses and leaves a
+# marker file; wrk itself waits for its duration, so the script interrupts it (it then prints its summary).
+cat >"$TMP/count.lua" <<'EOF'
+local done_count = 0
+local limit = tonumber(os.getenv("COUNT"))
+response = function(status, headers, body)
+    done_count = done_count + 1
+    if done_count == limit then
+        local f = io.open(os.getenv("MARKER"), "w")
+        f:close()
+        wrk.thread:stop()
+    end
+end
+EOF
+
+nginx_main() { # $1 = prefix dir, $2 = master_process on|off
     cat <<EOF
 daemon off;
-master_process on;
+master_process $2;
 worker_processes 1;
 pid $1/nginx.pid;
 error_log $1/error.log warn;
 events { worker_connections 4096; }
 EOF
 }
-common_nginx_http() { # $1 = prefix dir
+nginx_http() { # $1 = prefix dir
     cat <<EOF
     access_log off;
     client_body_temp_path $1/client_body;
@@ -140,30 +181,28 @@ common_nginx_http() { # $1 = prefix dir
 EOF
 }
 
-# Upstream: tiny response at /, 1 MiB static file at /big, and /check echoes
-# the Authorization header it received (used only by the sanity check).
+# Upstream: 100-byte body at /small, 1 MiB static file at /large, /check echoes Authorization.
 {
-    common_nginx_main "$TMP/up"
+    nginx_main "$TMP/up" on
     echo "http {"
-    common_nginx_http "$TMP/up"
+    nginx_http "$TMP/up"
     cat <<EOF
     sendfile on;
     tcp_nopush on;
     server {
-        listen 127.0.0.1:$UP_PORT;
-        location = /big { root $TMP/www; }
+        listen 127.0.0.1:$UP_PORT backlog=4096;
+        location = /large { root $TMP/www; }
         location = /check { return 200 "\$http_authorization\n"; }
-        location / { return 200 "ok\n"; }
+        location = /small { return 200 "$SMALL_BODY\n"; }
     }
 }
 EOF
 } >"$TMP/up/nginx.conf"
 
-# nginx as a reverse proxy in front of the upstream.
-{
-    common_nginx_main "$TMP/ngx"
+proxy_nginx_conf() { # $1 = prefix, $2 = port, $3 = master_process
+    nginx_main "$1" "$3"
     echo "http {"
-    common_nginx_http "$TMP/ngx"
+    nginx_http "$1"
     cat <<EOF
     upstream backend {
         server 127.0.0.1:$UP_PORT;
@@ -171,7 +210,7 @@ EOF
         keepalive_requests 1000000;
     }
     server {
-        listen 127.0.0.1:$NGX_PORT;
+        listen 127.0.0.1:$2 backlog=4096;
         location / {
             proxy_pass http://backend;
             proxy_http_version 1.1;
@@ -183,18 +222,27 @@ EOF
     }
 }
 EOF
-} >"$TMP/ngx/nginx.conf"
+}
+proxy_nginx_conf "$TMP/ngx" "$NGX_PORT" on >"$TMP/ngx/nginx.conf"
+# Under valgrind nginx runs as one process (no master), which is then the worker.
+proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
 
-# tokenrelay config + token file (0600).
 printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
 chmod 0600 "$TMP/tokens.json"
-cat >"$TMP/tokenrelay.json" <<EOF
-{ "listen": "127.0.0.1:$TR_PORT",
+tokenrelay_conf() { # port admin-port token-file
+    cat <<EOF
+{ "listen": "127.0.0.1:$1",
   "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
-  "tokens": { "file": "$TMP/tokens.json" },
+  "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
-  "admin": { "listen": "127.0.0.1:$TR_ADMIN_PORT" } }
+  "admin": { "listen": "127.0.0.1:$2" } }
 EOF
+}
+tokenrelay_conf "$TR_PORT" "$TR_ADMIN_PORT" "$TMP/tokens.json" >"$TMP/tokenrelay.json"
+mkdir -p "$TMP/cgtr"
+cp "$TMP/tokens.json" "$TMP/cgtr/tokens.json"
+chmod 0600 "$TMP/cgtr/tokens.json"
+tokenrelay_conf "$CG_TR_PORT" "$CG_TR_ADMIN_PORT" "$TMP/cgtr/tokens.json" >"$TMP/cgtr/tokenrelay.json"
 
 # ---------------------------------------------------------------- helpers
 wait_port() { # port seconds
@@ -205,11 +253,6 @@ wait_port() { # port seconds
     done
     return 1
 }
-start_nginx() { # prefix -> sets NGINX_MASTER
-    "$NGINX" -p "$1/" -e "$1/error.log" -c "$1/nginx.conf" &
-    NGINX_MASTER=$!
-    PIDS+=("$NGINX_MASTER")
-}
 nginx_worker() { # master pid -> worker pid
     local w i
     for i in $(seq 1 100); do
@@ -219,126 +262,230 @@ nginx_worker() { # master pid -> worker pid
     done
     return 1
 }
-cpu_ticks() { # utime+stime (fields 14,15); strip "pid (comm) " first
-    sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+wait_log() { # file pattern pid seconds
+    local i
+    for i in $(seq 1 $(($4 * 20))); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        kill -0 "$3" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
 }
+cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }   # utime+stime
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 alive() { kill -0 "$1" 2>/dev/null; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else printf "%.4g\n", (a[NR/2]+a[NR/2+1])/2}'; }
+to_ms() { # wrk latency ("812.00us", "1.20ms", "2.01s") -> ms
+    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n = n; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
+}
+wrk_count() { # url connections count -> wrk output (stops after COUNT responses)
+    local marker=$TMP/count.done w
+    rm -f "$marker"
+    COUNT=$3 MARKER=$marker "${LOAD_CPU[@]}" wrk -t1 -c"$2" -d600s -s "$TMP/count.lua" "$1" >"$TMP/count.out" 2>&1 &
+    w=$!
+    for _ in $(seq 1 12000); do
+        [[ -e "$marker" ]] && break
+        kill -0 "$w" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -INT "$w" 2>/dev/null || true
+    wait "$w" 2>/dev/null || true
+    cat "$TMP/count.out"
+}
+requests_of() { awk '/requests in/ {print $1; exit}' <<<"$1"; }
 
 # ---------------------------------------------------------------- start
 log "starting upstream nginx on 127.0.0.1:$UP_PORT"
-start_nginx "$TMP/up"
-UP_MASTER=$NGINX_MASTER
+"${LOAD_CPU[@]}" "$NGINX" -p "$TMP/up/" -e "$TMP/up/error.log" -c "$TMP/up/nginx.conf" &
+PIDS+=($!)
 wait_port "$UP_PORT" 5 || { cat "$TMP/up/error.log" >&2; die "upstream nginx did not start"; }
 
 log "starting nginx reverse proxy on 127.0.0.1:$NGX_PORT"
-start_nginx "$TMP/ngx"
-NGX_MASTER=$NGINX_MASTER
+"${PROXY_CPU[@]}" "$NGINX" -p "$TMP/ngx/" -e "$TMP/ngx/error.log" -c "$TMP/ngx/nginx.conf" &
+NGX_MASTER=$!
+PIDS+=("$NGX_MASTER")
 wait_port "$NGX_PORT" 5 || { cat "$TMP/ngx/error.log" >&2; die "nginx proxy did not start"; }
 NGX_PID=$(nginx_worker "$NGX_MASTER") || die "nginx proxy worker not found"
 
 log "starting tokenrelay on 127.0.0.1:$TR_PORT"
-"$BIN" run --config "$TMP/tokenrelay.json" 2>"$TR_LOG" &
+"${PROXY_CPU[@]}" "$BIN" run --config "$TMP/tokenrelay.json" 2>"$TR_LOG" &
 TR_PID=$!
 PIDS+=("$TR_PID")
-for _ in $(seq 1 100); do
-    grep -q 'msg=listening' "$TR_LOG" 2>/dev/null && break
-    alive "$TR_PID" || break
-    sleep 0.05
-done
-grep -q 'msg=listening' "$TR_LOG" || { cat "$TR_LOG" >&2; die "tokenrelay did not start"; }
+wait_log "$TR_LOG" 'msg=listening' "$TR_PID" 10 || { cat "$TR_LOG" >&2; die "tokenrelay did not start"; }
 wait_port "$TR_PORT" 5 || die "tokenrelay not listening on $TR_PORT"
 
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+PROXIES=(nginx tokenrelay)
 declare -A PID_OF=([nginx]=$NGX_PID [tokenrelay]=$TR_PID)
 declare -A PORT_OF=([nginx]=$NGX_PORT [tokenrelay]=$TR_PORT)
-declare -A RSS_IDLE
-for p in nginx tokenrelay; do RSS_IDLE[$p]=$(rss_kb "${PID_OF[$p]}"); done
+declare -A RSS_IDLE RSS_AFTER
+for p in "${PROXIES[@]}"; do RSS_IDLE[$p]=$(rss_kb "${PID_OF[$p]}"); done
 
 # ---------------------------------------------------------------- sanity
-for p in nginx tokenrelay; do
+for p in "${PROXIES[@]}"; do
     port=${PORT_OF[$p]}
     got=$(curl -sS --max-time 5 "http://127.0.0.1:$port/check") || die "$p: /check failed"
     [[ "$got" == "Bearer $TOKEN" ]] || die "$p: upstream saw Authorization '$got'"
-    got=$(curl -sS --max-time 5 "http://127.0.0.1:$port/") || die "$p: / failed"
-    [[ "$got" == "ok" ]] || die "$p: / returned '$got'"
-    got=$(curl -sS --max-time 10 "http://127.0.0.1:$port/big" | sha256sum | cut -d' ' -f1)
-    [[ "$got" == "$BIG_SHA" ]] || die "$p: /big body differs from the upstream file"
+    got=$(curl -sS --max-time 5 "http://127.0.0.1:$port/small") || die "$p: /small failed"
+    [[ "$got" == "$SMALL_BODY" ]] || die "$p: /small returned '$got'"
+    got=$(curl -sS --max-time 10 "http://127.0.0.1:$port/large" | sha256sum | cut -d' ' -f1)
+    [[ "$got" == "$LARGE_SHA" ]] || die "$p: /large body differs from the upstream file"
 done
 log "sanity check passed (token injected, bodies intact through both proxies)"
 
-# ---------------------------------------------------------------- measure
-RAW=$RESULTS_DIR/latest-wrk.txt
-: >"$RAW"
+SCENARIOS=(small large)
+declare -A CONN_OF=([small]=$CONNECTIONS [large]=$LARGE_CONNECTIONS)
+declare -A COUNT_OF=([small]=$COUNT_SMALL [large]=$COUNT_LARGE)
+declare -A CG_COUNT_OF=([small]=$CG_SMALL [large]=$CG_LARGE)
 
-declare -A R_RPS R_P99 R_CPU R_RSS_AFTER R_ERR R_REQ
-SCENARIOS=(small big)
-declare -A PATH_OF=([small]=/ [big]=/big)
-declare -A CONN_OF=([small]=$CONNECTIONS [big]=$BIG_CONNECTIONS)
-
-for p in nginx tokenrelay; do
-    pid=${PID_OF[$p]}
-    for s in "${SCENARIOS[@]}"; do
-        url="http://127.0.0.1:${PORT_OF[$p]}${PATH_OF[$s]}"
-        c=${CONN_OF[$s]}
-        log "$p / $s: warm-up ${WARMUP}s, then wrk -t1 -c$c -d${DURATION}s"
-        wrk -t1 -c"$c" -d"${WARMUP}s" "$url" >/dev/null 2>&1 || true
-        alive "$pid" || die "$p (pid $pid) died during warm-up"
-        t0=$(cpu_ticks "$pid")
-        out=$(wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true
-        t1=$(cpu_ticks "$pid") || die "$p (pid $pid) died during the run"
-        {
-            echo "===== $p / $s: wrk -t1 -c$c -d${DURATION}s --latency $url"
-            echo "$out"
-            echo
-        } >>"$RAW"
-        alive "$pid" || die "$p (pid $pid) died during the run; see $RAW"
-        req=$(awk '/requests in/ {print $1; exit}' <<<"$out")
-        [[ -n "$req" && "$req" -gt 0 ]] || { echo "$out" >&2; die "$p / $s: wrk made no requests"; }
-        R_REQ[$p.$s]=$req
-        R_RPS[$p.$s]=$(awk '/^Requests\/sec:/ {printf "%.0f", $2; exit}' <<<"$out")
-        R_P99[$p.$s]=$(awk '$1 == "99%" {print $2; exit}' <<<"$out")
-        R_CPU[$p.$s]=$(awk -v d="$((t1 - t0))" -v hz="$CLK_TCK" -v n="$req" \
-            'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
-        R_RSS_AFTER[$p.$s]=$(rss_kb "$pid")
-        non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF; exit}' <<<"$out")
-        sockerr=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10; exit}' <<<"$out")
-        R_ERR[$p.$s]=$((${non2xx:-0} + ${sockerr:-0}))
-        if [[ ${R_ERR[$p.$s]} -ne 0 ]]; then
-            log "WARNING: $p / $s: non-2xx=${non2xx:-0} socket-errors=${sockerr:-0} (see $RAW)"
-        fi
+# ---------------------------------------------------------------- 1. system calls per request (strace -c)
+# Deterministic, so the figure to compare first. strace attaches to every thread of the process (-f -p);
+# nginx: its worker. Each proxy is warmed first so its upstream keep-alive pool exists.
+declare -A SYS_TOTAL SYS_TOP
+for s in "${SCENARIOS[@]}"; do
+    for p in "${PROXIES[@]}"; do
+        pid=${PID_OF[$p]}
+        url="http://127.0.0.1:${PORT_OF[$p]}/$s"
+        wrk_count "$url" 8 200 >/dev/null
+        out_file=$TMP/strace-$p-$s.txt
+        strace -c -f -q -o "$out_file" -p "$pid" &
+        st_pid=$!
+        for _ in $(seq 1 100); do
+            [[ "$(awk '/^TracerPid:/ {print $2}' "/proc/$pid/status")" != 0 ]] && break
+            sleep 0.05
+        done
+        out=$(wrk_count "$url" 8 "${COUNT_OF[$s]}")
+        kill -INT "$st_pid" 2>/dev/null || true
+        wait "$st_pid" 2>/dev/null || true
+        n=$(requests_of "$out")
+        [[ -n "$n" && "$n" -gt 0 ]] || die "$p / $s: no requests completed under strace"
+        # strace -c columns: % time, seconds, usecs/call, calls, [errors], syscall; "total" last.
+        SYS_TOTAL[$p.$s]=$(awk -v n="$n" '$NF == "total" {printf "%.1f", $4 / n}' "$out_file")
+        SYS_TOP[$p.$s]=$(awk -v n="$n" '$1 ~ /^[0-9.]+$/ && $NF != "total" && NF >= 5 {printf "%s %.2f\n", $NF, $4 / n}' "$out_file" \
+            | sort -k2 -g -r | awk '$2 >= 0.05 {printf "%s%s %s", sep, $2, $1; sep=", "}')
+        cp "$out_file" "$RESULTS_DIR/strace-$p-$s.txt"
+        log "$p / $s: ${SYS_TOTAL[$p.$s]} syscalls per request over $n requests"
     done
 done
 
+# ---------------------------------------------------------------- 2. timed rounds, interleaved
+RAW=$RESULTS_DIR/latest-wrk.txt
+: >"$RAW"
+declare -A V_RPS V_P50 V_P99 V_CPU V_ERR
+for r in $(seq 1 "$ROUNDS"); do
+    if ((r % 2)); then order=(nginx tokenrelay); else order=(tokenrelay nginx); fi
+    for s in "${SCENARIOS[@]}"; do
+        for p in "${order[@]}"; do
+            pid=${PID_OF[$p]}
+            url="http://127.0.0.1:${PORT_OF[$p]}/$s"
+            c=${CONN_OF[$s]}
+            log "round $r: $p / $s: warm-up ${WARMUP}s, wrk -t1 -c$c -d${DURATION}s"
+            "${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${WARMUP}s" "$url" >/dev/null 2>&1 || true
+            alive "$pid" || die "$p (pid $pid) died during warm-up"
+            t0=$(cpu_ticks "$pid")
+            out=$("${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true
+            t1=$(cpu_ticks "$pid") || die "$p (pid $pid) died during the run"
+            printf '===== round %s %s / %s: wrk -t1 -c%s -d%ss --latency %s\n%s\n\n' "$r" "$p" "$s" "$c" "$DURATION" "$url" "$out" >>"$RAW"
+            req=$(requests_of "$out")
+            [[ -n "$req" && "$req" -gt 0 ]] || { echo "$out" >&2; die "$p / $s: wrk made no requests"; }
+            V_RPS[$p.$s]+=" $(awk '/^Requests\/sec:/ {printf "%.0f", $2; exit}' <<<"$out")"
+            V_P50[$p.$s]+=" $(to_ms "$(awk '$1 == "50%" {print $2; exit}' <<<"$out")")"
+            V_P99[$p.$s]+=" $(to_ms "$(awk '$1 == "99%" {print $2; exit}' <<<"$out")")"
+            V_CPU[$p.$s]+=" $(awk -v d="$((t1 - t0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
+            non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF; exit}' <<<"$out")
+            sockerr=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10; exit}' <<<"$out")
+            V_ERR[$p.$s]=$(( ${V_ERR[$p.$s]:-0} + ${non2xx:-0} + ${sockerr:-0} ))
+        done
+    done
+done
+for p in "${PROXIES[@]}"; do RSS_AFTER[$p]=$(rss_kb "${PID_OF[$p]}"); done
+
+# ---------------------------------------------------------------- 3. user-space instructions (callgrind)
+# A second instance of each proxy runs under callgrind; its counters are zeroed before and dumped after a
+# fixed number of requests, so start-up is not counted. Every user-space instruction of the process counts
+# (libevent, libc, the Swift runtime, nginx's own code).
+declare -A INSN
+if [[ "$CALLGRIND" == 1 ]]; then
+    log "starting nginx and tokenrelay under callgrind (slow)"
+    "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/nginx.out" \
+        "$NGINX" -p "$TMP/cgngx/" -e "$TMP/cgngx/error.log" -c "$TMP/cgngx/nginx.conf" 2>"$TMP/cg/nginx.err" &
+    CG_NGX_PID=$!
+    PIDS+=("$CG_NGX_PID")
+    # valgrind 3.19 cannot read the DWARF 5 debug info of Swift's static runtime: count on a copy without it.
+    objcopy --strip-debug "$BIN" "$TMP/cg/tokenrelay"
+    "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/tokenrelay.out" \
+        "$TMP/cg/tokenrelay" run --config "$TMP/cgtr/tokenrelay.json" 2>"$TMP/cg/tokenrelay.err" &
+    CG_TR_PID=$!
+    PIDS+=("$CG_TR_PID")
+    wait_port "$CG_NGX_PORT" 60 || { cat "$TMP/cg/nginx.err" >&2; die "nginx under callgrind did not start"; }
+    wait_log "$TMP/cg/tokenrelay.err" 'msg=listening' "$CG_TR_PID" 120 || { cat "$TMP/cg/tokenrelay.err" >&2; die "tokenrelay under callgrind did not start"; }
+    declare -A CG_PID_OF=([nginx]=$CG_NGX_PID [tokenrelay]=$CG_TR_PID)
+    declare -A CG_PORT_OF=([nginx]=$CG_NGX_PORT [tokenrelay]=$CG_TR_PORT)
+    for s in "${SCENARIOS[@]}"; do
+        for p in "${PROXIES[@]}"; do
+            pid=${CG_PID_OF[$p]}
+            url="http://127.0.0.1:${CG_PORT_OF[$p]}/$s"
+            wrk_count "$url" 4 20 >/dev/null
+            callgrind_control -z "$pid" >/dev/null 2>&1
+            out=$(wrk_count "$url" 4 "${CG_COUNT_OF[$s]}")
+            rm -f "$TMP/cg/$p.out".*
+            callgrind_control -d "$pid" >/dev/null 2>&1
+            n=$(requests_of "$out")
+            dump=$(ls -t "$TMP/cg/$p.out".* 2>/dev/null | head -n 1)
+            [[ -n "$dump" && -n "$n" && "$n" -gt 0 ]] || die "$p / $s: callgrind produced no dump"
+            INSN[$p.$s]=$(awk -v n="$n" '/^(summary|totals):/ {printf "%.0f", $2 / n; exit}' "$dump")
+            log "$p / $s: ${INSN[$p.$s]} user-space instructions per request over $n requests"
+        done
+    done
+    stop_pid "$CG_NGX_PID"; stop_pid "$CG_TR_PID"
+fi
+
 # ---------------------------------------------------------------- report
 mb() { awk -v k="$1" 'BEGIN {printf "%.1fM", k / 1024}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "x%.2f", a / b }'; }
 REPORT=$RESULTS_DIR/latest.txt
 {
-    echo "tokenrelay vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-    echo "wrk -t1, ${DURATION}s per run after ${WARMUP}s warm-up; small = 3-byte body, c=$CONNECTIONS; big = 1 MiB body, c=$BIG_CONNECTIONS"
-    echo "CPU = utime+stime of the proxy process (nginx: its single worker) over the run / requests"
+    echo "tokenrelay vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'), tokenrelay Swift runtime: $STDLIB)"
+    echo "small = /small, 100-byte body, wrk -t1 -c$CONNECTIONS; large = /large, 1 MiB body, wrk -t1 -c$LARGE_CONNECTIONS"
+    echo "timed: medians of $ROUNDS interleaved rounds of ${DURATION}s; pinned: ${PROXY_CPU[*]:-no}"
+    echo "syscalls/req: strace -c -f over $COUNT_SMALL (small) / $COUNT_LARGE (large) requests, c=8"
+    echo "insn/req: callgrind Ir (user space, whole process) over $CG_SMALL / $CG_LARGE requests, c=4"
     echo
-    printf '%-8s %-11s %10s %9s %11s %9s %9s %7s\n' scenario proxy req/s p99 'CPU us/req' 'RSS idle' 'RSS after' errors
+    printf '%-6s %-11s %10s %9s %9s %11s %12s %12s %7s\n' path proxy req/s p50ms p99ms 'CPU us/req' 'syscalls/req' 'insn/req' errors
     for s in "${SCENARIOS[@]}"; do
-        for p in nginx tokenrelay; do
-            printf '%-8s %-11s %10s %9s %11s %9s %9s %7s\n' "$s" "$p" \
-                "${R_RPS[$p.$s]}" "${R_P99[$p.$s]}" "${R_CPU[$p.$s]}" \
-                "$(mb "${RSS_IDLE[$p]}")" "$(mb "${R_RSS_AFTER[$p.$s]}")" "${R_ERR[$p.$s]}"
+        for p in "${PROXIES[@]}"; do
+            printf '%-6s %-11s %10s %9s %9s %11s %12s %12s %7s\n' "$s" "$p" \
+                "$(median <<<"${V_RPS[$p.$s]}")" "$(median <<<"${V_P50[$p.$s]}")" "$(median <<<"${V_P99[$p.$s]}")" \
+                "$(median <<<"${V_CPU[$p.$s]}")" "${SYS_TOTAL[$p.$s]}" "${INSN[$p.$s]:--}" "${V_ERR[$p.$s]}"
         done
     done
     echo
     for s in "${SCENARIOS[@]}"; do
-        awk -v s="$s" -v t="${R_CPU[tokenrelay.$s]}" -v n="${R_CPU[nginx.$s]}" \
-            -v rt="${R_RPS[tokenrelay.$s]}" -v rn="${R_RPS[nginx.$s]}" 'BEGIN {
-            printf "%-6s tokenrelay/nginx: CPU per request x%.2f, req/s x%.2f\n", s,
-                (n > 0 ? t / n : 0), (rn > 0 ? rt / rn : 0) }'
+        printf '%-6s tokenrelay/nginx: syscalls %s, insn %s, CPU %s, req/s %s, p99 %s\n' "$s" \
+            "$(ratio "${SYS_TOTAL[tokenrelay.$s]}" "${SYS_TOTAL[nginx.$s]}")" \
+            "$(ratio "${INSN[tokenrelay.$s]:--}" "${INSN[nginx.$s]:--}")" \
+            "$(ratio "$(median <<<"${V_CPU[tokenrelay.$s]}")" "$(median <<<"${V_CPU[nginx.$s]}")")" \
+            "$(ratio "$(median <<<"${V_RPS[tokenrelay.$s]}")" "$(median <<<"${V_RPS[nginx.$s]}")")" \
+            "$(ratio "$(median <<<"${V_P99[tokenrelay.$s]}")" "$(median <<<"${V_P99[nginx.$s]}")")"
     done
-    echo "errors = wrk non-2xx/3xx responses + socket errors; raw wrk output: bench/results/latest-wrk.txt"
-} | tee "$REPORT"
+    echo
+    echo "RSS      idle       after load   (nginx: worker only)"
+    for p in "${PROXIES[@]}"; do
+        printf '%-11s %-10s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")"
+    done
+    echo
+    echo "system calls per request by name (>= 0.05):"
+    for s in "${SCENARIOS[@]}"; do
+        for p in "${PROXIES[@]}"; do
+            printf '  %-6s %-11s %s\n' "$s" "$p" "${SYS_TOP[$p.$s]}"
+        done
+    done
+    echo "errors = wrk non-2xx/3xx responses + socket errors over all timed rounds; raw: bench/results/latest-wrk.txt"
+} | tee "$RESULTS_DIR/latest.txt"
 
-if grep -qiE 'error|warn|fatal' "$TR_LOG"; then
+if grep -qiE 'level=(error|warn|critical)' "$TR_LOG"; then
     log "tokenrelay logged warnings/errors:"
-    grep -iE 'error|warn|fatal' "$TR_LOG" | sort | uniq -c | sort -rn | head -n 10 >&2
+    grep -iE 'level=(error|warn|critical)' "$TR_LOG" | sort | uniq -c | sort -rn | head -n 10 >&2
 fi
 
 # ---------------------------------------------------------------- perf (optional)
@@ -349,27 +496,24 @@ if [[ "$PERF" == 1 ]]; then
         set +e +o pipefail   # head closing pipes must not abort the script here
         PERF_OUT=$RESULTS_DIR/perf-latest.txt
         PERF_DATA=$RESULTS_DIR/perf-latest.data
-        log "profiling tokenrelay with perf during a ${DURATION}s small-response run"
+        log "profiling tokenrelay with perf during a ${DURATION}s /small run"
         perf record -q -F 999 -g -p "$TR_PID" -o "$PERF_DATA" -- sleep "$((DURATION + 1))" \
             >/dev/null 2>"$TMP/perf.err" &
         PERF_PID=$!
         sleep 0.5
-        wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" "http://127.0.0.1:$TR_PORT/" >/dev/null 2>&1 || true
+        "${LOAD_CPU[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" "http://127.0.0.1:$TR_PORT/small" >/dev/null 2>&1 || true
         wait "$PERF_PID" || { cat "$TMP/perf.err" >&2; log "perf record failed"; }
         if [[ -s "$PERF_DATA" ]]; then
             demangle() { if command -v swift-demangle >/dev/null 2>&1; then swift-demangle --simplified; else cat; fi; }
             tidy() { grep -v '^#' | grep -v '^$' | sed -e 's/[ -]*$//' | head -n "$1" | demangle; }
             {
-                echo "perf: tokenrelay, small response, c=$CONNECTIONS, ${DURATION}s"
+                echo "perf: tokenrelay, /small, c=$CONNECTIONS, ${DURATION}s"
                 echo "--- self (top 25 symbols) ---"
-                perf report -i "$PERF_DATA" --no-children --sort symbol --stdio -g none \
-                    --percent-limit 0.3 2>/dev/null | tidy 25
+                perf report -i "$PERF_DATA" --no-children --sort symbol --stdio -g none --percent-limit 0.3 2>/dev/null | tidy 25
                 echo "--- inclusive / children (top 40 symbols) ---"
-                perf report -i "$PERF_DATA" --children --sort symbol --stdio -g none \
-                    --percent-limit 1 2>/dev/null | tidy 40
+                perf report -i "$PERF_DATA" --children --sort symbol --stdio -g none --percent-limit 1 2>/dev/null | tidy 40
                 echo "--- by DSO ---"
-                perf report -i "$PERF_DATA" --no-children --sort dso --stdio -g none \
-                    2>/dev/null | tidy 15
+                perf report -i "$PERF_DATA" --no-children --sort dso --stdio -g none 2>/dev/null | tidy 15
             } >"$PERF_OUT"
             cat "$PERF_OUT"
             log "perf data kept in $PERF_DATA (perf report -i ... --children)"

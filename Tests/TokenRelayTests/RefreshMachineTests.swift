@@ -414,6 +414,53 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(machine.state, .ready, "no new cycle after shutdown")
     }
 
+    func testAForcedRefreshJoinsTheRunningCycle() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        let (immediate, new) = machine.forceRefresh(now: now)
+        record(new)
+        XCTAssertNil(immediate, "answered by the cycle's release")
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(presentations, 1)
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+    }
+
+    func testAForcedRefreshDuringShutdownIsAnsweredAtOnce() {
+        makeMachine()
+        record(machine.shutdown(now: now))
+        let (immediate, _) = machine.forceRefresh(now: now)
+        XCTAssertEqual(immediate, .unavailable(reason: "shutting down"))
+        XCTAssertEqual(presentations, 0)
+    }
+
+    func testWithoutAnAccessTokenTheFirstRequestWaitsForOne() {
+        var empty = Machine.Settings()
+        empty.needsRefreshToken = false
+        machine = Machine(tokens: TokenSet(accessToken: "", refreshToken: nil), settings: empty, now: now)
+        timers = [:]
+        record(machine.start(now: now))
+        XCTAssertEqual(machine.state, .refreshing, "fetched at start")
+        XCTAssertEqual(admit(), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.granted(TokenGrant(accessToken: "a1", refreshToken: nil, expiresIn: 60)))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(admit(), .send(generation: 2))
+    }
+
+    func testTimersThatNoLongerApplyAreIgnored() {
+        makeMachine()
+        let before = actions.count
+        record(machine.timerFired(.attempt, now: now))
+        record(machine.timerFired(.stormRecovery, now: now))
+        record(machine.timerFired(.saveRetry, now: now))
+        XCTAssertEqual(actions.count, before)
+        record(machine.lockAcquired(store: nil, now: now))
+        XCTAssertEqual(actions.last, .releaseLock, "a lock nobody waits for is given back")
+        XCTAssertEqual(presentations, 0)
+    }
+
     func testLockTimeoutsCountAsAttempts() {
         makeMachine { $0.maxAttempts = 2; $0.backoffSeconds = 0.1 }
         XCTAssertEqual(unauthorized(1), .hold)

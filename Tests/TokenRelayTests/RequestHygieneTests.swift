@@ -145,6 +145,16 @@ final class RequestHygieneTests: RelayTestCase {
         XCTAssertEqual(plain.header("Via"), "1.1 tokenrelay")
     }
 
+    func testUnderscoreHeadersCanBeDropped() throws {
+        let kept = try startRelay()
+        _ = try get(kept, "/u", headers: [("X_User", "mallory"), ("X-Other", "a")])
+        XCTAssertEqual(api.requests.last?.header("X_User"), "mallory", "kept by default")
+        let dropping = try startRelay(["forwarding": ["drop_underscore_headers": true]])
+        _ = try get(dropping, "/u", headers: [("X_User", "mallory"), ("X-Other", "a")])
+        XCTAssertNil(api.requests.last?.header("X_User"))
+        XCTAssertEqual(api.requests.last?.header("X-Other"), "a")
+    }
+
     func testForwardingHeadersCanBeSwitchedOff() throws {
         let relay = try startRelay(["forwarding": ["x_forwarded_for": false, "x_forwarded_proto": false, "via": false]])
         _ = try get(relay, "/fwd", headers: [("Via", "1.0 edge")])

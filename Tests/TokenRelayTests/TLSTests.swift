@@ -21,8 +21,8 @@ final class TLSTests: RelayTestCase {
         servers = []
     }
 
-    private func startServer(_ identity: TestPKI.Identity, clientCA: URL? = nil) throws -> TLSTestServer {
-        let server = try TLSTestServer(identity: identity, clientCA: clientCA, workDir: workDir)
+    private func startServer(_ identity: TestPKI.Identity, clientCA: URL? = nil, tls12Only: Bool = false) throws -> TLSTestServer {
+        let server = try TLSTestServer(identity: identity, clientCA: clientCA, tls12Only: tls12Only, workDir: workDir)
         servers.append(server)
         return server
     }
@@ -128,10 +128,11 @@ final class TLSTests: RelayTestCase {
     }
 
     func testMissingClientCertificateIsA502WithTheReason() throws {
-        let server = try startServer(pki.server, clientCA: pki.caFile)
+        // Under TLS 1.2 the refusal is a handshake failure, always read. (Under TLS 1.3 the server's alert
+        // follows the finished handshake; tokenrelay reports it when it gets to read it, which a server
+        // that closes at once can prevent, so that variant cannot be asserted every time.)
+        let server = try startServer(pki.server, clientCA: pki.caFile, tls12Only: true)
         let relay = try startRelay(upstream: server.url(), tls: ["ca_file": pki.caFile.path])
-        // TLS 1.3 reports it as an alert after the handshake ("certificate required"), TLS 1.2 as a
-        // handshake failure; either way it is the server's alert, not an EOF.
         try assertRefused(relay, cause: "alert")
     }
 

@@ -47,3 +47,38 @@ final class UpstreamDesyncTests: RelayTestCase {
         XCTAssertTrue(waitUntil(timeout: 5) { relay.stderrText.contains("upstream sent more data than its response") }, file: file, line: line)
     }
 }
+
+/// A response whose framing two parsers could read differently is never relayed as is: the client gets
+/// a 502 naming the cause, and the connection is not reused.
+final class AmbiguousResponseFramingTests: RelayTestCase {
+    private func startRelay(answering head: String) throws -> TokenRelayProcess {
+        let upstream = try rawUpstream { connection in
+            while let request = try connection.readRequest() {
+                if request.path == "/ambiguous" {
+                    try connection.write(head)
+                } else {
+                    try connection.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                }
+            }
+        }
+        return try startRelay(["upstream": ["url": upstream.baseURL]])
+    }
+
+    func testTwoDifferentContentLengthsAre502() throws {
+        let relay = try startRelay(answering: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\nhello")
+        try assertRefused(relay, cause: "conflicting Content-Length values")
+    }
+
+    /// evhttp (Debian's 2.1.12) refuses this one itself, before tokenrelay sees the headers.
+    func testContentLengthWithChunkedIs502() throws {
+        let relay = try startRelay(answering: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        try assertRefused(relay, cause: "invalid HTTP response")
+    }
+
+    private func assertRefused(_ relay: TokenRelayProcess, cause: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let response = try get(relay, "/ambiguous")
+        XCTAssertEqual(response.status, 502, response.bodyText, file: file, line: line)
+        XCTAssertTrue(response.bodyText.contains(cause), response.bodyText, file: file, line: line)
+        XCTAssertEqual(try get(relay, "/after").bodyText, "ok", file: file, line: line)
+    }
+}

@@ -40,8 +40,8 @@ let listenerRequestTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawP
 let outgoingHeaderTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int32 = { request, context in
     guard let request else { return 0 }
     let call = target(context, as: OutgoingRequest.self)
-    withExtendedLifetime(call) { call.receivedHeaders(request) }
-    return 0
+    // -1 makes evhttp fail the request (error callback, then the done callback without a response).
+    return withExtendedLifetime(call) { call.receivedHeaders(request) } ? 0 : -1
 }
 
 /// A piece of an outgoing request's response body.

@@ -10,6 +10,8 @@ struct OutgoingFailure: Error, CustomStringConvertible {
     let afterResponseStarted: Bool
     /// The TLS cause, when the connection's TLS state has one (then `kind` is `.tls`).
     var tls: TLSFailure? = nil
+    /// What was wrong with an invalid response, when tokenrelay itself refused it.
+    var detail: String? = nil
 
     /// Whether the peer may have received and acted on the request (the refresh path logs this as
     /// "outcome unknown": a rotated refresh token may be lost in flight). A certificate we refused means
@@ -22,7 +24,7 @@ struct OutgoingFailure: Error, CustomStringConvertible {
         case .connectTimeout: return "could not connect in time"
         case .timeout: return "timed out"
         case .connectionLost: return afterResponseStarted ? "connection lost mid-response" : "connection closed before a response"
-        case .invalidResponse: return "invalid HTTP response"
+        case .invalidResponse: return "invalid HTTP response" + (detail.map { ": \($0)" } ?? "")
         case .tooLarge: return "response too large"
         case .tls: return "TLS failure: \(tls?.reason ?? "unknown")"
         }
@@ -50,6 +52,8 @@ final class OutgoingRequest {
     private var connection: OpaquePointer?
     private var reportedError: evhttp_request_error?
     private(set) var headersReceived = false
+    /// Set when the response's framing headers were ambiguous and the response was refused.
+    private var framingProblem: String?
     private var selfRetain: Unmanaged<OutgoingRequest>?
 
     init(delegate: OutgoingRequestDelegate) {
@@ -92,10 +96,18 @@ final class OutgoingRequest {
         releaseSelf()
     }
 
-    func receivedHeaders(_ response: OpaquePointer) {
-        guard request != nil else { return }
+    /// Returns false to make evhttp fail the request: a response whose framing is ambiguous (two
+    /// different lengths, a length with chunked) is never relayed, and its connection is never reused.
+    func receivedHeaders(_ response: OpaquePointer) -> Bool {
+        guard request != nil else { return true }
         headersReceived = true
+        if let problem = MessageFraming.problem(HeaderList(raw: evhttp_request_get_input_headers(response)).entries,
+                                                equalDuplicateLengths: true) {
+            framingProblem = problem
+            return false
+        }
         delegate?.outgoingRequestReceivedHeaders(self, response: response)
+        return true
     }
 
     func receivedBody(_ response: OpaquePointer) {
@@ -127,6 +139,7 @@ final class OutgoingRequest {
 
     private func failure(connectFailed: Bool) -> OutgoingFailure {
         // A done callback with a request but status 0 is evhttp's "could not connect" path.
+        if let framingProblem { return OutgoingFailure(kind: .invalidResponse, afterResponseStarted: true, detail: framingProblem) }
         if connectFailed && reportedError == nil { return OutgoingFailure(kind: .connect, afterResponseStarted: false) }
         let kind: OutgoingFailure.Kind
         switch reportedError {

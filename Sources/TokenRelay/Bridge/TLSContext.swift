@@ -94,6 +94,7 @@ final class TLSContext {
             SSL_free(ssl)
             return nil
         }
+        TLSAlerts.watch(ssl)
         return ssl
     }
 

@@ -33,6 +33,8 @@ enum TLSDiagnostics {
                 verification = "certificate verification failed: " + String(cString: X509_verify_cert_error_string(result))
             }
         }
+        // Taken either way, so that a later failure on this connection does not repeat it.
+        if let alert = TLSAlerts.takeFatalAlert(ssl), errors.isEmpty { errors.append(alert) }
         switch (verification, errors.isEmpty) {
         case (nil, true):
             return nil

@@ -136,6 +136,8 @@ public struct Config: Sendable {
         public var xForwardedProto = true
         /// Append `1.1 tokenrelay` to `Via`.
         public var via = true
+        /// Drop client header fields whose name has an underscore (nginx's `underscores_in_headers off`).
+        public var dropUnderscoreHeaders = false
     }
 
     public struct Timeouts: Sendable {

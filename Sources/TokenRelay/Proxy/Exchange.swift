@@ -530,9 +530,11 @@ final class Exchange: OutgoingRequestDelegate {
         call = nil
         connectWatchdog = nil
         retryTimer = nil
+        // Only a request still queued for a connection has its wait timer (granting or timing out clears
+        // it); the others need no O(waiters) search when a released burst finishes.
+        if poolWaitTimer != nil { route.pool.cancelWait(for: self) }
         poolWaitTimer = nil
         returnConnection()
-        route.pool.cancelWait(for: self)
         holdTimer = nil
         if wasHeld { proxy.unhold(self) }
         recordHoldEnded()

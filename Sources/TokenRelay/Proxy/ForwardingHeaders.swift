@@ -9,6 +9,11 @@ enum ForwardingHeaders {
     static func apply(to headers: [(name: String, value: String)], clientAddress: String?, settings: Config.Forwarding)
         -> [(name: String, value: String)] {
         var result = headers
+        if settings.dropUnderscoreHeaders {
+            // Many application servers (CGI, WSGI, PHP) read `X_User` and `X-User` as the same variable:
+            // a client could pose as a header an earlier proxy removed.
+            result.removeAll { $0.name.utf8.contains(UInt8(ascii: "_")) }
+        }
         if settings.xForwardedFor, let clientAddress {
             // Appended, so an upstream that trusts a chain of proxies still sees it whole.
             appendToList("X-Forwarded-For", clientAddress, in: &result)

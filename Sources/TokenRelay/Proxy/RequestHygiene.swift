@@ -19,8 +19,6 @@ enum RequestHygiene {
 
     /// Checks the client's parsed request headers. `isHTTP11` enables the one-Host rule.
     static func check(_ headers: [(name: String, value: String)], isHTTP11: Bool) -> Violation? {
-        var lengths: [String] = []
-        var encodings: [String] = []
         var hosts = 0
         for header in headers {
             guard HTTPSyntax.isToken(header.name) else {
@@ -29,35 +27,11 @@ enum RequestHygiene {
             guard HTTPSyntax.isSafeHeaderValue(header.value) else {
                 return Violation(description: "control character in the value of \(header.name)")
             }
-            switch HTTPSyntax.fieldKey(header.name) {
-            case "content-length": lengths.append(header.value)
-            case "transfer-encoding": encodings.append(header.value)
-            case "host": hosts += 1
-            default: break
-            }
+            if HTTPSyntax.isField(header.name, "host") { hosts += 1 }
         }
-        if let violation = checkFraming(lengths: lengths, encodings: encodings) { return violation }
+        if let problem = MessageFraming.problem(headers, equalDuplicateLengths: false) { return Violation(description: problem) }
         // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host is answered 400.
         if hosts > 1 || (isHTTP11 && hosts == 0) { return Violation(description: "a request needs exactly one Host header") }
-        return nil
-    }
-
-    private static func checkFraming(lengths: [String], encodings: [String]) -> Violation? {
-        if !lengths.isEmpty && !encodings.isEmpty {
-            return Violation(description: "Content-Length together with Transfer-Encoding")
-        }
-        // Even identical duplicates are refused: a proxy in front of us may have merged or split them.
-        if lengths.count > 1 { return Violation(description: "more than one Content-Length") }
-        if let length = lengths.first, length.isEmpty || !length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
-            return Violation(description: "invalid Content-Length")
-        }
-        // The only coding evhttp decodes is a lone `chunked`; anything else would reach the upstream as
-        // a body it decodes differently (or not at all).
-        if !encodings.isEmpty {
-            let codings = encodings.flatMap { $0.split(separator: ",", omittingEmptySubsequences: false) }
-                .map { HTTPSyntax.fieldKey(String(HTTPSyntax.trimmedOWS($0))) }
-            if codings != ["chunked"] { return Violation(description: "unsupported Transfer-Encoding") }
-        }
         return nil
     }
 }

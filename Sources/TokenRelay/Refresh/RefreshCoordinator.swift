@@ -68,6 +68,9 @@ final class RefreshCoordinator {
         publish()
     }
 
+    /// 30 days.
+    private static let longestTimer = 30.0 * 86_400
+
     private static func now() -> RefreshMachine.Instant {
         RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: Double.random(in: 0...1))
     }
@@ -182,10 +185,16 @@ final class RefreshCoordinator {
         case .schedule(let kind, let at):
             let timer = LoopEvent(loop: loop) { [weak self] _ in
                 guard let self else { return }
+                // Taken out of the table while its handler runs: re-arming the same kind inside the
+                // handler must not free the event that is calling us.
+                let firing = self.timers.removeValue(forKey: kind)
                 self.execute(self.machine.timerFired(kind, now: Self.now()))
+                withExtendedLifetime(firing) {}
             }
             timers[kind] = timer
-            timer.schedule(after: max(0, at - EventLoop.monotonicNow))
+            // Times can come from outside (a token's lifetime): clamped, so the conversion cannot trap. A
+            // timer cut short fires early, and the machine only ever acts early on a far-away deadline.
+            timer.schedule(after: min(max(0, at - EventLoop.monotonicNow), Self.longestTimer))
         case .cancel(let kind):
             timers[kind] = nil
         case .acquireLock(let timeout):

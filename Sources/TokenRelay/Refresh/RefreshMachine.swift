@@ -13,51 +13,6 @@ import Foundation
 /// requests; then what a cycle leaves behind (hold-off, storm guard, proactive timer, unsaved tokens),
 /// tokens adopted from the store, and shutdown. Each rule names the race it prevents.
 struct RefreshMachine {
-    /// The cycle under way: the phase's data lives in the phase.
-    struct Cycle {
-        var mode: Mode
-        var trigger: Trigger
-        /// The settings it started with: a reload meanwhile applies from the next cycle.
-        var settings: Settings
-        /// Attempts that reached the lock (a lock timeout counts too).
-        var attempt = 0
-        var step: Step
-
-        enum Step {
-            /// Until the attempt timer fires (first attempt, backoff, `Retry-After`).
-            case waiting
-            case acquiringLock
-            case exchanging(sentAt: Double)
-            /// The answer's tokens are being written; `queued` while an earlier retry's write finishes.
-            case persisting(TokenSet, lifetime: Double?, purpose: PersistPurpose, queued: Bool)
-        }
-    }
-
-    enum PersistPurpose {
-        /// Fresh tokens: adopted and released once written.
-        case renewal
-        /// An unusable answer with a rotated refresh token: kept, the cycle still fails with `reason`.
-        case keepRotatedRefreshToken(reason: String)
-    }
-
-    enum Phase {
-        case idle
-        case refreshing(Cycle)
-        case loginRequired
-        case stormPaused(reason: String)
-    }
-
-    /// After an unknown outcome: no refresh token leaves before `until` (monotonic).
-    struct HoldOff {
-        var until: Double
-        var reason: String
-    }
-
-    struct Unsaved {
-        var error: String
-        var failedWrites: Int
-    }
-
     private(set) var settings: Settings
     private(set) var tokens: TokenSet
     private(set) var generation: UInt64 = 1
@@ -218,6 +173,8 @@ struct RefreshMachine {
         // Not even an operator may lift the hold-off: presenting the refresh token now is the very reuse
         // it prevents.
         if let holdOff, state != .refreshing { return (.unavailable(reason: holdOff.reason), drain()) }
+        // Shutting down: nothing new starts, so nothing would ever answer the caller.
+        if stopped, state != .refreshing { return (.unavailable(reason: "shutting down"), drain()) }
         switch phase {
         case .loginRequired, .stormPaused: clearLatches(now)
         default: break
@@ -250,7 +207,7 @@ struct RefreshMachine {
         emit(.schedule(.attempt, at: max(now.monotonic, notBefore)))
     }
 
-    // MARK: - 4. Take the lock, re-read the store
+    // MARK: - 4. Take the lock, re-read the store, present the refresh token
 
     private mutating func attemptTimerFired(_ now: Instant) {
         guard case .refreshing(var cycle) = phase, case .waiting = cycle.step else { return }
@@ -297,7 +254,7 @@ struct RefreshMachine {
         if cycle.settings.needsRefreshToken, let refreshToken = tokens.refreshToken {
             spentRefreshTokens = Array((spentRefreshTokens + [refreshToken]).suffix(16))
         }
-        // 5. Present the refresh token (exactly once per attempt; never by anyone but this cycle).
+        // Present the refresh token: once per attempt, and never by anyone but this cycle.
         emit(.presentRefreshToken(tokens))
         return drain()
     }
@@ -308,7 +265,7 @@ struct RefreshMachine {
         return changed && !spent
     }
 
-    // MARK: - 6. The token endpoint answers
+    // MARK: - 5. The token endpoint answers
 
     mutating func tokenEndpointAnswered(_ result: TokenEndpointResult, retryAfter: Double?, now: Instant) -> [Action] {
         guard case .refreshing(let cycle) = phase, case .exchanging(let sentAt) = cycle.step else { return drain() }
@@ -386,7 +343,7 @@ struct RefreshMachine {
         emit(.schedule(.attempt, at: now.monotonic + delay))
     }
 
-    // MARK: - 7. Persist before release
+    // MARK: - 6. Persist before release
 
     /// Race it prevents: the old refresh token is burnt the moment the server answered; releasing held
     /// requests (or crashing) before the new one is on disk could lose the session. The cycle stays open
@@ -442,7 +399,7 @@ struct RefreshMachine {
         emit(.tokenEndpointIdle)
     }
 
-    // MARK: - 8. The cycle ends
+    // MARK: - 7. The cycle ends
 
     private mutating func endCycle(_ outcome: Outcome, description: String, _ now: Instant) {
         emit(.cancel(.attempt))
@@ -479,7 +436,7 @@ struct RefreshMachine {
         endCycle(.rejected, description: "rejected: login required", now)
     }
 
-    // MARK: - 9. The refresh hold-off after an unknown outcome
+    // MARK: - 8. The refresh hold-off after an unknown outcome
 
     /// Rule (the race it prevents: a refresh token presented a second time while the server is still
     /// working on its first presentation; a rotation server then sees a burnt token and revokes the whole
@@ -517,7 +474,7 @@ struct RefreshMachine {
         emit(.publish)
     }
 
-    // MARK: - 10. Proactive refresh
+    // MARK: - 9. Proactive refresh
 
     /// Ahead of expiry by the skew (plus jitter that spreads a fleet that got its tokens together); at
     /// expiry and not before while the refresh token is in doubt (race it prevents: presenting a
@@ -542,7 +499,7 @@ struct RefreshMachine {
         emit(.schedule(.proactive, at: now.monotonic + max(0, delay)))
     }
 
-    // MARK: - 11. Timers
+    // MARK: - 10. Timers
 
     mutating func timerFired(_ timer: Timer, now: Instant) -> [Action] {
         switch timer {
@@ -568,7 +525,7 @@ struct RefreshMachine {
         emit(.publish)
     }
 
-    // MARK: - 12. Unsaved tokens
+    // MARK: - 11. Unsaved tokens
 
     /// Rotated tokens that could not be written stay in service, visibly (`degradedReason`, the unsaved
     /// gauge), and the write is retried with backoff until it succeeds. Race it prevents: a restart (or
@@ -610,7 +567,7 @@ struct RefreshMachine {
 
     mutating func savedAtExit() { unsaved = nil }
 
-    // MARK: - 13. Tokens from the store
+    // MARK: - 12. Tokens from the store
 
     /// The store changed under us (an operator seeding tokens after "login required", `token import`,
     /// another process's rotation) or was re-read at the end of a hold-off. Not during a cycle: the
@@ -665,7 +622,7 @@ struct RefreshMachine {
         scheduleProactiveRefresh(now)
     }
 
-    // MARK: - 14. Settings and shutdown
+    // MARK: - 13. Settings and shutdown
 
     /// Live reload: a cycle in flight finishes with the settings it started with; the next uses these.
     mutating func apply(_ settings: Settings, now: Instant) -> [Action] {

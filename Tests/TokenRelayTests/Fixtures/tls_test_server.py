@@ -163,10 +163,13 @@ def main():
     parser.add_argument("--client-ca")
     parser.add_argument("--access", default="initial-access")
     parser.add_argument("--refresh", default="initial-refresh")
+    parser.add_argument("--tls12-only", action="store_true")
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
+    if args.tls12_only:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
     if args.client_ca:
         context.load_verify_locations(args.client_ca)
         context.verify_mode = ssl.CERT_REQUIRED

@@ -1,0 +1,142 @@
+import HTTPWire
+
+/// A request head as received: one copy of its bytes and the offsets HTTPWire found in them. Fields are
+/// read in place; nothing is allocated per field.
+public struct ReceivedRequestHead: Sendable {
+    public let bytes: [UInt8]
+    public let parsed: RequestHead
+
+    public var method: HTTPMethod { parsed.method }
+    public var version: HTTPVersion { parsed.semantics.version }
+    public var framing: BodyFraming { parsed.semantics.framing }
+    public var targetForm: TargetForm { parsed.targetForm }
+    public var expectsContinue: Bool { parsed.expectsContinue }
+    public var keepAlive: Bool { parsed.semantics.keepAlive }
+
+    /// The method as sent (for methods outside `HTTPMethod`'s named cases).
+    public var methodName: String { String(decoding: bytes[parsed.methodBytes], as: UTF8.self) }
+
+    /// The request target's bytes, unchanged.
+    public var target: ArraySlice<UInt8> { bytes[parsed.target] }
+
+    /// Calls `body` with each field's name and value, in order, as slices of `bytes`.
+    public func forEachField(_ body: (ArraySlice<UInt8>, ArraySlice<UInt8>) -> Void) {
+        for field in parsed.fields { body(bytes[field.name], bytes[field.value]) }
+    }
+
+    /// The first field with this name (ASCII case-insensitive), decoded as text.
+    public func field(_ name: String) -> String? {
+        let wanted = Array(name.utf8)
+        for field in parsed.fields where asciiEqualIgnoringCase(bytes[field.name], wanted) {
+            return String(decoding: bytes[field.value], as: UTF8.self)
+        }
+        return nil
+    }
+}
+
+/// The head of a response to send. Framing fields (Content-Length, Transfer-Encoding, Connection) are the
+/// transport's: it writes them from `BodyLength` and the connection's state, and refuses them here.
+public struct HTTPResponseHead: Sendable {
+    public var status: Int
+    public var reason: String
+    public var fields: [(name: String, value: String)]
+
+    public init(status: Int, reason: String, fields: [(name: String, value: String)] = []) {
+        self.status = status
+        self.reason = reason
+        self.fields = fields
+    }
+}
+
+/// How the body of an outgoing message is delimited.
+public enum BodyLength: Sendable, Equatable {
+    case none
+    case known(Int)
+    /// Chunked to HTTP/1.1 peers; close-delimited to HTTP/1.0 peers.
+    case unknown
+}
+
+/// Why a connection ended.
+public enum ConnectionEnd: Sendable, Equatable {
+    /// This side closed it (after an answer that ends the connection, or `close()`).
+    case closedLocally
+    /// The peer closed its side.
+    case peerClosed
+    /// A read or write failed with this errno.
+    case failed(errno: Int32)
+    /// The peer sent something HTTP/1.1 does not allow; it was answered with an error status.
+    case protocolError(HTTPWireError)
+}
+
+func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    var i = a.startIndex
+    for byte in b {
+        let x = a[i]
+        let lowerX = (x >= 0x41 && x <= 0x5A) ? x | 0x20 : x
+        let lowerY = (byte >= 0x41 && byte <= 0x5A) ? byte | 0x20 : byte
+        if lowerX != lowerY { return false }
+        i += 1
+    }
+    return true
+}
+
+/// Serialises a response head with the framing fields the transport decides.
+func serializeResponseHead(_ head: HTTPResponseHead, version: HTTPVersion, framing: ResponseFraming, close: Bool) -> [UInt8] {
+    var out: [UInt8] = []
+    out.reserveCapacity(128 + head.fields.count * 32)
+    out.append(contentsOf: "HTTP/1.1 ".utf8)
+    out.append(contentsOf: String(head.status).utf8)
+    out.append(0x20)
+    out.append(contentsOf: head.reason.utf8.filter { $0 >= 0x20 && $0 != 0x7F })
+    out.append(contentsOf: "\r\n".utf8)
+    for field in head.fields where isSendableField(field.name, field.value) {
+        out.append(contentsOf: field.name.utf8)
+        out.append(contentsOf: ": ".utf8)
+        out.append(contentsOf: field.value.utf8)
+        out.append(contentsOf: "\r\n".utf8)
+    }
+    switch framing {
+    case .none, .closeDelimited: break
+    case .length(let n):
+        out.append(contentsOf: "Content-Length: ".utf8)
+        out.append(contentsOf: String(n).utf8)
+        out.append(contentsOf: "\r\n".utf8)
+    case .chunked:
+        out.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
+    }
+    if close {
+        out.append(contentsOf: "Connection: close\r\n".utf8)
+    } else if version == .http10 {
+        out.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+    }
+    out.append(contentsOf: "\r\n".utf8)
+    return out
+}
+
+enum ResponseFraming: Equatable {
+    case none
+    case length(Int)
+    case chunked
+    case closeDelimited
+}
+
+/// A field the transport may write: a token name, a value without CR, LF, NUL or other controls (so that
+/// no value can end the head early), and not one of the framing fields the transport writes itself.
+func isSendableField(_ name: String, _ value: String) -> Bool {
+    guard !name.isEmpty else { return false }
+    for b in name.utf8 {
+        switch b {
+        case 0x61...0x7A, 0x41...0x5A, 0x30...0x39, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
+            continue
+        default:
+            return false
+        }
+    }
+    for b in value.utf8 where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
+    let lower = Array(name.utf8)
+    for framing in ["content-length", "transfer-encoding", "connection"] where asciiEqualIgnoringCase(lower[...], Array(framing.utf8)) {
+        return false
+    }
+    return true
+}

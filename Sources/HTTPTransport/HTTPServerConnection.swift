@@ -1,0 +1,274 @@
+import HTTPWire
+import Glibc
+
+/// What a server connection reports, in order, on the loop's thread: a head, its body in pieces, its end;
+/// then (once the response is finished) the next request of a pipeline or keep-alive connection.
+public protocol HTTPServerConnectionHandler: AnyObject {
+    func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead)
+    /// A piece of the request body (de-chunked). Valid only during the call.
+    func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer)
+    func connectionReceivedEnd(_ connection: HTTPServerConnection)
+    /// Response bytes that had to wait have been written: the sender may produce more.
+    func connectionCanSendMore(_ connection: HTTPServerConnection)
+    /// The connection is gone; nothing more will be reported and sending is a no-op.
+    func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd)
+}
+
+/// One client connection on the server side: parses requests with HTTPWire as bytes arrive, answers
+/// protocol errors itself, and frames the responses its handler sends.
+///
+/// One request at a time: the head of a pipelined request is parsed only after the previous response is
+/// finished, so responses can never be sent in the wrong order or to the wrong request.
+public final class HTTPServerConnection {
+    public let peer: PeerAddress
+    public weak var handler: HTTPServerConnectionHandler?
+    /// Pending output above which `canSendMore` is false (the sender should wait for `connectionCanSendMore`).
+    public var sendBufferLimit = 1 << 20
+
+    let stream: SocketStream
+    private var parser: HeadParser
+    private var head = RequestHead()
+    private var chunked: ChunkedDecoder
+    private let limits: HTTPWireLimits
+    var onEnded: ((HTTPServerConnection) -> Void)?
+
+    private enum ReadState {
+        case head
+        case lengthBody(remaining: Int)
+        case chunkedBody
+        /// The request is complete; wait for its response before parsing more.
+        case awaitingResponse
+        case ended
+    }
+    private var readState = ReadState.head
+    private var responseFraming: ResponseFraming?
+    private var requestVersion = HTTPVersion.http11
+    private var requestKeepAlive = true
+    private var responseCloses = false
+    private var processing = false
+    private var hasEnded = false
+
+    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int) {
+        self.peer = peer
+        self.limits = limits
+        parser = HeadParser(limits: limits)
+        chunked = ChunkedDecoder(limits: limits)
+        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
+        stream.owner = self
+    }
+
+    /// Whether a response is being sent (started and not finished).
+    public var isResponding: Bool { responseFraming != nil }
+
+    public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
+
+    // MARK: - Sending
+
+    /// Starts the response to the current request. With `.known(n)`, exactly n body bytes must follow;
+    /// `.none` is for responses that have no body by definition (to HEAD, 1xx, 204, 304).
+    public func startResponse(_ response: HTTPResponseHead, body: BodyLength) {
+        guard !hasEnded, responseFraming == nil else { return }
+        let framing: ResponseFraming
+        switch body {
+        case .none: framing = .none
+        case .known(let n): framing = .length(n)
+        case .unknown: framing = requestVersion == .http11 ? .chunked : .closeDelimited
+        }
+        // Close after the response if the client asked, if only the close can end the body, or if the
+        // request body has not been read to its end (its rest would be taken for the next request).
+        var bodyUnread = false
+        switch readState {
+        case .lengthBody, .chunkedBody: bodyUnread = true
+        default: break
+        }
+        responseCloses = !requestKeepAlive || framing == .closeDelimited || bodyUnread
+        responseFraming = framing
+        stream.write(serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses))
+    }
+
+    /// A piece of the response body.
+    public func sendBody(_ bytes: UnsafeRawBufferPointer) {
+        guard !hasEnded, let framing = responseFraming, bytes.count > 0 else { return }
+        if framing == .chunked {
+            var line = Array(String(bytes.count, radix: 16).utf8)
+            line.append(contentsOf: [0x0D, 0x0A])
+            stream.write(line)
+            stream.write(bytes)
+            stream.write([0x0D, 0x0A])
+        } else {
+            stream.write(bytes)
+        }
+    }
+
+    public func sendBody(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { sendBody($0) }
+    }
+
+    /// Ends the response; the connection then reads the next request or closes.
+    public func finishResponse() {
+        guard !hasEnded, let framing = responseFraming else { return }
+        if framing == .chunked { stream.write(Array("0\r\n\r\n".utf8)) }
+        responseFraming = nil
+        if responseCloses {
+            readState = .ended
+            stream.closeAfterFlush()
+            return
+        }
+        if case .awaitingResponse = readState {
+            readState = .head
+            stream.resumeReading()
+            process()
+        }
+    }
+
+    /// A complete response with a body.
+    public func respond(_ response: HTTPResponseHead, body: [UInt8]) {
+        startResponse(response, body: .known(body.count))
+        sendBody(body)
+        finishResponse()
+    }
+
+    /// Closes at once, abandoning any unsent output (a stream that cannot be completed).
+    public func close() {
+        stream.close()
+    }
+
+    // MARK: - Receiving
+
+    /// Parses what the buffer holds, as far as the state allows. Not re-entered: a handler that finishes a
+    /// response from inside a callback makes the running loop continue with the next request.
+    private func process() {
+        guard !processing else { return }
+        processing = true
+        defer { processing = false }
+        while !hasEnded {
+            let input = stream.input
+            switch readState {
+            case .ended, .awaitingResponse:
+                return
+            case .head:
+                guard input.count > 0 else { return }
+                do {
+                    guard try parser.parseRequest(input.unconsumed, into: &head) else {
+                        if input.spaceAtEnd == 0 { input.compact() }
+                        return
+                    }
+                } catch {
+                    refuse(error)
+                    return
+                }
+                let headBytes = Array(UnsafeRawBufferPointer(input.unconsumed)[0..<head.headLength])
+                input.consume(head.headLength)
+                requestVersion = head.semantics.version
+                requestKeepAlive = head.semantics.keepAlive
+                switch head.semantics.framing {
+                case .length(let n): readState = .lengthBody(remaining: n)
+                case .chunked: readState = .chunkedBody; chunked = ChunkedDecoder(limits: limits)
+                case .none, .untilClose: readState = .awaitingResponse
+                }
+                handler?.connection(self, receivedHead: ReceivedRequestHead(bytes: headBytes, parsed: head))
+                if case .awaitingResponse = readState { handler?.connectionReceivedEnd(self) }
+            case .lengthBody(let remaining):
+                guard input.count > 0 else { return }
+                let take = min(remaining, input.count)
+                let piece = UnsafeRawBufferPointer(input.unconsumed)[0..<take]
+                handler?.connection(self, receivedBody: UnsafeRawBufferPointer(rebasing: piece))
+                input.consume(take)
+                if take == remaining {
+                    readState = .awaitingResponse
+                    handler?.connectionReceivedEnd(self)
+                } else {
+                    readState = .lengthBody(remaining: remaining - take)
+                }
+            case .chunkedBody:
+                guard input.count > 0 else { return }
+                let used: Int
+                do {
+                    used = try chunked.decode(UnsafeRawBufferPointer(input.unconsumed)) { piece in
+                        handler?.connection(self, receivedBody: piece)
+                    }
+                } catch {
+                    refuse(error)
+                    return
+                }
+                input.consume(used)
+                if chunked.isComplete {
+                    readState = .awaitingResponse
+                    handler?.connectionReceivedEnd(self)
+                }
+            }
+        }
+    }
+
+    /// Answers a protocol error and closes: after a framing error nothing that follows can be trusted.
+    private func refuse(_ error: HTTPWireError) {
+        readState = .ended
+        if responseFraming == nil {
+            let status = error.requestStatus
+            let body = Array("\(error.reason)\n".utf8)
+            let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
+                : status == 501 ? "Not Implemented" : "Bad Request"
+            var bytes = serializeResponseHead(HTTPResponseHead(status: status, reason: reason, fields: [("Content-Type", "text/plain")]),
+                                              version: .http11, framing: .length(body.count), close: true)
+            bytes.append(contentsOf: body)
+            stream.write(bytes)
+        }
+        stream.closeAfterFlush()
+        end(.protocolError(error))
+    }
+
+    /// Reports the end to the handler. The server lets go of the connection only when its socket is
+    /// closed, which after an error answer is later (lingering), not here.
+    private func end(_ reason: ConnectionEnd) {
+        guard !hasEnded else { return }
+        hasEnded = true
+        readState = .ended
+        handler?.connection(self, ended: reason)
+        if stream.isClosed { releaseFromServer() }
+    }
+
+    private func releaseFromServer() {
+        let release = onEnded
+        onEnded = nil
+        release?(self)
+    }
+}
+
+extension HTTPServerConnection: SocketStreamOwner {
+    func streamReceived(_ stream: SocketStream) {
+        process()
+        if !hasEnded, stream.input.spaceAtEnd == 0, stream.input.count == stream.input.capacity {
+            // Full of bytes nobody may consume yet (a pipeline behind a slow response): stop reading until
+            // the response is done; process() resumes.
+            stream.pauseReading()
+        }
+    }
+
+    func streamReachedEnd(_ stream: SocketStream) {
+        // A client may half-close after a complete request and still read the answer: stop reading (the
+        // end would be reported again and again) and finish the response; the next read after it sees the
+        // end again. Anywhere else the end of input ends the connection.
+        if case .awaitingResponse = readState {
+            stream.pauseReading()
+            return
+        }
+        end(.peerClosed)
+        stream.close()
+    }
+
+    func streamFailed(_ stream: SocketStream, errno: Int32) {
+        end(.failed(errno: errno))
+    }
+
+    func streamDrained(_ stream: SocketStream) {
+        handler?.connectionCanSendMore(self)
+    }
+
+    func streamClosed(_ stream: SocketStream) {
+        if hasEnded {
+            releaseFromServer()
+        } else {
+            end(.closedLocally)
+        }
+    }
+}

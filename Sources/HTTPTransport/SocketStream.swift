@@ -1,0 +1,289 @@
+import CLibevent
+import Glibc
+
+/// What a `SocketStream` reports to the connection that owns it. Called on the loop's thread.
+protocol SocketStreamOwner: AnyObject {
+    /// New bytes are in `stream.input`.
+    func streamReceived(_ stream: SocketStream)
+    /// The peer closed its side (read returned 0).
+    func streamReachedEnd(_ stream: SocketStream)
+    /// A read or write failed (reset, broken pipe); the stream closes right after this call.
+    func streamFailed(_ stream: SocketStream, errno: Int32)
+    /// Output that had to wait for the socket has all been written.
+    func streamDrained(_ stream: SocketStream)
+    /// The descriptor is closed (after any lingering); the stream will report nothing more.
+    func streamClosed(_ stream: SocketStream)
+}
+
+/// A non-blocking socket registered with the loop once: a persistent read event for its whole life, and a
+/// write event added only while written bytes wait for the socket. Reads go straight into one large
+/// buffer and writes are tried at once, so an exchange of small messages costs one read and one write per
+/// message and no change to the epoll set.
+final class SocketStream {
+    let fd: Int32
+    let input: InputBuffer
+    weak var owner: SocketStreamOwner?
+    private var readEvent: OpaquePointer?
+    private var writeEvent: OpaquePointer?
+    private var readingPaused = false
+    private var writeArmed = false
+    /// Bytes accepted by `write` that the socket has not taken yet, from `outputStart`.
+    private var output: [UInt8] = []
+    private var outputStart = 0
+    private(set) var isClosed = false
+    /// Close once `output` is empty (after an answer that ends the connection).
+    private var closeWhenFlushed = false
+    /// After the last answer: input is read and dropped until the peer closes, a cap, or a timer.
+    private var discarding = false
+    private var discarded = 0
+    private var lingerTimer: OpaquePointer?
+    private let loopBase: OpaquePointer
+
+    init(loop: TransportLoop, fd: Int32, inputCapacity: Int) {
+        self.fd = fd
+        self.input = InputBuffer(capacity: inputCapacity)
+        self.loopBase = loop.base
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        readEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), socketReadTrampoline, context)
+        writeEvent = event_new(loop.base, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+        event_add(readEvent, nil)
+    }
+
+    var pendingOutput: Int { output.count - outputStart }
+
+    /// Stops asking for input (the buffer is full, or the consumer applies backpressure). Rare by design:
+    /// the steady state never touches the read registration.
+    func pauseReading() {
+        guard !readingPaused, !isClosed else { return }
+        readingPaused = true
+        event_del(readEvent)
+    }
+
+    func resumeReading() {
+        guard readingPaused, !isClosed else { return }
+        readingPaused = false
+        event_add(readEvent, nil)
+    }
+
+    func readable() {
+        guard !isClosed else { return }
+        if input.spaceAtEnd == 0 { input.compact() }
+        guard input.spaceAtEnd > 0 else {
+            // The owner has not consumed what it has; it resumes reading once it did.
+            pauseReading()
+            return
+        }
+        if discarding {
+            discardInput()
+            return
+        }
+        while true {
+            let n = Glibc.read(fd, input.end, input.spaceAtEnd)
+            if n > 0 {
+                input.didFill(n)
+                owner?.streamReceived(self)
+                return
+            }
+            if n == 0 {
+                owner?.streamReachedEnd(self)
+                return
+            }
+            let error = errno
+            if error == EINTR { continue }
+            if error == EAGAIN || error == EWOULDBLOCK { return }
+            fail(error)
+            return
+        }
+    }
+
+    /// Writes now as far as the socket takes it; keeps the rest and asks for writability only then.
+    func write(_ bytes: UnsafeRawBufferPointer) {
+        guard !isClosed, bytes.count > 0 else { return }
+        var offset = 0
+        if pendingOutput == 0 {
+            guard let written = writeNow(bytes) else { return }
+            offset = written
+            if offset == bytes.count { return }
+        }
+        output.append(contentsOf: bytes[offset...])
+        armWrite()
+    }
+
+    func write(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { write($0) }
+    }
+
+    func writable() {
+        guard !isClosed else { return }
+        while pendingOutput > 0 {
+            let written = output.withUnsafeBytes { all in
+                writeNow(UnsafeRawBufferPointer(rebasing: all[outputStart...]))
+            }
+            guard let written else { return }
+            if written == 0 { return }
+            outputStart += written
+        }
+        output.removeAll(keepingCapacity: output.capacity <= 256 * 1024)
+        outputStart = 0
+        if writeArmed {
+            writeArmed = false
+            event_del(writeEvent)
+        }
+        if closeWhenFlushed {
+            finishWithLinger()
+            return
+        }
+        owner?.streamDrained(self)
+    }
+
+    /// Bytes written (possibly fewer than given; 0 when the socket is full), or nil after a failure.
+    private func writeNow(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        var offset = 0
+        while offset < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n > 0 {
+                offset += n
+                continue
+            }
+            let error = errno
+            if n < 0 && error == EINTR { continue }
+            if n < 0 && (error == EAGAIN || error == EWOULDBLOCK) { break }
+            fail(n < 0 ? error : EPIPE)
+            return nil
+        }
+        return offset
+    }
+
+    private func armWrite() {
+        guard !writeArmed, !isClosed else { return }
+        writeArmed = true
+        event_add(writeEvent, nil)
+    }
+
+    /// Closes once every written byte has gone out, lingering: closing a socket with unread input makes
+    /// the kernel send a reset, which can destroy the answer before the client read it (a client still
+    /// uploading a refused body would see a broken pipe instead of the 400/413). So the write side is shut
+    /// first and input is drained and dropped until the client closes, 1 MiB or 2 seconds.
+    func closeAfterFlush() {
+        if pendingOutput == 0 { finishWithLinger() } else { closeWhenFlushed = true }
+    }
+
+    private func finishWithLinger() {
+        guard !isClosed, !discarding else { return }
+        closeWhenFlushed = false
+        discarding = true
+        shutdown(fd, Int32(SHUT_WR))
+        resumeReading()
+        lingerTimer = event_new(loopBase, -1, 0, socketLingerTrampoline, Unmanaged.passUnretained(self).toOpaque())
+        var tv = timeval(tv_sec: 2, tv_usec: 0)
+        event_add(lingerTimer, &tv)
+        discardInput()
+    }
+
+    private func discardInput() {
+        var scratch = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        while !isClosed {
+            let n = withUnsafeMutableBytes(of: &scratch) { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n > 0 {
+                discarded += n
+                if discarded > 1 << 20 { close() }
+                continue
+            }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            close()   // end of input, or an error: either way done
+        }
+    }
+
+    func lingerExpired() { close() }
+
+    /// Reports the failure (so the owner knows why) and then closes.
+    private func fail(_ error: Int32) {
+        guard !isClosed else { return }
+        owner?.streamFailed(self, errno: error)
+        close()
+    }
+
+    func close() {
+        guard !isClosed else { return }
+        release()
+        owner?.streamClosed(self)
+    }
+
+    private func release() {
+        guard !isClosed else { return }
+        isClosed = true
+        // Unregister before closing the descriptor: the number may be reused by the next accept.
+        if let readEvent { event_free(readEvent) }
+        if let writeEvent { event_free(writeEvent) }
+        if let lingerTimer { event_free(lingerTimer) }
+        readEvent = nil
+        writeEvent = nil
+        lingerTimer = nil
+        Glibc.close(fd)
+    }
+
+    deinit {
+        release()
+    }
+}
+
+/// A fixed-capacity byte buffer: the socket reads into the free space at its end, the parser consumes
+/// from its start.
+final class InputBuffer {
+    let capacity: Int
+    private let base: UnsafeMutableRawPointer
+    private(set) var start = 0
+    private(set) var endOffset = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { base.deallocate() }
+
+    var count: Int { endOffset - start }
+    var spaceAtEnd: Int { capacity - endOffset }
+    var end: UnsafeMutableRawPointer { base + endOffset }
+
+    /// The unconsumed bytes, writable (the head parser rewrites obsolete line folding in place).
+    var unconsumed: UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(start: base + start, count: count) }
+
+    func didFill(_ n: Int) { endOffset += n }
+
+    func consume(_ n: Int) {
+        start += min(n, count)
+        if start == endOffset {
+            start = 0
+            endOffset = 0
+        }
+    }
+
+    /// Moves the unconsumed bytes to the front to make room at the end.
+    func compact() {
+        guard start > 0 else { return }
+        let n = count
+        if n > 0 { memmove(base, base + start, n) }
+        start = 0
+        endOffset = n
+    }
+}
+
+let socketReadTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let stream = Unmanaged<SocketStream>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(stream) { stream.readable() }
+}
+
+let socketLingerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let stream = Unmanaged<SocketStream>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(stream) { stream.lingerExpired() }
+}
+
+let socketWriteTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let stream = Unmanaged<SocketStream>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(stream) { stream.writable() }
+}

@@ -1,0 +1,136 @@
+import HTTPTransport
+import HTTPWire
+import XCTest
+
+/// The transport's server side over real sockets on 127.0.0.1.
+final class HTTPServerConnectionTests: XCTestCase {
+    private var server: TransportTestServer!
+
+    override func setUpWithError() throws {
+        server = try TransportTestServer()
+    }
+
+    override func tearDown() {
+        server.stop()
+        server = nil
+    }
+
+    func testKeepAliveConnectionServesRequestsInTurn() throws {
+        let client = try LoopbackClient(port: server.port)
+        for i in 0..<3 {
+            try client.send("GET /echo?\(i) HTTP/1.1\r\nHost: h\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "GET /echo?\(i)\n")
+            XCTAssertFalse(response.head.lowercased().contains("connection: close"))
+        }
+    }
+
+    func testPeerAddressComesFromAccept() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /peer HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertTrue(String(decoding: try client.readResponse().body, as: UTF8.self).hasPrefix("127.0.0.1:"))
+    }
+
+    func testRequestBodiesByLengthAndChunked() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo\nhello")
+        try client.send("POST /echo HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nX-T: 1\r\n\r\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo\nabcde")
+        // Body split across writes.
+        try client.send("PUT /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\nab")
+        try client.send("cdef")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "PUT /echo\nabcdef")
+    }
+
+    func testPipelinedRequestsAreAnsweredInOrder() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /echo?1 HTTP/1.1\r\nHost: h\r\n\r\nPOST /echo?2 HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nxGET /echo?3 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?1\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo?2\nx")
+        let last = try client.readResponse()
+        XCTAssertEqual(String(decoding: last.body, as: UTF8.self), "GET /echo?3\n")
+        XCTAssertTrue(last.head.contains("Connection: close"))
+        XCTAssertTrue(client.readEOF())
+    }
+
+    func testOutgoingFieldsCannotSplitTheHead() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertTrue(response.head.contains("Content-Type: text/plain\r\n"))
+        XCTAssertFalse(response.head.contains("Injected"), response.head)
+        XCTAssertFalse(response.head.contains("Bad"), response.head)
+    }
+
+    func testProtocolErrorsAreAnsweredAndClose() throws {
+        let cases: [(String, Int)] = [
+            ("POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("GET /a\rAuthorization: Bearer stolen\r HTTP/1.1\r\nHost: h\r\n\r\n", 400),
+            ("GET /x HTTP/1.1\r\nHost: h\r\nX-A: b\u{0}c\r\n\r\n", 400),
+            ("GET /x HTTP/1.2\r\nHost: h\r\n\r\n", 505),
+            ("POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400),
+            ("GET /x HTTP/1.1\r\nHost: h\r\n" + String(repeating: "X:1\r\n", count: 20_000) + "\r\n", 431),
+        ]
+        for (request, status) in cases {
+            let client = try LoopbackClient(port: server.port)
+            try? client.send(request)
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, status, request.prefix(60).debugDescription)
+            XCTAssertTrue(response.head.contains("Connection: close"))
+            XCTAssertTrue(client.readEOF())
+        }
+    }
+
+    func testHTTP10ClientGetsACloseDelimitedStreamAndKeepAliveWhenAsked() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /stream?70000 HTTP/1.0\r\n\r\n")
+        let response = try client.readResponse()
+        XCTAssertFalse(response.head.lowercased().contains("transfer-encoding"))
+        XCTAssertEqual(response.body, expectedPattern(70000))
+
+        let keep = try LoopbackClient(port: server.port)
+        try keep.send("GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        XCTAssertTrue(try keep.readResponse().head.contains("Connection: keep-alive"))
+        try keep.send("GET /echo?2 HTTP/1.0\r\n\r\n")
+        XCTAssertEqual(String(decoding: try keep.readResponse().body, as: UTF8.self), "GET /echo?2\n")
+        XCTAssertTrue(keep.readEOF())
+    }
+
+    /// 8 MiB to a client that reads only after the server had to wait: every byte arrives, in order,
+    /// through the write-when-blocked path and the handler's backpressure.
+    func testLargeResponsesStreamWithBackpressure() throws {
+        for path in ["/stream", "/known"] {
+            let client = try LoopbackClient(port: server.port)
+            try client.send("GET \(path)?8388608 HTTP/1.1\r\nHost: h\r\n\r\n")
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(response.body.count, 8 << 20, path)
+            XCTAssertTrue(response.body == expectedPattern(8 << 20), path)
+        }
+    }
+
+    func testHalfClosedClientStillGetsItsResponse() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\nok")
+        client.shutdownWrite()
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo\nok")
+        XCTAssertTrue(client.readEOF())
+    }
+}
+
+extension HTTPServerConnectionTests {
+    /// A client still uploading a refused body reads the whole answer: the server drains and drops the
+    /// rest instead of closing with unread input (which would reset the connection under the answer).
+    func testRefusalWhileTheClientIsStillSendingIsReadable() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        let response = try client.readResponse()
+        XCTAssertEqual(response.status, 400)
+        // The server has answered and shut its side; more upload must not reset the connection.
+        for _ in 0..<16 { try client.send([UInt8](repeating: 0x61, count: 16384)) }
+        XCTAssertTrue(client.readEOF())
+        XCTAssertEqual(server.ends.last, .protocolError(.invalidChunkSize))
+    }
+}

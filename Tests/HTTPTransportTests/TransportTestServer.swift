@@ -1,0 +1,142 @@
+import Foundation
+import HTTPTransport
+import HTTPWire
+
+/// An HTTPServer on 127.0.0.1 run by its own loop thread, with a handler that answers by path:
+///   /echo          200, body "METHOD target\n" + the request body
+///   /peer          200, body = the peer address the transport saw
+///   /stream?N      200, N bytes of a repeating pattern sent with unknown length (chunked to 1.1)
+///                  in 64 KiB pieces, only while the connection can take more (backpressure)
+///   /known?N       the same with a known length
+final class TransportTestServer: @unchecked Sendable {
+    let port: UInt16
+    private let loop: TransportLoop
+    private var server: HTTPServer!
+    private var handlers: [ObjectIdentifier: EchoHandler] = [:]
+    private let thread: Thread
+    private let stopped = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var _ends: [ConnectionEnd] = []
+    private var _maxPendingSeen = 0
+
+    /// How connections ended, in order (for tests that check protocol errors).
+    var ends: [ConnectionEnd] { lock.withLock { _ends } }
+
+    init() throws {
+        let loop = try TransportLoop()
+        self.loop = loop
+        let box = ServerBox()
+        server = try HTTPServer(loop: loop, host: "127.0.0.1", port: 0) { connection in
+            let handler = EchoHandler(owner: box)
+            box.server?.keep(handler, for: connection)
+            connection.handler = handler
+        }
+        port = server.port
+        let handle = TransportLoopHandle(loop)
+        let done = stopped
+        thread = Thread {
+            handle.loop.run()
+            done.signal()
+        }
+        box.server = self
+        loop.onWake { [unowned loop] in loop.stop() }
+        thread.start()
+    }
+
+    func keep(_ handler: EchoHandler, for connection: HTTPServerConnection) {
+        handlers[ObjectIdentifier(connection)] = handler
+    }
+
+    func connectionEnded(_ connection: HTTPServerConnection, _ end: ConnectionEnd) {
+        handlers[ObjectIdentifier(connection)] = nil
+        lock.withLock { _ends.append(end) }
+    }
+
+    /// Stops the loop thread, then closes the listener and its connections (the loop is no longer running,
+    /// so this thread may touch them) before the loop itself can be freed.
+    func stop() {
+        loop.wake()
+        _ = stopped.wait(timeout: .now() + 10)
+        server.close()
+        handlers.removeAll()
+        server = nil
+    }
+}
+
+final class ServerBox: @unchecked Sendable {
+    weak var server: TransportTestServer?
+}
+
+final class EchoHandler: HTTPServerConnectionHandler {
+    private let owner: ServerBox
+    private var head: ReceivedRequestHead?
+    private var body: [UInt8] = []
+    private var streamRemaining = 0
+    private var streaming = false
+
+    init(owner: ServerBox) { self.owner = owner }
+
+    func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {
+        self.head = head
+        body = []
+    }
+
+    func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {
+        body.append(contentsOf: bytes)
+    }
+
+    func connectionReceivedEnd(_ connection: HTTPServerConnection) {
+        guard let head else { return }
+        let target = String(decoding: head.target, as: UTF8.self)
+        let path = target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target
+        let query = target.split(separator: "?", maxSplits: 1).dropFirst().first.flatMap { Int($0) } ?? 0
+        switch path {
+        case "/peer":
+            connection.respond(HTTPResponseHead(status: 200, reason: "OK"), body: Array(connection.peer.description.utf8))
+        case "/stream", "/known":
+            connection.startResponse(HTTPResponseHead(status: 200, reason: "OK", fields: [("Content-Type", "application/octet-stream")]),
+                                     body: path == "/known" ? .known(query) : .unknown)
+            streamRemaining = query
+            streaming = true
+            pump(connection)
+        default:
+            var reply = Array("\(head.methodName) \(target)\n".utf8)
+            reply.append(contentsOf: body)
+            connection.respond(HTTPResponseHead(status: 200, reason: "OK", fields: [("Content-Type", "text/plain"), ("Bad\r\nName", "x"), ("X-Split", "a\r\nInjected: 1")]),
+                               body: reply)
+        }
+    }
+
+    /// Sends pattern bytes while the connection can take them; the rest on connectionCanSendMore.
+    private func pump(_ connection: HTTPServerConnection) {
+        while streaming && connection.canSendMore {
+            let n = min(65536, streamRemaining)
+            if n == 0 {
+                streaming = false
+                connection.finishResponse()
+                return
+            }
+            streamRemaining -= n
+            patternBlock.withUnsafeBytes { connection.sendBody(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+    }
+
+    func connectionCanSendMore(_ connection: HTTPServerConnection) {
+        pump(connection)
+    }
+
+    func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd) {
+        owner.server?.connectionEnded(connection, ended)
+    }
+}
+
+/// /stream and /known send this 64 KiB block over and over (the last piece cut short).
+let patternBlock: [UInt8] = (0..<65536).map { UInt8(truncatingIfNeeded: $0 % 251) }
+
+/// The bytes /stream?N and /known?N send, for comparison.
+func expectedPattern(_ total: Int) -> [UInt8] {
+    var out: [UInt8] = []
+    out.reserveCapacity(total)
+    while out.count < total { out.append(contentsOf: patternBlock[0..<min(65536, total - out.count)]) }
+    return out
+}
