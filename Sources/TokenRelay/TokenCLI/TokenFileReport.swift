@@ -6,6 +6,9 @@ import Glibc
 public enum TokenFileReport {
     public static func show(configPath: String, now: Date = Date()) throws -> String {
         let config = try ConfigLoader.load(path: configPath)
+        if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
+            return try RedisTokenCLI.show(endpoint: endpoint, settings: settings, now: now)
+        }
         let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token show"))
         var info = stat()
         guard stat(file.path, &info) == 0 else { throw TokenFileError(file.path, String(cString: strerror(errno))) }
