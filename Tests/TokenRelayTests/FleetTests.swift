@@ -6,10 +6,9 @@ import Glibc
 
 /// Fleet mode end to end: real tokenrelay processes sharing one identity through a real redis-server,
 /// against the fake token server that rotates refresh tokens and revokes the family on reuse.
-final class FleetTests: RelayTestCase {
-    override var accessTokenLifetime: Double? { 3600 }
-    private var redis: RedisServerProcess!
-    private let key = "tokenrelay:fleet-test"
+class FleetTestCase: RelayTestCase {
+    fileprivate var redis: RedisServerProcess!
+    fileprivate let key = "tokenrelay:fleet-test"
 
     override func setUpWithError() throws {
         try super.setUpWithError()
@@ -22,27 +21,29 @@ final class FleetTests: RelayTestCase {
         redis = nil
     }
 
-    private func fleetConfig(_ redisOverrides: [String: Any] = [:], cache: Bool = false) -> [String: Any] {
+    fileprivate func fleetConfig(_ redisOverrides: [String: Any] = [:], cache: Bool = false) -> [String: Any] {
         var redisSettings: [String: Any] = ["url": redis.url, "key": key, "command_timeout_seconds": 0.5, "poll_interval_seconds": 0.1]
         redisSettings.merge(redisOverrides) { _, new in new }
         var tokens: [String: Any] = ["redis": redisSettings, "watch_interval_seconds": 0.2]
-        if cache { tokens["file"] = tokenFileURL.path }
+        // startRelay merges this over the base config, whose tokens.file is the single-host token file:
+        // null removes it (no cache) unless the test wants the cache.
+        if cache { tokens["file"] = tokenFileURL.path } else { tokens["file"] = NSNull() }
         var config = config(["timeouts": ["refresh_seconds": 2, "hold_seconds": 15]])
         config["tokens"] = tokens
         return config
     }
 
     /// `tokenrelay token import` into Redis (the token file written in setUp is the input).
-    private func importTokens() throws {
+    fileprivate func importTokens(expectingVersion version: Int = 1) throws {
         let configURL = workDir.appendingPathComponent("import-config.json")
         try JSONSerialization.data(withJSONObject: fleetConfig()).write(to: configURL)
         let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
                                                       environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
         XCTAssertEqual(result.exitCode, 0, result.stderr)
-        XCTAssertTrue(result.stdout.contains("version 1"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("version \(version):"), result.stdout)
     }
 
-    private func startFleet(_ count: Int, _ redisOverrides: [String: Any] = [:]) throws -> [TokenRelayProcess] {
+    fileprivate func startFleet(_ count: Int, _ redisOverrides: [String: Any] = [:]) throws -> [TokenRelayProcess] {
         let relays = try (0..<count).map { _ in try startRelay(fleetConfig(redisOverrides)) }
         for relay in relays {
             XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "relay not ready: \(relay.stderrText.suffix(2000))")
@@ -50,15 +51,18 @@ final class FleetTests: RelayTestCase {
         return relays
     }
 
-    private func storedVersion() throws -> Int {
+    fileprivate func storedVersion() throws -> Int {
         Int(try redis.cli(["HGET", key, "version"])) ?? 0
     }
 
-    private func status(_ relay: TokenRelayProcess) throws -> [String: Any] {
+    fileprivate func status(_ relay: TokenRelayProcess) throws -> [String: Any] {
         let body = try admin(relay, "/status").body
         return try XCTUnwrap(JSONSerialization.jsonObject(with: body) as? [String: Any])
     }
 
+}
+
+final class FleetTests: FleetTestCase {
     /// The first test: 5 relays, 50 requests spread over them after expiry: all 200, exactly one
     /// refresh fleet-wide, no reuse; the other four adopt the published version.
     func testBurstAfterExpiryOverFiveRelaysRefreshesOnceFleetWide() throws {
@@ -80,7 +84,9 @@ final class FleetTests: RelayTestCase {
             XCTAssertEqual(store["kind"] as? String, "redis")
             XCTAssertEqual(store["version"] as? Int, 2)
             XCTAssertEqual(store["connected"] as? Bool, true)
-            if store["last_adoption"] is [String: Any] { adopted += 1 }
+            // Every relay adopted the stored version once at start ("reread"); the burst's version came to
+            // all but the refreshing relay by publish (or under the lock).
+            if let last = store["last_adoption"] as? [String: Any], last["source"] as? String != "reread" { adopted += 1 }
             XCTAssertFalse(try admin(relay, "/status").bodyText.contains(tokenServer.currentAccessToken ?? "-"), "no token in /status")
         }
         XCTAssertEqual(adopted, 4, "every relay but the refreshing one adopted the new version")
@@ -210,10 +216,98 @@ final class FleetTests: RelayTestCase {
         XCTAssertEqual(try get(relays[0], "/after").status, 200)
     }
 
-    private func importTokens2() throws {
+    /// Adoption latency: relay 0 refreshes (forced) again and again; the other relays, idle, adopt each
+    /// version from the publish. Measured from the refreshing relay's "refresh succeeded" (logged once
+    /// Redis acknowledged the write) to each other relay's adoption line, on the log lines' millisecond
+    /// timestamps (one clock: one machine). Goal: p99 within 100 ms; asserted loosely (a loaded CI
+    /// machine), printed for the record.
+    func testOtherRelaysAdoptAPublishedVersionQuickly() throws {
+        try importTokens()
+        let relays = try startFleet(4)
+        for round in 0..<10 {
+            XCTAssertEqual(try admin(relays[0], "/refresh", method: "POST").status, 200, "round \(round)")
+            let version = round + 2
+            XCTAssertTrue(waitUntil(timeout: 5) {
+                relays.dropFirst().allSatisfy { (try? self.status($0)["token_store"] as? [String: Any])?["version"] as? Int == version }
+            }, "round \(round): every relay adopted version \(version)")
+        }
+        let written = logTimes(relays[0].stderrText, containing: "msg=\"refresh succeeded\"")
+        XCTAssertEqual(written.count, 10)
+        var latencies: [Double] = []
+        for relay in relays.dropFirst() {
+            // The first adoption is the start's (the version imported before the relays started).
+            let adopted = Array(logTimes(relay.stderrText, containing: "msg=\"adopted tokens written to the token file\"").dropFirst())
+            XCTAssertEqual(adopted.count, 10, relay.stderrText.suffix(1500).description)
+            for (write, adoption) in zip(written, adopted) { latencies.append(adoption.timeIntervalSince(write)) }
+        }
+        latencies.sort()
+        let p50 = latencies[latencies.count / 2], p99 = latencies[min(latencies.count - 1, Int(Double(latencies.count) * 0.99))]
+        print("fleet adoption latency over \(latencies.count) adoptions: p50 \(Int(p50 * 1000)) ms, p99 \(Int(p99 * 1000)) ms, max \(Int(latencies.last! * 1000)) ms")
+        XCTAssertLessThan(p99, 0.5, "p99 adoption latency \(p99) s")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
+    /// A relay started while Redis is down serves from its local cache (tokens.file) if that holds a
+    /// usable access token; without one it is not ready. Neither refreshes.
+    func testARelayStartingWhileRedisIsDownServesFromItsCache() throws {
+        redis.stop()
+        let cached = try startRelay(fleetConfig(cache: true))
+        XCTAssertEqual(try get(cached, "/from-cache").status, 200)
+        XCTAssertEqual(try admin(cached, "/readyz").status, 200)
+        let bare = try startRelay(fleetConfig())
+        XCTAssertEqual(try admin(bare, "/readyz").status, 503)
+        XCTAssertEqual(try get(bare, "/nothing").status, 503)
+        XCTAssertEqual(tokenServer.refreshCalls, 0)
+        try redis.start()
+        try importTokens()
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(bare, "/readyz").status) == 200 }, "ready once Redis holds tokens")
+    }
+
+    fileprivate func logTimes(_ log: String, containing marker: String) -> [Date] {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return log.split(separator: "\n").filter { $0.contains(marker) }.compactMap { line in
+            guard let field = line.split(separator: " ").first(where: { $0.hasPrefix("ts=") }) else { return nil }
+            return formatter.date(from: String(field.dropFirst(3)))
+        }
+    }
+
+    fileprivate func importTokens2() throws {
         let configURL = workDir.appendingPathComponent("import-config.json")
         let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
                                                       environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
         XCTAssertEqual(result.exitCode, 0, result.stderr)
+    }
+}
+
+/// Real-time soak of the fleet (the rules keep their fast tests above and in RefreshMachineTests).
+final class FleetSoakTests: FleetTestCase {
+    override var accessTokenLifetime: Double? { 2 }
+
+    /// Soak (TOKENRELAY_SLOW_TESTS=1): 5 relays under steady load for 20 s with 2 s tokens: no client-visible
+    /// 401, no reuse, about one refresh per token lifetime for the whole fleet.
+    func testFiveRelaysUnderSteadyLoadWithShortTokens() throws {
+        try skipUnlessSlowTestsEnabled("FleetTests.testBurstAfterExpiryOverFiveRelaysRefreshesOnceFleetWide and RefreshMachineTests")
+        try importTokens()
+        let relays = try startFleet(5)
+        tokenServer.expireAccessTokens()
+        let ports = relays.map(\.proxyPort)
+        let deadline = Date().addingTimeInterval(20)
+        let results = HTTPTestClient.concurrently(10, timeout: 60) { worker -> [Int: Int] in
+            var counts: [Int: Int] = [:]
+            var index = 0
+            while Date() < deadline {
+                let status = (try? HTTPTestClient.send(port: ports[worker % ports.count], method: "GET", path: "/soak/\(worker)/\(index)").status) ?? -1
+                counts[status, default: 0] += 1
+                index += 1
+            }
+            return counts
+        }
+        var total: [Int: Int] = [:]
+        for case .success(let counts) in results { total.merge(counts, uniquingKeysWith: +) }
+        XCTAssertEqual(total.keys.sorted(), [200], "\(total)")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertLessThanOrEqual(tokenServer.successfulRefreshes, 20, "about one per 2 s lifetime fleet-wide, not one per relay")
+        XCTAssertGreaterThanOrEqual(tokenServer.successfulRefreshes, 8)
     }
 }

@@ -263,7 +263,8 @@ struct RefreshMachine {
         }
         if cycle.settings.needsRefreshToken && tokens.refreshToken == nil {
             emit(.releaseLock)
-            reject("refresh impossible: the token file has no refresh_token; login required", [:], now)
+            // Not latched in a shared store: a relay that holds nothing says nothing about the fleet's tokens.
+            reject("refresh impossible: the token file has no refresh_token; login required", [:], now, latchInStore: false)
             return drain()
         }
         if cycle.settings.sharedStore, case .unreadable(let error)? = store {
