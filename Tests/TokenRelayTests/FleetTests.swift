@@ -247,6 +247,25 @@ final class FleetTests: FleetTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0)
     }
 
+    /// A dropped subscription: the relay polls the version meanwhile (an import still reaches it) and
+    /// subscribes again.
+    func testADroppedSubscriptionFallsBackToPolling() throws {
+        try importTokens()
+        let relays = try startFleet(1)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.status(relays[0])["token_store"] as? [String: Any])?["subscribed"] as? Bool == true })
+        try redis.cli(["CLIENT", "KILL", "TYPE", "pubsub"])
+        let imported = tokenServer.issueInitialTokens()
+        try writeTokenFile(at: tokenFileURL, access: imported.access, refresh: imported.refresh)
+        try importTokens(expectingVersion: 2)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.status(relays[0])["token_store"] as? [String: Any])?["version"] as? Int == 2 },
+                      "adopted without the subscription")
+        let adoption = try XCTUnwrap((try status(relays[0])["token_store"] as? [String: Any])?["last_adoption"] as? [String: Any])
+        XCTAssertEqual(adoption["source"] as? String, "poll")
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.status(relays[0])["token_store"] as? [String: Any])?["subscribed"] as? Bool == true },
+                      "subscribed again")
+        XCTAssertEqual(try get(relays[0], "/imported").status, 200)
+    }
+
     /// A relay started while Redis is down serves from its local cache (tokens.file) if that holds a
     /// usable access token; without one it is not ready. Neither refreshes.
     func testARelayStartingWhileRedisIsDownServesFromItsCache() throws {

@@ -12,9 +12,9 @@ import Foundation
 /// - The lock is `SET NX PX` with our owner id and released by compare-and-delete: a holder whose lock
 ///   expired cannot delete the next holder's lock.
 /// - `lockValidUntil` counts from the moment the SET left, so it never overstates the lock's life.
-/// - Updates are published in the same script as the write, so no write goes unannounced; a dropped
-///   subscription falls back to polling the version, and a new subscription re-reads once (messages
-///   published while it was down are lost).
+/// - Updates are published in the same script as the write, so no write goes unannounced; the version
+///   is also polled (`startPolling`), which carries the announcements while the subscription is down, and
+///   a new subscription looks once (messages published while it was down are lost).
 ///
 /// Two connections: commands, and the subscription (a subscribed connection takes no other commands).
 /// Confined to the event loop.
@@ -140,14 +140,14 @@ final class RedisTokenStore: TokenStore {
             guard let self, let connection, self.subscriber === connection else { return }
             guard case .success(.array) = result else { return self.subscriptionDropped() }
             self.isSubscribed = true
-            self.pollTimer = nil
             // Anything published while we were not subscribed is lost: look once.
             self.pollVersion()
         }
         startPolling()
     }
 
-    /// Polls the version until the subscription is back (and tries to subscribe again meanwhile).
+    /// The subscription failed: polling (always on) carries the announcements until it is back, and it
+    /// is tried again meanwhile.
     private func subscriptionDropped() {
         subscriber?.close()
         subscriber = nil
@@ -162,6 +162,10 @@ final class RedisTokenStore: TokenStore {
         reconnectTimer = timer
     }
 
+    /// The version is polled every `poll_interval_seconds` while connected, subscribed or not: it carries
+    /// the announcements while the subscription is down, catches a message lost in a reconnect, and makes
+    /// a Redis that went silent without closing the connection (a network partition) show up as
+    /// unreachable within a command timeout instead of at the next refresh.
     private func startPolling() {
         guard pollTimer == nil else { return }
         let timer = LoopEvent.repeating(loop: loop) { [weak self] in self?.pollVersion() }
