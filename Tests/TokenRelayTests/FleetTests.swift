@@ -9,10 +9,12 @@ import Glibc
 class FleetTestCase: RelayTestCase {
     fileprivate var redis: RedisServerProcess!
     fileprivate let key = "tokenrelay:fleet-test"
+    /// Whether the test's redis-server also listens on a 127.0.0.1 port (a replica connects over TCP).
+    var redisListensOnTCP: Bool { false }
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        redis = try RedisServerProcess(appendOnly: true)
+        redis = try RedisServerProcess(appendOnly: true, tcp: redisListensOnTCP)
     }
 
     override func tearDownWithError() throws {
@@ -328,5 +330,38 @@ final class FleetSoakTests: FleetTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0)
         XCTAssertLessThanOrEqual(tokenServer.successfulRefreshes, 20, "about one per 2 s lifetime fleet-wide, not one per relay")
         XCTAssertGreaterThanOrEqual(tokenServer.successfulRefreshes, 8)
+    }
+}
+
+/// `tokens.redis.wait_replicas`: with a replica attached the write counts once the replica has it; with
+/// none in time it is a failed write (the tokens stay in service, visibly unsaved, and no reuse).
+final class FleetReplicaWaitTests: FleetTestCase {
+    override var redisListensOnTCP: Bool { true }
+
+    func testHeldRequestsWaitForTheConfiguredReplicas() throws {
+        try importTokens()
+        let replica = try RedisServerProcess()
+        defer { replica.stop() }
+        try replica.cli(["REPLICAOF", "127.0.0.1", String(try XCTUnwrap(redis.tcpPort))])
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:1") })
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? replica.cli(["INFO", "replication"])) ?? "").contains("master_link_status:up") })
+        let relay = try startRelay(fleetConfig(["wait_replicas": 1]))
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/with-replica").status, 200)
+        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, false, "the replica acknowledged")
+        XCTAssertEqual(try replica.cli(["HGET", key, "version"]), "2", "the replica has the new version")
+
+        replica.stop()
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:0") })
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/no-replica").status, 200, "the tokens serve even though no replica has them")
+        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, true, "no replica acknowledged: the write counts as failed")
+        XCTAssertTrue(relay.stderrText.contains("replicas acknowledged"), relay.stderrText.suffix(2000).description)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
+    private func statusField(_ relay: TokenRelayProcess, _ field: String) throws -> Any? {
+        try XCTUnwrap(JSONSerialization.jsonObject(with: admin(relay, "/status").body) as? [String: Any])[field]
     }
 }

@@ -257,12 +257,30 @@ final class RedisTokenStore: TokenStore {
                     self.baseVersion = version
                     self.lastReadVersion = version
                     self.announcedVersion = max(self.announcedVersion, version)
-                    completion(.written)
+                    self.awaitReplicas(completion)
                 case .conflict:
                     self.read { completion(.conflict($0)) }
                 case .failed(let reason):
                     completion(.failed(reason))
                 }
+            }
+        }
+    }
+
+    /// `WAIT` narrows what a failover can lose: the new version is on `wait_replicas` replicas before the
+    /// write counts as done. Too few in time is a failed write (the tokens stay in service and the write is
+    /// retried, as for any failed write).
+    private func awaitReplicas(_ completion: @escaping (TokenStoreWrite) -> Void) {
+        let wanted = settings.waitReplicas
+        guard wanted > 0, let commands else { return completion(.written) }
+        let milliseconds = max(1, Int(settings.commandTimeoutSeconds * 500))
+        commands.send(["WAIT", String(wanted), String(milliseconds)]) { result in
+            switch result {
+            case .success(.integer(let count)) where count >= wanted: completion(.written)
+            case .success(.integer(let count)):
+                completion(.failed("only \(count) of \(wanted) Redis replicas acknowledged the new token set within \(milliseconds) ms"))
+            case .success(let other): completion(.failed("WAIT: unexpected reply \(other.text ?? "")"))
+            case .failure(let error): completion(.failed(error.description))
             }
         }
     }
