@@ -38,6 +38,7 @@ final class RequestHygieneTests: RelayTestCase {
             Probe(name: "absolute-form, https to the proxy", bytes: "GET https://127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "absolute-form with userinfo", bytes: "GET http://user@127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "asterisk-form", bytes: "OPTIONS * HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "NUL in value", bytes: "GET /x HTTP/1.1\r\n\(host)X-A: b\u{0}c\r\n\r\n"),
             Probe(name: "bare CR in target", bytes: "GET /a\rAuthorization: Bearer stolen\r HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "TAB in target", bytes: "GET /a\tb HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "control character in target", bytes: "GET /a\u{01}b HTTP/1.1\r\n\(host)\r\n"),
@@ -86,6 +87,19 @@ final class RequestHygieneTests: RelayTestCase {
         let accepted = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data(utf8.utf8)), as: UTF8.self)
         XCTAssertTrue(accepted.hasPrefix("HTTP/1.1 200"), String(accepted.prefix(200)))
         XCTAssertEqual(api.requests.last?.target, "/caf\u{E9}?q=%20")
+    }
+
+    /// evhttp counts header bytes without line endings: many tiny fields pass its limit. The head is
+    /// counted whole (request line and line endings included).
+    func testHeaderLimitCountsLineEndings() throws {
+        let relay = try startRelay(["limits": ["max_header_bytes": 4096]])
+        let fields = String(repeating: "X:1\r\n", count: 1000)  // 3000 bytes to evhttp, 5000 on the wire
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort,
+                                                               bytes: Data("GET /many HTTP/1.1\r\nHost: x\r\n\(fields)\r\n".utf8)),
+                          as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 431"), String(text.prefix(200)))
+        XCTAssertEqual(api.requestCount, 0)
+        XCTAssertEqual(try get(relay, "/normal").status, 200)
     }
 
     func testOnlyHTTP10And11AreAnswered() throws {

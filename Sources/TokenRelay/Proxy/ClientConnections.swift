@@ -78,10 +78,14 @@ final class ClientConnections {
         }
     }
 
-    enum Admission {
+    enum Admission: Equatable {
         case admitted
         /// Every slot is taken by a connection that is not idle: answer 503 and close.
         case overLimit
+        /// The head had a NUL byte (evhttp cut the field there): answer 400 and close.
+        case nulInHead
+        /// The head, counted with its request line and line endings, is over `limits.max_header_bytes`.
+        case headTooLarge
     }
 
     /// How long a connection must have been silent before it may be closed to make room.
@@ -89,6 +93,8 @@ final class ClientConnections {
     /// How long a request head may take to arrive (`timeouts.client_header_seconds`); a reload may
     /// change it.
     var headTimeout: Double
+    /// `limits.max_header_bytes`, counted over the whole head; a reload may change it.
+    var maxHeadBytes: Int
     private var headTimer: LoopEvent?
     private var headTimerPending = false
     /// Warnings about the limit are repeated at most this often; the metrics count every event.
@@ -121,9 +127,10 @@ final class ClientConnections {
     /// Called with false to pause accepting, and with true to resume.
     var setAccepting: ((Bool) -> Void)?
 
-    init(loop: EventLoop, maxConnections: Int, headTimeout: Double, metrics: RelayMetrics, logger: Logger) {
+    init(loop: EventLoop, maxConnections: Int, headTimeout: Double, maxHeadBytes: Int, metrics: RelayMetrics, logger: Logger) {
         self.maxConnections = maxConnections
         self.headTimeout = headTimeout
+        self.maxHeadBytes = maxHeadBytes
         overLimitAllowance = Self.overLimitAllowance(for: maxConnections)
         self.metrics = metrics
         self.logger = logger
@@ -211,7 +218,10 @@ final class ClientConnections {
         if connections[handle] == nil { adoptAccepted() }  // cannot happen (see the type's comment); cheap to be sure
         guard let connection = connections[handle] else { return .admitted }
         connection.exchange = exchange
+        let head = connection.head
         connection.head = nil
+        if head?.containsNUL == true { return .nulInHead }
+        if let head, head.length > maxHeadBytes { return .headTooLarge }
         guard connection.isOverLimit else { return .admitted }
         // A request in hand proves a real client: a connection quiet for half the grace makes way for it
         // (the sweep that let this one in may have run a moment before the others reached the full grace).

@@ -109,7 +109,14 @@ final class Exchange: OutgoingRequestDelegate {
                                                                         count: strlen($0)) }
         let rawTarget = rawTargetBytes.map { String(decoding: $0, as: UTF8.self) } ?? ""
         if proxy.config.accessLog.enabled { accessLogTarget = rawTarget }
-        if admission == .overLimit { return replyAndClose(.tooManyConnections) }
+        switch admission {
+        case .admitted: break
+        case .overLimit: return replyAndClose(.tooManyConnections)
+        case .nulInHead: return refuse("NUL byte in the request head")
+        case .headTooLarge:
+            proxy.refused("request head over limits.max_header_bytes")
+            return replyAndClose(.headTooLarge)
+        }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
         // evhttp answers any HTTP/1.x in kind, HTTP/1.2 included; only 1.0 and 1.1 exist.
         if tr_evhttp_request_major(clientRequest) != 1 || tr_evhttp_request_minor(clientRequest) > 1 {

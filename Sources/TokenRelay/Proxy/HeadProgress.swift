@@ -1,11 +1,15 @@
 import CLibevent
 
-/// How far a client's request head has arrived: when its first byte came, and whether its end (an
-/// empty line) has been seen. Scans only the bytes as they arrive, so a head trickled one byte at a
+/// How far a client's request head has arrived: when its first byte came, whether its end (an empty
+/// line) has been seen, and what evhttp's parser would hide (its true size, a NUL inside it). Scans only the bytes as they arrive, so a head trickled one byte at a
 /// time costs one pass, never a search of the whole buffer per byte.
 struct HeadProgress {
     let startedAt: Double
     private(set) var isComplete = false
+    /// Bytes of the head so far, request line and line endings included (evhttp counts neither).
+    private(set) var length = 0
+    /// A NUL byte, which evhttp's C strings would silently cut the field at.
+    private(set) var containsNUL = false
     /// The last bytes seen, enough to find CR LF CR LF or LF LF across reads.
     private var tail: UInt32 = 0
 
@@ -40,6 +44,8 @@ struct HeadProgress {
     }
 
     private mutating func feed(_ byte: UInt8) {
+        length += 1
+        if byte == 0 { containsNUL = true }
         tail = tail << 8 | UInt32(byte)
         // CR LF CR LF, or LF LF (RFC 9112 §2.2 lets a recipient accept a bare LF as a line end).
         if tail == 0x0D0A_0D0A || tail & 0xFFFF == 0x0A0A { isComplete = true }
