@@ -183,6 +183,11 @@ public final class HTTPClientConnection {
         stream.close()
     }
 
+    /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
+    public func pauseReading() { stream.pauseReading() }
+
+    public func resumeReading() { stream.resumeReading() }
+
     // MARK: - Receiving
 
     private func process() {

@@ -19,13 +19,17 @@ public final class HTTPServer {
     private var acceptEvent: OpaquePointer?
     private let limits: HTTPWireLimits
     private let inputCapacity: Int
+    private let headTimeout: Double
     private let onConnection: (HTTPServerConnection) -> Void
     private var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
 
     /// Listens on an IPv4 address ("127.0.0.1", "0.0.0.0"); port 0 picks a free port (see `port`).
+    /// `headTimeout`: seconds a request head may take from its first byte to its last (0: unbounded).
     public init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, limits: HTTPWireLimits = HTTPWireLimits(),
-                inputCapacity: Int = 64 * 1024, onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
+                inputCapacity: Int = 64 * 1024, headTimeout: Double = 10,
+                onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
         self.loop = loop
+        self.headTimeout = headTimeout
         self.limits = limits
         self.inputCapacity = inputCapacity
         self.onConnection = onConnection
@@ -78,7 +82,8 @@ public final class HTTPServer {
                 Glibc.close(client)
                 continue
             }
-            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, limits: limits, inputCapacity: inputCapacity)
+            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, limits: limits, inputCapacity: inputCapacity,
+                                                  headTimeout: headTimeout)
             let id = ObjectIdentifier(connection)
             connections[id] = connection
             connection.onEnded = { [weak self] ended in

@@ -1,3 +1,4 @@
+import CLibevent
 import HTTPWire
 import Glibc
 
@@ -48,13 +49,49 @@ public final class HTTPServerConnection {
     private var processing = false
     private var hasEnded = false
 
-    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int) {
+    /// Seconds from the first byte of a request head to its last; 0 = no bound.
+    private let headTimeout: Double
+    private var headTimer: OpaquePointer?
+    private var headTimerArmed = false
+
+    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int, headTimeout: Double) {
         self.peer = peer
         self.limits = limits
+        self.headTimeout = headTimeout
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
         stream.owner = self
+        if headTimeout > 0 {
+            headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, Unmanaged.passUnretained(self).toOpaque())
+        }
+    }
+
+    deinit {
+        if let headTimer { event_free(headTimer) }
+    }
+
+    /// The whole head must arrive within `headTimeout` of its first byte, however the bytes trickle in: a
+    /// client sending one byte a second would otherwise hold a connection (and a slot) for as long as it
+    /// likes. A timer is a heap entry in libevent, not an epoll change, so arming it per request is cheap.
+    private func armHeadTimer() {
+        guard let headTimer, !headTimerArmed else { return }
+        headTimerArmed = true
+        let whole = headTimeout.rounded(.down)
+        var tv = timeval(tv_sec: Int(whole), tv_usec: Int((headTimeout - whole) * 1_000_000))
+        event_add(headTimer, &tv)
+    }
+
+    private func disarmHeadTimer() {
+        guard let headTimer, headTimerArmed else { return }
+        headTimerArmed = false
+        event_del(headTimer)
+    }
+
+    func headTimerFired() {
+        headTimerArmed = false
+        guard !hasEnded, case .head = readState, stream.input.count > 0 else { return }
+        refuse(status: 408, reason: "Request Timeout", message: "request head not received in time", end: .headTimeout)
     }
 
     /// Whether a response is being sent (started and not finished).
@@ -151,12 +188,14 @@ public final class HTTPServerConnection {
                 do {
                     guard try parser.parseRequest(input.unconsumed, into: &head) else {
                         if input.spaceAtEnd == 0 { input.compact() }
+                        armHeadTimer()
                         return
                     }
                 } catch {
                     refuse(error)
                     return
                 }
+                disarmHeadTimer()
                 let headBytes = Array(UnsafeRawBufferPointer(input.unconsumed)[0..<head.headLength])
                 input.consume(head.headLength)
                 requestVersion = head.semantics.version
@@ -202,19 +241,24 @@ public final class HTTPServerConnection {
 
     /// Answers a protocol error and closes: after a framing error nothing that follows can be trusted.
     private func refuse(_ error: HTTPWireError) {
+        let status = error.requestStatus
+        let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
+            : status == 501 ? "Not Implemented" : "Bad Request"
+        refuse(status: status, reason: reason, message: error.reason, end: .protocolError(error))
+    }
+
+    private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd) {
         readState = .ended
+        disarmHeadTimer()
         if responseFraming == nil {
-            let status = error.requestStatus
-            let body = Array("\(error.reason)\n".utf8)
-            let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
-                : status == 501 ? "Not Implemented" : "Bad Request"
+            let body = Array("\(message)\n".utf8)
             var bytes = serializeResponseHead(HTTPResponseHead(status: status, reason: reason, fields: [("Content-Type", "text/plain")]),
                                               version: .http11, framing: .length(body.count), close: true)
             bytes.append(contentsOf: body)
             stream.write(bytes)
         }
         stream.closeAfterFlush()
-        end(.protocolError(error))
+        end(ending)
     }
 
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
@@ -271,4 +315,10 @@ extension HTTPServerConnection: SocketStreamOwner {
             end(.closedLocally)
         }
     }
+}
+
+let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.headTimerFired() }
 }

@@ -131,6 +131,6 @@ extension HTTPServerConnectionTests {
         // The server has answered and shut its side; more upload must not reset the connection.
         for _ in 0..<16 { try client.send([UInt8](repeating: 0x61, count: 16384)) }
         XCTAssertTrue(client.readEOF())
-        XCTAssertEqual(server.ends.last, .protocolError(.invalidChunkSize))
+        XCTAssertEqual(server.lastEnd(), .protocolError(.invalidChunkSize))
     }
 }
