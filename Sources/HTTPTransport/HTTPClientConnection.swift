@@ -73,6 +73,7 @@ public final class HTTPClientConnection {
     private var state = State.idle
     private var requestMethod = HTTPMethod.get
     private var requestFraming: ResponseFraming?
+    private var requestBodySent = 0
     private var responseStarted = false
     private var keepAlive = true
     private var hasEnded = false
@@ -111,9 +112,9 @@ public final class HTTPClientConnection {
         stream.owner = self
     }
 
-    /// Idle, alive, and the last response left nothing behind.
+    /// Idle, alive, the last request was sent completely, and the last response left nothing behind.
     public var isReusable: Bool {
-        if case .idle = state { return !hasEnded && keepAlive && stream.input.count == 0 }
+        if case .idle = state { return !hasEnded && keepAlive && requestFraming == nil && stream.input.count == 0 }
         return false
     }
 
@@ -132,6 +133,7 @@ public final class HTTPClientConnection {
         case .unknown: framing = .chunked
         }
         requestFraming = framing
+        requestBodySent = 0
         var out: [UInt8] = []
         out.reserveCapacity(64 + target.count + fields.count * 32)
         out.append(contentsOf: method.utf8)
@@ -158,6 +160,7 @@ public final class HTTPClientConnection {
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !hasEnded, let framing = requestFraming, bytes.count > 0 else { return }
+        requestBodySent += bytes.count
         if framing == .chunked {
             var line = Array(String(bytes.count, radix: 16).utf8)
             line.append(contentsOf: [0x0D, 0x0A])
@@ -173,9 +176,15 @@ public final class HTTPClientConnection {
         bytes.withUnsafeBytes { sendBody($0) }
     }
 
+    /// Ends the request. A body shorter or longer than its announced length leaves the connection
+    /// unusable for another request (the upstream would read the difference as part of the next one).
     public func finishRequest() {
         guard !hasEnded, let framing = requestFraming else { return }
-        if framing == .chunked { stream.write(Array("0\r\n\r\n".utf8)) }
+        switch framing {
+        case .chunked: stream.write(Array("0\r\n\r\n".utf8))
+        case .length(let n) where n != requestBodySent: keepAlive = false
+        default: break
+        }
         requestFraming = nil
     }
 
@@ -263,8 +272,10 @@ public final class HTTPClientConnection {
     }
 
     private func responseComplete() {
-        // Bytes already buffered behind a complete response: never reuse (and the handler sees it).
-        if stream.input.count > 0 { keepAlive = false }
+        // Bytes already buffered behind a complete response: never reuse (and the handler sees it). Nor
+        // when the response came before the request body was all sent (an early 401 or 413): the rest of
+        // that body would be read by the upstream as the next request.
+        if stream.input.count > 0 || requestFraming != nil { keepAlive = false }
         handler?.connectionReceivedEnd(self)
         if !keepAlive, !hasEnded {
             stream.close()

@@ -44,6 +44,8 @@ public final class HTTPServerConnection {
     private var readState = ReadState.head
     private var responseFraming: ResponseFraming?
     private var requestVersion = HTTPVersion.http11
+    /// A response to HEAD carries the framing fields of the would-be body but never its bytes.
+    private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
     private var processing = false
@@ -125,7 +127,7 @@ public final class HTTPServerConnection {
 
     /// A piece of the response body.
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
-        guard !hasEnded, let framing = responseFraming, bytes.count > 0 else { return }
+        guard !hasEnded, let framing = responseFraming, bytes.count > 0, !requestIsHead else { return }
         if framing == .chunked {
             var line = Array(String(bytes.count, radix: 16).utf8)
             line.append(contentsOf: [0x0D, 0x0A])
@@ -144,7 +146,7 @@ public final class HTTPServerConnection {
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
-        if framing == .chunked { stream.write(Array("0\r\n\r\n".utf8)) }
+        if framing == .chunked && !requestIsHead { stream.write(Array("0\r\n\r\n".utf8)) }
         responseFraming = nil
         if responseCloses {
             readState = .ended
@@ -200,6 +202,7 @@ public final class HTTPServerConnection {
                 input.consume(head.headLength)
                 requestVersion = head.semantics.version
                 requestKeepAlive = head.semantics.keepAlive
+                requestIsHead = head.method == .head
                 switch head.semantics.framing {
                 case .length(let n): readState = .lengthBody(remaining: n)
                 case .chunked: readState = .chunkedBody; chunked = ChunkedDecoder(limits: limits)

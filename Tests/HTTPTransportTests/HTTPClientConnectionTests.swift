@@ -180,4 +180,23 @@ final class HTTPClientConnectionTests: XCTestCase {
         XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("ended") == 1 })
         XCTAssertEqual(recorder.events.last, "ended failed(errno: \(ECONNREFUSED)) started=false")
     }
+
+    /// An answer that arrives before the request body was all sent (an early 401) leaves the connection
+    /// unusable: the rest of the body would become the start of the next request.
+    func testEarlyResponseBeforeTheBodyMakesTheConnectionUnusable() throws {
+        let upstream = CannedUpstream(answer: "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+        defer { upstream.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "127.0.0.1", port: upstream.port)
+            connection?.handler = recorder
+            connection?.startRequest(method: "POST", target: Array("/a".utf8), fields: [("Host", "u")], body: .known(1000))
+            connection?.sendBody([UInt8](repeating: 0x61, count: 10))
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 })
+        XCTAssertEqual(recorder.reusableAtEnd, [false])
+    }
 }

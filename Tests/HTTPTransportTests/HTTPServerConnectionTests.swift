@@ -134,3 +134,24 @@ extension HTTPServerConnectionTests {
         XCTAssertEqual(server.lastEnd(), .protocolError(.invalidChunkSize))
     }
 }
+
+extension HTTPServerConnectionTests {
+    func testResponseToHEADCarriesTheLengthButNoBody() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("HEAD /known?5000 HTTP/1.1\r\nHost: h\r\n\r\nGET /echo?after HTTP/1.1\r\nHost: h\r\n\r\n")
+        // The HEAD response's head says 5000 bytes; LoopbackClient would wait for them, so read raw: the
+        // next bytes after the head must be the next response, not a body.
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while !String(decoding: received, as: UTF8.self).contains("GET /echo?after\n") {
+            let n = chunk.withUnsafeMutableBytes { read(client.fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            received.append(contentsOf: chunk[0..<n])
+        }
+        let text = String(decoding: received, as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 200 OK\r\n"), text)
+        XCTAssertTrue(text.contains("Content-Length: 5000\r\n"), text)
+        let afterHead = text.components(separatedBy: "\r\n\r\n").dropFirst().first ?? ""
+        XCTAssertTrue(afterHead.hasPrefix("HTTP/1.1 200 OK"), "no body bytes after a HEAD response: \(afterHead.prefix(40))")
+    }
+}
