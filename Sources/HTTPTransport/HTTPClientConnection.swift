@@ -74,6 +74,8 @@ public final class HTTPClientConnection {
     private var requestMethod = HTTPMethod.get
     private var requestFraming: ResponseFraming?
     private var requestBodySent = 0
+    /// A request head not written yet: it goes out with the first body piece.
+    private var pendingHead: [UInt8]?
     private var responseStarted = false
     private var keepAlive = true
     private var hasEnded = false
@@ -155,20 +157,24 @@ public final class HTTPClientConnection {
             break
         }
         out.append(contentsOf: "\r\n".utf8)
-        stream.write(out)
+        if framing == .none || framing == .length(0) {
+            stream.write(out)
+        } else {
+            pendingHead = out
+        }
     }
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !hasEnded, let framing = requestFraming, bytes.count > 0 else { return }
         requestBodySent += bytes.count
-        if framing == .chunked {
-            var line = Array(String(bytes.count, radix: 16).utf8)
-            line.append(contentsOf: [0x0D, 0x0A])
-            stream.write(line)
-            stream.write(bytes)
-            stream.write([0x0D, 0x0A])
-        } else {
-            stream.write(bytes)
+        let head = pendingHead ?? []
+        pendingHead = nil
+        head.withUnsafeBytes { headBytes in
+            if framing == .chunked {
+                writeChunk(bytes, after: headBytes, to: stream)
+            } else {
+                stream.write(parts: headBytes, bytes)
+            }
         }
     }
 
@@ -180,11 +186,15 @@ public final class HTTPClientConnection {
     /// unusable for another request (the upstream would read the difference as part of the next one).
     public func finishRequest() {
         guard !hasEnded, let framing = requestFraming else { return }
+        let head = pendingHead ?? []
+        pendingHead = nil
+        var last: [UInt8] = []
         switch framing {
-        case .chunked: stream.write(Array("0\r\n\r\n".utf8))
+        case .chunked: last = Array("0\r\n\r\n".utf8)
         case .length(let n) where n != requestBodySent: keepAlive = false
         default: break
         }
+        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
         requestFraming = nil
     }
 

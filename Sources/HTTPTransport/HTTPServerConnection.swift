@@ -48,6 +48,8 @@ public final class HTTPServerConnection {
     private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
+    /// A response head not written yet: it goes out with the first body piece (one write instead of two).
+    private var pendingHead: [UInt8]?
     private var processing = false
     private var hasEnded = false
 
@@ -122,20 +124,25 @@ public final class HTTPServerConnection {
         }
         responseCloses = !requestKeepAlive || framing == .closeDelimited || bodyUnread
         responseFraming = framing
-        stream.write(serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses))
+        let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
+        if framing == .none || framing == .length(0) || requestIsHead {
+            stream.write(head)
+        } else {
+            pendingHead = head
+        }
     }
 
     /// A piece of the response body.
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !hasEnded, let framing = responseFraming, bytes.count > 0, !requestIsHead else { return }
-        if framing == .chunked {
-            var line = Array(String(bytes.count, radix: 16).utf8)
-            line.append(contentsOf: [0x0D, 0x0A])
-            stream.write(line)
-            stream.write(bytes)
-            stream.write([0x0D, 0x0A])
-        } else {
-            stream.write(bytes)
+        let head = pendingHead ?? []
+        pendingHead = nil
+        head.withUnsafeBytes { headBytes in
+            if framing == .chunked {
+                writeChunk(bytes, after: headBytes, to: stream)
+            } else {
+                stream.write(parts: headBytes, bytes)
+            }
         }
     }
 
@@ -146,7 +153,10 @@ public final class HTTPServerConnection {
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
-        if framing == .chunked && !requestIsHead { stream.write(Array("0\r\n\r\n".utf8)) }
+        let head = pendingHead ?? []
+        pendingHead = nil
+        let last: [UInt8] = framing == .chunked && !requestIsHead ? Array("0\r\n\r\n".utf8) : []
+        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
         responseFraming = nil
         if responseCloses {
             readState = .ended
@@ -324,4 +334,26 @@ let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?)
     guard let context else { return }
     let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
     withExtendedLifetime(connection) { connection.headTimerFired() }
+}
+
+/// One chunk of a chunked body (size line, data, CRLF) in one writev, after `prefix` (a head not yet sent).
+func writeChunk(_ bytes: UnsafeRawBufferPointer, after prefix: UnsafeRawBufferPointer, to stream: SocketStream) {
+    var line: (UInt64, UInt64, UInt64) = (0, 0, 0)   // up to 16 hex digits + CRLF, no allocation
+    withUnsafeMutableBytes(of: &line) { buffer in
+        var digits = 0
+        var n = bytes.count
+        repeat { digits += 1; n >>= 4 } while n > 0
+        n = bytes.count
+        for i in stride(from: digits - 1, through: 0, by: -1) {
+            let d = UInt8(n & 15)
+            buffer[i] = d < 10 ? 0x30 + d : 0x61 + d - 10
+            n >>= 4
+        }
+        buffer[digits] = 0x0D
+        buffer[digits + 1] = 0x0A
+        let crlf: (UInt8, UInt8) = (0x0D, 0x0A)
+        withUnsafeBytes(of: crlf) { crlfBytes in
+            stream.write(parts: prefix, UnsafeRawBufferPointer(rebasing: buffer[0..<(digits + 2)]), bytes, crlfBytes)
+        }
+    }
 }

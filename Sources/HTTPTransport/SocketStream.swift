@@ -113,6 +113,47 @@ final class SocketStream {
         bytes.withUnsafeBytes { write($0) }
     }
 
+    /// Writes several pieces with one `writev` (a head and its body, a chunk's size line, data and CRLF),
+    /// keeping what the socket does not take, in order.
+    func write(parts: UnsafeRawBufferPointer...) {
+        guard !isClosed else { return }
+        var total = 0
+        for part in parts { total += part.count }
+        guard total > 0 else { return }
+        var written = 0
+        if pendingOutput == 0 {
+            var vectors: [iovec] = []
+            vectors.reserveCapacity(parts.count)
+            for part in parts where part.count > 0 {
+                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count))
+            }
+            while true {
+                let n = writev(fd, vectors, Int32(vectors.count))
+                if n >= 0 {
+                    written = n
+                    break
+                }
+                let error = errno
+                if error == EINTR { continue }
+                if error == EAGAIN || error == EWOULDBLOCK { break }
+                fail(error)
+                return
+            }
+            if written == total { return }
+        }
+        // Queue the rest: skip what went out, keep the remainder of each piece.
+        var skip = written
+        for part in parts {
+            if skip >= part.count {
+                skip -= part.count
+                continue
+            }
+            output.append(contentsOf: part[skip...])
+            skip = 0
+        }
+        armWrite()
+    }
+
     func writable() {
         guard !isClosed else { return }
         while pendingOutput > 0 {

@@ -34,7 +34,8 @@ final class RecordingClient: HTTPClientConnectionHandler, @unchecked Sendable {
         note("ended \(ended) started=\(responseStarted)")
     }
 
-    func count(_ prefix: String) -> Int { events.filter { $0.hasPrefix(prefix) }.count }
+    /// Events named `name` ("end" does not count "ended ...").
+    func count(_ name: String) -> Int { events.filter { $0 == name || $0.hasPrefix(name + " ") }.count }
 }
 
 /// An upstream that accepts one connection, reads one request head and answers with fixed bytes, then
@@ -196,7 +197,7 @@ final class HTTPClientConnectionTests: XCTestCase {
             return connection
         }
         defer { withExtendedLifetime(connection) {} }
-        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 })
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
         XCTAssertEqual(recorder.reusableAtEnd, [false])
     }
 }
