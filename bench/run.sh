@@ -16,6 +16,7 @@
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
 #   STDLIB             static (default, as deployed) or shared Swift runtime for tokenrelay
 #   TRANSPORT=0        leave out transport-bench-relay (the new HTTPTransport under a minimal relay)
+#   IDLE_CLIENTS       idle keep-alive connections held open for the RSS figure (default 10000; 0 skips)
 #   PIN=0              do not pin (default: proxies on CPU 0, upstream and wrk on CPU 1)
 #   BASE_PORT          first of 9 consecutive 127.0.0.1 ports               (default 18590)
 #   SKIP_BUILD=1       use the existing binary as is
@@ -36,6 +37,9 @@ CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
 STDLIB=${STDLIB:-static}
 TRANSPORT=${TRANSPORT:-1}
+IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
+# 10,000 idle clients need descriptors: raise the limit for everything started from here.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 PIN=${PIN:-1}
 BASE_PORT=${BASE_PORT:-18590}
 SKIP_BUILD=${SKIP_BUILD:-0}
@@ -173,7 +177,8 @@ master_process $2;
 worker_processes 1;
 pid $1/nginx.pid;
 error_log $1/error.log warn;
-events { worker_connections 4096; }
+worker_rlimit_nofile 65536;
+events { worker_connections 30000; }
 EOF
 }
 nginx_http() { # $1 = prefix dir
@@ -244,7 +249,8 @@ tokenrelay_conf() { # port admin-port token-file
   "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
-  "admin": { "listen": "127.0.0.1:$2" } }
+  "admin": { "listen": "127.0.0.1:$2" },
+  "limits": { "max_client_connections": 20000 } }
 EOF
 }
 tokenrelay_conf "$TR_PORT" "$TR_ADMIN_PORT" "$TMP/tokens.json" >"$TMP/tokenrelay.json"
@@ -468,6 +474,50 @@ if [[ "$CALLGRIND" == 1 ]]; then
     for p in "${PROXIES[@]}"; do stop_pid "${CG_PID_OF[$p]}"; done
 fi
 
+# ---------------------------------------------------------------- 4. RSS with idle clients
+# IDLE_CLIENTS connections opened to each proxy and left silent (as keep-alive clients between
+# requests are), then the proxy's RSS; the connections are closed before the next proxy.
+declare -A RSS_IDLE_CLIENTS
+if ((IDLE_CLIENTS > 0)); then
+    cat >"$TMP/idle.py" <<'EOF'
+import resource, socket, sys
+port, count = int(sys.argv[1]), int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 1024), hard))
+held = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+EOF
+    for p in "${PROXIES[@]}"; do
+        pid=${PID_OF[$p]}
+        log "$p: opening $IDLE_CLIENTS idle connections"
+        coproc IDLE { "${LOAD_CPU[@]}" python3 "$TMP/idle.py" "${PORT_OF[$p]}" "$IDLE_CLIENTS" 2>&1; }
+        IDLE_HOLDER=$IDLE_PID
+        opened=""
+        read -r -t 120 opened <&"${IDLE[0]}" || true
+        if [[ "$opened" == "$IDLE_CLIENTS" ]]; then
+            # The proxy accepts asynchronously: poll (bounded) until its RSS stops growing.
+            prev=0
+            for _ in $(seq 1 50); do
+                cur=$(rss_kb "$pid")
+                ((cur == prev)) && break
+                prev=$cur
+                sleep 0.2
+            done
+            RSS_IDLE_CLIENTS[$p]=$(rss_kb "$pid")
+        else
+            log "WARNING: $p: could not hold $IDLE_CLIENTS connections (${opened:-none})"
+            RSS_IDLE_CLIENTS[$p]=""
+        fi
+        eval "exec ${IDLE[1]}>&-"
+        wait "$IDLE_HOLDER" 2>/dev/null || true
+        alive "$pid" || die "$p (pid $pid) died with $IDLE_CLIENTS idle clients"
+    done
+fi
+
 # ---------------------------------------------------------------- report
 mb() { awk -v k="$1" 'BEGIN {printf "%.1fM", k / 1024}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "x%.2f", a / b }'; }
@@ -500,9 +550,11 @@ REPORT=$RESULTS_DIR/latest.txt
         done
     done
     echo
-    echo "RSS      idle       after load   (nginx: worker only)"
+    echo "RSS      idle       after load   with $IDLE_CLIENTS idle clients   (nginx: worker only)"
     for p in "${PROXIES[@]}"; do
-        printf '%-11s %-10s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")"
+        idle_clients=${RSS_IDLE_CLIENTS[$p]:-}
+        printf '%-11s %-10s %-12s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")" \
+            "$([[ -n "$idle_clients" ]] && mb "$idle_clients" || echo -)"
     done
     echo
     echo "system calls per request by name (>= 0.05):"
