@@ -81,30 +81,28 @@ public final class HTTPClientConnection {
     private var hasEnded = false
     private var processing = false
 
-    /// Starts connecting to an IPv4 address; the request can be sent at once (it waits for the connect).
+    /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
                 inputCapacity: Int = 64 * 1024) throws(ConnectError) {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { throw ConnectError(description: "\(host): not an IPv4 address") }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard let address = SocketAddress(host: host, port: port) else {
+            throw ConnectError(description: "\(host): not an IP address literal")
+        }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ConnectError(description: "socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let result = address.withSockaddr { Glibc.connect(fd, $0, $1) }
         if result != 0 && errno != EINPROGRESS {
             let message = String(cString: strerror(errno))
             Glibc.close(fd)
             throw ConnectError(description: "connect \(host):\(port): \(message)")
         }
-        var storage = sockaddr_storage()
-        withUnsafeMutableBytes(of: &storage) { target in
-            withUnsafeBytes(of: &address) { target.copyMemory(from: $0) }
+        var storage = address.storage
+        guard let remote = PeerAddress(&storage) else {
+            Glibc.close(fd)
+            throw ConnectError(description: "\(host): unsupported address")
         }
-        remote = PeerAddress(&storage) ?? PeerAddress(&storage)!
+        self.remote = remote
         self.limits = limits
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)

@@ -200,4 +200,36 @@ final class HTTPClientConnectionTests: XCTestCase {
         XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
         XCTAssertEqual(recorder.reusableAtEnd, [false])
     }
+
+    func testIPv6LoopbackBothWays() throws {
+        let server = try TransportTestServer(host: "::1")
+        defer { server.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "[::1]", port: server.port)
+            connection?.handler = recorder
+            connection?.startRequest(method: "GET", target: Array("/peer".utf8), fields: [("Host", "u")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertEqual(connection?.remote.description, "[::1]:\(server.port)")
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
+        XCTAssertTrue(String(decoding: recorder.body, as: UTF8.self).hasPrefix("[::1]:"), String(decoding: recorder.body, as: UTF8.self))
+        loopThread.sync { connection?.close() }
+    }
+
+    func testNamesAreRefusedNotResolvedOnTheLoop() {
+        let loop = loopThread.loop
+        let message: String = loopThread.sync {
+            do {
+                _ = try HTTPClientConnection(loop: loop, host: "localhost", port: 80)
+                return "connected"
+            } catch {
+                return "\(error)"
+            }
+        }
+        XCTAssertEqual(message, "localhost: not an IP address literal")
+    }
 }

@@ -30,11 +30,11 @@ final class TransportTestServer: @unchecked Sendable {
         return ends.last
     }
 
-    init(headTimeout: Double = 10) throws {
+    init(host: String = "127.0.0.1", headTimeout: Double = 10) throws {
         let loop = try TransportLoop()
         self.loop = loop
         let box = ServerBox()
-        server = try HTTPServer(loop: loop, host: "127.0.0.1", port: 0, headTimeout: headTimeout) { connection in
+        server = try HTTPServer(loop: loop, host: host, port: 0, headTimeout: headTimeout) { connection in
             let handler = EchoHandler(owner: box)
             box.server?.keep(handler, for: connection)
             connection.handler = handler
