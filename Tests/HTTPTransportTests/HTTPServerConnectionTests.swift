@@ -155,3 +155,20 @@ extension HTTPServerConnectionTests {
         XCTAssertTrue(afterHead.hasPrefix("HTTP/1.1 200 OK"), "no body bytes after a HEAD response: \(afterHead.prefix(40))")
     }
 }
+
+extension HTTPServerConnectionTests {
+    /// A pipeline of heads and bodies (length, chunked with extensions and trailers) delivered one byte
+    /// per write, so that reads end at every possible boundary: the answers are the same as in one piece.
+    func testEveryReadBoundaryGivesTheSameAnswers() throws {
+        let pipeline = "POST /echo?1 HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nabcd"
+            + "PUT /echo?2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nef\r\n1\r\ng\r\n0\r\nT: 1\r\n\r\n"
+            + "GET /echo?3 HTTP/1.1\r\nHost: h\r\nX-Folded: a\r\n b\r\n\r\n"
+        let client = try LoopbackClient(port: server.port)
+        var one: Int32 = 1
+        setsockopt(client.fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        for byte in pipeline.utf8 { try client.send([byte]) }
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo?1\nabcd")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "PUT /echo?2\nefg")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?3\n")
+    }
+}
