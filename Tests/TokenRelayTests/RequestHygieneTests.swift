@@ -46,6 +46,7 @@ final class RequestHygieneTests: RelayTestCase {
             Probe(name: "dot segments escaping the base path", bytes: "GET /../../etc/passwd HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "dot segment inside the path", bytes: "GET /x/../public/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "percent-encoded dot segment", bytes: "GET /%2e%2E/etc HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "TRACE (would echo the token)", bytes: "TRACE /x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "CONNECT", bytes: "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n"),
         ]
     }
@@ -133,6 +134,17 @@ final class RequestHygieneTests: RelayTestCase {
             .hasPrefix("HTTP/1.1 200"))
         XCTAssertEqual(api.requests.last?.path, "/lf")
         XCTAssertEqual(api.requests.last?.bodyText, "abc")
+    }
+
+    /// A head whose lines end in bare LF may end with LF CR LF, as evhttp accepts: the body after it is
+    /// body (a NUL in it is data, not a NUL in the head).
+    func testHeadEndingInLFCRLFLeavesTheBodyAlone() throws {
+        let relay = try startRelay()
+        var request = Data("POST /echo HTTP/1.1\nHost: x\nContent-Length: 5\nConnection: close\n\r\n".utf8)
+        request.append(contentsOf: [0x61, 0x62, 0x00, 0x63, 0x64])
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: request), as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 200"), String(text.prefix(200)))
+        XCTAssertEqual(api.requests.last?.body, Data([0x61, 0x62, 0x00, 0x63, 0x64]))
     }
 
     func testAbsoluteFormNamingUpstreamOrProxyIsNormalisedToOriginForm() throws {

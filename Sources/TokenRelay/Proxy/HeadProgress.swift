@@ -47,7 +47,8 @@ struct HeadProgress {
         length += 1
         if byte == 0 { containsNUL = true }
         tail = tail << 8 | UInt32(byte)
-        // CR LF CR LF, or LF LF (RFC 9112 §2.2 lets a recipient accept a bare LF as a line end).
-        if tail == 0x0D0A_0D0A || tail & 0xFFFF == 0x0A0A { isComplete = true }
+        // An empty line ends the head: CR LF CR LF, or with bare LF line ends (RFC 9112 §2.2 lets a
+        // recipient accept them, and evhttp does) LF LF or LF CR LF.
+        if tail == 0x0D0A_0D0A || tail & 0xFFFF == 0x0A0A || tail & 0xFF_FFFF == 0x0A_0D0A { isComplete = true }
     }
 }

@@ -51,7 +51,7 @@ public final class Relay {
         let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: FileTokenStore(file: preflight.tokenFile, lock: lock),
                                          initialTokens: preflight.tokens,
-                                         settings: config.refresh, injection: config.inject, lockTimeout: config.timeouts.refreshSeconds * 3,
+                                         settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(refreshTimeout: config.timeouts.refreshSeconds),
                                          refreshTimeout: config.timeouts.refreshSeconds,
                                          metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
