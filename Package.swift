@@ -48,6 +48,8 @@ let package = Package(
         // CLibevent once the data plane has moved. Its public API has no libevent types.
         .target(name: "CTransportSocket"),
         .target(name: "HTTPTransport", dependencies: ["HTTPWire", "CLibevent", "CTransportSocket"]),
+        // A minimal relay on HTTPTransport that bench/run.sh measures beside nginx and tokenrelay (bench only).
+        .executableTarget(name: "transport-bench-relay", dependencies: ["HTTPTransport", "HTTPWire"]),
         .executableTarget(
             name: "tokenrelay",
             dependencies: [

@@ -15,8 +15,10 @@
 #   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
 #   STDLIB             static (default, as deployed) or shared Swift runtime for tokenrelay
+#   TRANSPORT=0        leave out transport-bench-relay (the new HTTPTransport under a minimal relay)
+#   IDLE_CLIENTS       idle keep-alive connections held open for the RSS figure (default 10000; 0 skips)
 #   PIN=0              do not pin (default: proxies on CPU 0, upstream and wrk on CPU 1)
-#   BASE_PORT          first of 7 consecutive 127.0.0.1 ports               (default 18590)
+#   BASE_PORT          first of 9 consecutive 127.0.0.1 ports               (default 18590)
 #   SKIP_BUILD=1       use the existing binary as is
 #   PERF=1             afterwards, `perf record -g` tokenrelay during one more /small run
 #
@@ -34,6 +36,10 @@ CALLGRIND=${CALLGRIND:-1}
 CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
 STDLIB=${STDLIB:-static}
+TRANSPORT=${TRANSPORT:-1}
+IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
+# 10,000 idle clients need descriptors: raise the limit for everything started from here.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 PIN=${PIN:-1}
 BASE_PORT=${BASE_PORT:-18590}
 SKIP_BUILD=${SKIP_BUILD:-0}
@@ -48,6 +54,7 @@ case "$STDLIB" in
     *) echo "STDLIB must be static or shared" >&2; exit 2 ;;
 esac
 BIN=$SCRATCH/release/tokenrelay
+RELAY_BIN=$SCRATCH/release/transport-bench-relay
 
 UP_PORT=$BASE_PORT                 # upstream nginx
 NGX_PORT=$((BASE_PORT + 1))        # nginx reverse proxy
@@ -56,6 +63,8 @@ TR_ADMIN_PORT=$((BASE_PORT + 3))   # tokenrelay admin
 CG_NGX_PORT=$((BASE_PORT + 4))     # nginx under callgrind
 CG_TR_PORT=$((BASE_PORT + 5))      # tokenrelay under callgrind
 CG_TR_ADMIN_PORT=$((BASE_PORT + 6))
+TP_PORT=$((BASE_PORT + 7))         # transport-bench-relay
+CG_TP_PORT=$((BASE_PORT + 8))      # transport-bench-relay under callgrind
 TOKEN=bench-token-123456
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -120,11 +129,15 @@ fi
 if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
     log "building tokenrelay (release, $STDLIB Swift runtime, scratch path ${SCRATCH#"$REPO_DIR"/})"
     (cd "$REPO_DIR" && swift build -c release "${BUILD_FLAGS[@]}" --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 3) >&2
+    if [[ "$TRANSPORT" == 1 ]]; then
+        (cd "$REPO_DIR" && swift build -c release "${BUILD_FLAGS[@]}" --scratch-path "$SCRATCH" --product transport-bench-relay 2>&1 | tail -n 1) >&2
+    fi
 fi
+if [[ "$TRANSPORT" == 1 && ! -x "$RELAY_BIN" ]]; then die "transport-bench-relay missing: $RELAY_BIN (run without SKIP_BUILD=1)"; fi
 [[ -x "$BIN" ]] || die "tokenrelay binary missing: $BIN"
 
 # ---------------------------------------------------------------- ports
-for p in "$UP_PORT" "$NGX_PORT" "$TR_PORT" "$TR_ADMIN_PORT" "$CG_NGX_PORT" "$CG_TR_PORT" "$CG_TR_ADMIN_PORT"; do
+for p in "$UP_PORT" "$NGX_PORT" "$TR_PORT" "$TR_ADMIN_PORT" "$CG_NGX_PORT" "$CG_TR_PORT" "$CG_TR_ADMIN_PORT" "$TP_PORT" "$CG_TP_PORT"; do
     if [[ -n "$(ss -Htln "sport = :$p" 2>/dev/null)" ]]; then
         die "port $p is in use; pick another range with BASE_PORT=..."
     fi
@@ -164,7 +177,8 @@ master_process $2;
 worker_processes 1;
 pid $1/nginx.pid;
 error_log $1/error.log warn;
-events { worker_connections 4096; }
+worker_rlimit_nofile 65536;
+events { worker_connections 30000; }
 EOF
 }
 nginx_http() { # $1 = prefix dir
@@ -235,7 +249,8 @@ tokenrelay_conf() { # port admin-port token-file
   "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
-  "admin": { "listen": "127.0.0.1:$2" } }
+  "admin": { "listen": "127.0.0.1:$2" },
+  "limits": { "max_client_connections": 20000 } }
 EOF
 }
 tokenrelay_conf "$TR_PORT" "$TR_ADMIN_PORT" "$TMP/tokens.json" >"$TMP/tokenrelay.json"
@@ -314,10 +329,20 @@ PIDS+=("$TR_PID")
 wait_log "$TR_LOG" 'msg=listening' "$TR_PID" 10 || { cat "$TR_LOG" >&2; die "tokenrelay did not start"; }
 wait_port "$TR_PORT" 5 || die "tokenrelay not listening on $TR_PORT"
 
-LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
 PROXIES=(nginx tokenrelay)
 declare -A PID_OF=([nginx]=$NGX_PID [tokenrelay]=$TR_PID)
 declare -A PORT_OF=([nginx]=$NGX_PORT [tokenrelay]=$TR_PORT)
+if [[ "$TRANSPORT" == 1 ]]; then
+    log "starting transport-bench-relay on 127.0.0.1:$TP_PORT"
+    "${PROXY_CPU[@]}" "$RELAY_BIN" "$TP_PORT" "$UP_PORT" "$TOKEN" 2>"$RESULTS_DIR/latest-transport.log" &
+    TP_PID=$!
+    PIDS+=("$TP_PID")
+    wait_port "$TP_PORT" 10 || { cat "$RESULTS_DIR/latest-transport.log" >&2; die "transport-bench-relay did not start"; }
+    PROXIES+=(transport)
+    PID_OF[transport]=$TP_PID
+    PORT_OF[transport]=$TP_PORT
+fi
+LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A RSS_IDLE RSS_AFTER
 for p in "${PROXIES[@]}"; do RSS_IDLE[$p]=$(rss_kb "${PID_OF[$p]}"); done
 
@@ -373,7 +398,8 @@ RAW=$RESULTS_DIR/latest-wrk.txt
 : >"$RAW"
 declare -A V_RPS V_P50 V_P99 V_CPU V_ERR
 for r in $(seq 1 "$ROUNDS"); do
-    if ((r % 2)); then order=(nginx tokenrelay); else order=(tokenrelay nginx); fi
+    order=("${PROXIES[@]}")
+    if ! ((r % 2)); then for ((i = 0; i < ${#PROXIES[@]}; i++)); do order[i]=${PROXIES[${#PROXIES[@]} - 1 - i]}; done; fi
     for s in "${SCENARIOS[@]}"; do
         for p in "${order[@]}"; do
             pid=${PID_OF[$p]}
@@ -421,6 +447,14 @@ if [[ "$CALLGRIND" == 1 ]]; then
     wait_log "$TMP/cg/tokenrelay.err" 'msg=listening' "$CG_TR_PID" 120 || { cat "$TMP/cg/tokenrelay.err" >&2; die "tokenrelay under callgrind did not start"; }
     declare -A CG_PID_OF=([nginx]=$CG_NGX_PID [tokenrelay]=$CG_TR_PID)
     declare -A CG_PORT_OF=([nginx]=$CG_NGX_PORT [tokenrelay]=$CG_TR_PORT)
+    if [[ "$TRANSPORT" == 1 ]]; then
+        "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/transport.out" \
+            "$RELAY_BIN" "$CG_TP_PORT" "$UP_PORT" "$TOKEN" 2>"$TMP/cg/transport.err" &
+        CG_PID_OF[transport]=$!
+        PIDS+=("${CG_PID_OF[transport]}")
+        CG_PORT_OF[transport]=$CG_TP_PORT
+        wait_port "$CG_TP_PORT" 60 || { cat "$TMP/cg/transport.err" >&2; die "transport-bench-relay under callgrind did not start"; }
+    fi
     for s in "${SCENARIOS[@]}"; do
         for p in "${PROXIES[@]}"; do
             pid=${CG_PID_OF[$p]}
@@ -437,7 +471,51 @@ if [[ "$CALLGRIND" == 1 ]]; then
             log "$p / $s: ${INSN[$p.$s]} user-space instructions per request over $n requests"
         done
     done
-    stop_pid "$CG_NGX_PID"; stop_pid "$CG_TR_PID"
+    for p in "${PROXIES[@]}"; do stop_pid "${CG_PID_OF[$p]}"; done
+fi
+
+# ---------------------------------------------------------------- 4. RSS with idle clients
+# IDLE_CLIENTS connections opened to each proxy and left silent (as keep-alive clients between
+# requests are), then the proxy's RSS; the connections are closed before the next proxy.
+declare -A RSS_IDLE_CLIENTS
+if ((IDLE_CLIENTS > 0)); then
+    cat >"$TMP/idle.py" <<'EOF'
+import resource, socket, sys
+port, count = int(sys.argv[1]), int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, count + 1024), hard))
+held = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    held.append(s)
+print(len(held), flush=True)
+sys.stdin.read()
+EOF
+    for p in "${PROXIES[@]}"; do
+        pid=${PID_OF[$p]}
+        log "$p: opening $IDLE_CLIENTS idle connections"
+        coproc IDLE { "${LOAD_CPU[@]}" python3 "$TMP/idle.py" "${PORT_OF[$p]}" "$IDLE_CLIENTS" 2>&1; }
+        IDLE_HOLDER=$IDLE_PID
+        opened=""
+        read -r -t 120 opened <&"${IDLE[0]}" || true
+        if [[ "$opened" == "$IDLE_CLIENTS" ]]; then
+            # The proxy accepts asynchronously: poll (bounded) until its RSS stops growing.
+            prev=0
+            for _ in $(seq 1 50); do
+                cur=$(rss_kb "$pid")
+                ((cur == prev)) && break
+                prev=$cur
+                sleep 0.2
+            done
+            RSS_IDLE_CLIENTS[$p]=$(rss_kb "$pid")
+        else
+            log "WARNING: $p: could not hold $IDLE_CLIENTS connections (${opened:-none})"
+            RSS_IDLE_CLIENTS[$p]=""
+        fi
+        eval "exec ${IDLE[1]}>&-"
+        wait "$IDLE_HOLDER" 2>/dev/null || true
+        alive "$pid" || die "$p (pid $pid) died with $IDLE_CLIENTS idle clients"
+    done
 fi
 
 # ---------------------------------------------------------------- report
@@ -461,17 +539,22 @@ REPORT=$RESULTS_DIR/latest.txt
     done
     echo
     for s in "${SCENARIOS[@]}"; do
-        printf '%-6s tokenrelay/nginx: syscalls %s, insn %s, CPU %s, req/s %s, p99 %s\n' "$s" \
-            "$(ratio "${SYS_TOTAL[tokenrelay.$s]}" "${SYS_TOTAL[nginx.$s]}")" \
-            "$(ratio "${INSN[tokenrelay.$s]:--}" "${INSN[nginx.$s]:--}")" \
-            "$(ratio "$(median <<<"${V_CPU[tokenrelay.$s]}")" "$(median <<<"${V_CPU[nginx.$s]}")")" \
-            "$(ratio "$(median <<<"${V_RPS[tokenrelay.$s]}")" "$(median <<<"${V_RPS[nginx.$s]}")")" \
-            "$(ratio "$(median <<<"${V_P99[tokenrelay.$s]}")" "$(median <<<"${V_P99[nginx.$s]}")")"
+        for p in "${PROXIES[@]}"; do
+            [[ "$p" == nginx ]] && continue
+            printf '%-6s %s/nginx: syscalls %s, insn %s, CPU %s, req/s %s, p99 %s\n' "$s" "$p" \
+                "$(ratio "${SYS_TOTAL[$p.$s]}" "${SYS_TOTAL[nginx.$s]}")" \
+                "$(ratio "${INSN[$p.$s]:--}" "${INSN[nginx.$s]:--}")" \
+                "$(ratio "$(median <<<"${V_CPU[$p.$s]}")" "$(median <<<"${V_CPU[nginx.$s]}")")" \
+                "$(ratio "$(median <<<"${V_RPS[$p.$s]}")" "$(median <<<"${V_RPS[nginx.$s]}")")" \
+                "$(ratio "$(median <<<"${V_P99[$p.$s]}")" "$(median <<<"${V_P99[nginx.$s]}")")"
+        done
     done
     echo
-    echo "RSS      idle       after load   (nginx: worker only)"
+    echo "RSS      idle       after load   with $IDLE_CLIENTS idle clients   (nginx: worker only)"
     for p in "${PROXIES[@]}"; do
-        printf '%-11s %-10s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")"
+        idle_clients=${RSS_IDLE_CLIENTS[$p]:-}
+        printf '%-11s %-10s %-12s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")" \
+            "$([[ -n "$idle_clients" ]] && mb "$idle_clients" || echo -)"
     done
     echo
     echo "system calls per request by name (>= 0.05):"

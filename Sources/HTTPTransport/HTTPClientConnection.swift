@@ -73,35 +73,36 @@ public final class HTTPClientConnection {
     private var state = State.idle
     private var requestMethod = HTTPMethod.get
     private var requestFraming: ResponseFraming?
+    private var requestBodySent = 0
+    /// A request head not written yet: it goes out with the first body piece.
+    private var pendingHead: [UInt8]?
     private var responseStarted = false
     private var keepAlive = true
     private var hasEnded = false
     private var processing = false
 
-    /// Starts connecting to an IPv4 address; the request can be sent at once (it waits for the connect).
+    /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
                 inputCapacity: Int = 64 * 1024) throws(ConnectError) {
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { throw ConnectError(description: "\(host): not an IPv4 address") }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard let address = SocketAddress(host: host, port: port) else {
+            throw ConnectError(description: "\(host): not an IP address literal")
+        }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ConnectError(description: "socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let result = address.withSockaddr { Glibc.connect(fd, $0, $1) }
         if result != 0 && errno != EINPROGRESS {
             let message = String(cString: strerror(errno))
             Glibc.close(fd)
             throw ConnectError(description: "connect \(host):\(port): \(message)")
         }
-        var storage = sockaddr_storage()
-        withUnsafeMutableBytes(of: &storage) { target in
-            withUnsafeBytes(of: &address) { target.copyMemory(from: $0) }
+        var storage = address.storage
+        guard let remote = PeerAddress(&storage) else {
+            Glibc.close(fd)
+            throw ConnectError(description: "\(host): unsupported address")
         }
-        remote = PeerAddress(&storage) ?? PeerAddress(&storage)!
+        self.remote = remote
         self.limits = limits
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)
@@ -111,9 +112,9 @@ public final class HTTPClientConnection {
         stream.owner = self
     }
 
-    /// Idle, alive, and the last response left nothing behind.
+    /// Idle, alive, the last request was sent completely, and the last response left nothing behind.
     public var isReusable: Bool {
-        if case .idle = state { return !hasEnded && keepAlive && stream.input.count == 0 }
+        if case .idle = state { return !hasEnded && keepAlive && requestFraming == nil && stream.input.count == 0 }
         return false
     }
 
@@ -132,6 +133,7 @@ public final class HTTPClientConnection {
         case .unknown: framing = .chunked
         }
         requestFraming = framing
+        requestBodySent = 0
         var out: [UInt8] = []
         out.reserveCapacity(64 + target.count + fields.count * 32)
         out.append(contentsOf: method.utf8)
@@ -153,19 +155,24 @@ public final class HTTPClientConnection {
             break
         }
         out.append(contentsOf: "\r\n".utf8)
-        stream.write(out)
+        if framing == .none || framing == .length(0) {
+            stream.write(out)
+        } else {
+            pendingHead = out
+        }
     }
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !hasEnded, let framing = requestFraming, bytes.count > 0 else { return }
-        if framing == .chunked {
-            var line = Array(String(bytes.count, radix: 16).utf8)
-            line.append(contentsOf: [0x0D, 0x0A])
-            stream.write(line)
-            stream.write(bytes)
-            stream.write([0x0D, 0x0A])
-        } else {
-            stream.write(bytes)
+        requestBodySent += bytes.count
+        let head = pendingHead ?? []
+        pendingHead = nil
+        head.withUnsafeBytes { headBytes in
+            if framing == .chunked {
+                writeChunk(bytes, after: headBytes, to: stream)
+            } else {
+                stream.write(parts: headBytes, bytes)
+            }
         }
     }
 
@@ -173,15 +180,30 @@ public final class HTTPClientConnection {
         bytes.withUnsafeBytes { sendBody($0) }
     }
 
+    /// Ends the request. A body shorter or longer than its announced length leaves the connection
+    /// unusable for another request (the upstream would read the difference as part of the next one).
     public func finishRequest() {
         guard !hasEnded, let framing = requestFraming else { return }
-        if framing == .chunked { stream.write(Array("0\r\n\r\n".utf8)) }
+        let head = pendingHead ?? []
+        pendingHead = nil
+        var last: [UInt8] = []
+        switch framing {
+        case .chunked: last = Array("0\r\n\r\n".utf8)
+        case .length(let n) where n != requestBodySent: keepAlive = false
+        default: break
+        }
+        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
         requestFraming = nil
     }
 
     public func close() {
         stream.close()
     }
+
+    /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
+    public func pauseReading() { stream.pauseReading() }
+
+    public func resumeReading() { stream.resumeReading() }
 
     // MARK: - Receiving
 
@@ -258,8 +280,10 @@ public final class HTTPClientConnection {
     }
 
     private func responseComplete() {
-        // Bytes already buffered behind a complete response: never reuse (and the handler sees it).
-        if stream.input.count > 0 { keepAlive = false }
+        // Bytes already buffered behind a complete response: never reuse (and the handler sees it). Nor
+        // when the response came before the request body was all sent (an early 401 or 413): the rest of
+        // that body would be read by the upstream as the next request.
+        if stream.input.count > 0 || requestFraming != nil { keepAlive = false }
         handler?.connectionReceivedEnd(self)
         if !keepAlive, !hasEnded {
             stream.close()

@@ -66,6 +66,8 @@ public enum ConnectionEnd: Sendable, Equatable {
     case failed(errno: Int32)
     /// The peer sent something HTTP/1.1 does not allow; it was answered with an error status.
     case protocolError(HTTPWireError)
+    /// A request head did not arrive completely within the head timeout; it was answered with 408.
+    case headTimeout
 }
 
 func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {

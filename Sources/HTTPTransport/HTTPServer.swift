@@ -19,38 +19,40 @@ public final class HTTPServer {
     private var acceptEvent: OpaquePointer?
     private let limits: HTTPWireLimits
     private let inputCapacity: Int
+    private let headTimeout: Double
     private let onConnection: (HTTPServerConnection) -> Void
     private var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
 
-    /// Listens on an IPv4 address ("127.0.0.1", "0.0.0.0"); port 0 picks a free port (see `port`).
+    /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]"); port 0 picks a free port
+    /// (see `port`).
+    /// `headTimeout`: seconds a request head may take from its first byte to its last (0: unbounded).
     public init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, limits: HTTPWireLimits = HTTPWireLimits(),
-                inputCapacity: Int = 64 * 1024, onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
+                inputCapacity: Int = 64 * 1024, headTimeout: Double = 10,
+                onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
         self.loop = loop
+        self.headTimeout = headTimeout
         self.limits = limits
         self.inputCapacity = inputCapacity
         self.onConnection = onConnection
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else { throw ListenError(description: "\(host): not an IPv4 address") }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard let address = SocketAddress(host: host, port: port) else {
+            throw ListenError(description: "\(host): not an IP address literal")
+        }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw ListenError(description: "socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
+        let bound = address.withSockaddr { bind(fd, $0, $1) }
         guard bound == 0, listen(fd, backlog) == 0 else {
             let message = String(cString: strerror(errno))
             Glibc.close(fd)
             throw ListenError(description: "\(host):\(port): \(message)")
         }
-        var actual = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        var actual = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &actual) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
-        self.port = UInt16(bigEndian: actual.sin_port)
+        self.port = PeerAddress(&actual)?.port ?? port
         self.fd = fd
         acceptEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), serverAcceptTrampoline, Unmanaged.passUnretained(self).toOpaque())
         event_add(acceptEvent, nil)
@@ -78,7 +80,8 @@ public final class HTTPServer {
                 Glibc.close(client)
                 continue
             }
-            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, limits: limits, inputCapacity: inputCapacity)
+            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, limits: limits, inputCapacity: inputCapacity,
+                                                  headTimeout: headTimeout)
             let id = ObjectIdentifier(connection)
             connections[id] = connection
             connection.onEnded = { [weak self] ended in

@@ -1,3 +1,4 @@
+import CLibevent
 import HTTPWire
 import Glibc
 
@@ -43,18 +44,58 @@ public final class HTTPServerConnection {
     private var readState = ReadState.head
     private var responseFraming: ResponseFraming?
     private var requestVersion = HTTPVersion.http11
+    /// A response to HEAD carries the framing fields of the would-be body but never its bytes.
+    private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
+    /// A response head not written yet: it goes out with the first body piece (one write instead of two).
+    private var pendingHead: [UInt8]?
     private var processing = false
     private var hasEnded = false
 
-    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int) {
+    /// Seconds from the first byte of a request head to its last; 0 = no bound.
+    private let headTimeout: Double
+    private var headTimer: OpaquePointer?
+    private var headTimerArmed = false
+
+    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int, headTimeout: Double) {
         self.peer = peer
         self.limits = limits
+        self.headTimeout = headTimeout
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
         stream.owner = self
+        if headTimeout > 0 {
+            headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, Unmanaged.passUnretained(self).toOpaque())
+        }
+    }
+
+    deinit {
+        if let headTimer { event_free(headTimer) }
+    }
+
+    /// The whole head must arrive within `headTimeout` of its first byte, however the bytes trickle in: a
+    /// client sending one byte a second would otherwise hold a connection (and a slot) for as long as it
+    /// likes. A timer is a heap entry in libevent, not an epoll change, so arming it per request is cheap.
+    private func armHeadTimer() {
+        guard let headTimer, !headTimerArmed else { return }
+        headTimerArmed = true
+        let whole = headTimeout.rounded(.down)
+        var tv = timeval(tv_sec: Int(whole), tv_usec: Int((headTimeout - whole) * 1_000_000))
+        event_add(headTimer, &tv)
+    }
+
+    private func disarmHeadTimer() {
+        guard let headTimer, headTimerArmed else { return }
+        headTimerArmed = false
+        event_del(headTimer)
+    }
+
+    func headTimerFired() {
+        headTimerArmed = false
+        guard !hasEnded, case .head = readState, stream.input.count > 0 else { return }
+        refuse(status: 408, reason: "Request Timeout", message: "request head not received in time", end: .headTimeout)
     }
 
     /// Whether a response is being sent (started and not finished).
@@ -83,20 +124,25 @@ public final class HTTPServerConnection {
         }
         responseCloses = !requestKeepAlive || framing == .closeDelimited || bodyUnread
         responseFraming = framing
-        stream.write(serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses))
+        let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
+        if framing == .none || framing == .length(0) || requestIsHead {
+            stream.write(head)
+        } else {
+            pendingHead = head
+        }
     }
 
     /// A piece of the response body.
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
-        guard !hasEnded, let framing = responseFraming, bytes.count > 0 else { return }
-        if framing == .chunked {
-            var line = Array(String(bytes.count, radix: 16).utf8)
-            line.append(contentsOf: [0x0D, 0x0A])
-            stream.write(line)
-            stream.write(bytes)
-            stream.write([0x0D, 0x0A])
-        } else {
-            stream.write(bytes)
+        guard !hasEnded, let framing = responseFraming, bytes.count > 0, !requestIsHead else { return }
+        let head = pendingHead ?? []
+        pendingHead = nil
+        head.withUnsafeBytes { headBytes in
+            if framing == .chunked {
+                writeChunk(bytes, after: headBytes, to: stream)
+            } else {
+                stream.write(parts: headBytes, bytes)
+            }
         }
     }
 
@@ -107,7 +153,10 @@ public final class HTTPServerConnection {
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
-        if framing == .chunked { stream.write(Array("0\r\n\r\n".utf8)) }
+        let head = pendingHead ?? []
+        pendingHead = nil
+        let last: [UInt8] = framing == .chunked && !requestIsHead ? Array("0\r\n\r\n".utf8) : []
+        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
         responseFraming = nil
         if responseCloses {
             readState = .ended
@@ -151,16 +200,19 @@ public final class HTTPServerConnection {
                 do {
                     guard try parser.parseRequest(input.unconsumed, into: &head) else {
                         if input.spaceAtEnd == 0 { input.compact() }
+                        armHeadTimer()
                         return
                     }
                 } catch {
                     refuse(error)
                     return
                 }
+                disarmHeadTimer()
                 let headBytes = Array(UnsafeRawBufferPointer(input.unconsumed)[0..<head.headLength])
                 input.consume(head.headLength)
                 requestVersion = head.semantics.version
                 requestKeepAlive = head.semantics.keepAlive
+                requestIsHead = head.method == .head
                 switch head.semantics.framing {
                 case .length(let n): readState = .lengthBody(remaining: n)
                 case .chunked: readState = .chunkedBody; chunked = ChunkedDecoder(limits: limits)
@@ -202,19 +254,24 @@ public final class HTTPServerConnection {
 
     /// Answers a protocol error and closes: after a framing error nothing that follows can be trusted.
     private func refuse(_ error: HTTPWireError) {
+        let status = error.requestStatus
+        let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
+            : status == 501 ? "Not Implemented" : "Bad Request"
+        refuse(status: status, reason: reason, message: error.reason, end: .protocolError(error))
+    }
+
+    private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd) {
         readState = .ended
+        disarmHeadTimer()
         if responseFraming == nil {
-            let status = error.requestStatus
-            let body = Array("\(error.reason)\n".utf8)
-            let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
-                : status == 501 ? "Not Implemented" : "Bad Request"
+            let body = Array("\(message)\n".utf8)
             var bytes = serializeResponseHead(HTTPResponseHead(status: status, reason: reason, fields: [("Content-Type", "text/plain")]),
                                               version: .http11, framing: .length(body.count), close: true)
             bytes.append(contentsOf: body)
             stream.write(bytes)
         }
         stream.closeAfterFlush()
-        end(.protocolError(error))
+        end(ending)
     }
 
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
@@ -269,6 +326,34 @@ extension HTTPServerConnection: SocketStreamOwner {
             releaseFromServer()
         } else {
             end(.closedLocally)
+        }
+    }
+}
+
+let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.headTimerFired() }
+}
+
+/// One chunk of a chunked body (size line, data, CRLF) in one writev, after `prefix` (a head not yet sent).
+func writeChunk(_ bytes: UnsafeRawBufferPointer, after prefix: UnsafeRawBufferPointer, to stream: SocketStream) {
+    var line: (UInt64, UInt64, UInt64) = (0, 0, 0)   // up to 16 hex digits + CRLF, no allocation
+    withUnsafeMutableBytes(of: &line) { buffer in
+        var digits = 0
+        var n = bytes.count
+        repeat { digits += 1; n >>= 4 } while n > 0
+        n = bytes.count
+        for i in stride(from: digits - 1, through: 0, by: -1) {
+            let d = UInt8(n & 15)
+            buffer[i] = d < 10 ? 0x30 + d : 0x61 + d - 10
+            n >>= 4
+        }
+        buffer[digits] = 0x0D
+        buffer[digits + 1] = 0x0A
+        let crlf: (UInt8, UInt8) = (0x0D, 0x0A)
+        withUnsafeBytes(of: crlf) { crlfBytes in
+            stream.write(parts: prefix, UnsafeRawBufferPointer(rebasing: buffer[0..<(digits + 2)]), bytes, crlfBytes)
         }
     }
 }

@@ -6,6 +6,8 @@ import Glibc
 /// safe from any thread.
 public final class TransportLoop {
     let base: OpaquePointer
+    /// Read buffers shared by the loop's connections (loop thread only).
+    let bufferPool = BufferPool()
     private var wakeEvent: OpaquePointer?
     private var wakeHandler: (() -> Void)?
 

@@ -34,7 +34,8 @@ final class RecordingClient: HTTPClientConnectionHandler, @unchecked Sendable {
         note("ended \(ended) started=\(responseStarted)")
     }
 
-    func count(_ prefix: String) -> Int { events.filter { $0.hasPrefix(prefix) }.count }
+    /// Events named `name` ("end" does not count "ended ...").
+    func count(_ name: String) -> Int { events.filter { $0 == name || $0.hasPrefix(name + " ") }.count }
 }
 
 /// An upstream that accepts one connection, reads one request head and answers with fixed bytes, then
@@ -179,5 +180,56 @@ final class HTTPClientConnectionTests: XCTestCase {
         defer { withExtendedLifetime(connection) {} }
         XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("ended") == 1 })
         XCTAssertEqual(recorder.events.last, "ended failed(errno: \(ECONNREFUSED)) started=false")
+    }
+
+    /// An answer that arrives before the request body was all sent (an early 401) leaves the connection
+    /// unusable: the rest of the body would become the start of the next request.
+    func testEarlyResponseBeforeTheBodyMakesTheConnectionUnusable() throws {
+        let upstream = CannedUpstream(answer: "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+        defer { upstream.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "127.0.0.1", port: upstream.port)
+            connection?.handler = recorder
+            connection?.startRequest(method: "POST", target: Array("/a".utf8), fields: [("Host", "u")], body: .known(1000))
+            connection?.sendBody([UInt8](repeating: 0x61, count: 10))
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
+        XCTAssertEqual(recorder.reusableAtEnd, [false])
+    }
+
+    func testIPv6LoopbackBothWays() throws {
+        let server = try TransportTestServer(host: "::1")
+        defer { server.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "[::1]", port: server.port)
+            connection?.handler = recorder
+            connection?.startRequest(method: "GET", target: Array("/peer".utf8), fields: [("Host", "u")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertEqual(connection?.remote.description, "[::1]:\(server.port)")
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
+        XCTAssertTrue(String(decoding: recorder.body, as: UTF8.self).hasPrefix("[::1]:"), String(decoding: recorder.body, as: UTF8.self))
+        loopThread.sync { connection?.close() }
+    }
+
+    func testNamesAreRefusedNotResolvedOnTheLoop() {
+        let loop = loopThread.loop
+        let message: String = loopThread.sync {
+            do {
+                _ = try HTTPClientConnection(loop: loop, host: "localhost", port: 80)
+                return "connected"
+            } catch {
+                return "\(error)"
+            }
+        }
+        XCTAssertEqual(message, "localhost: not an IP address literal")
     }
 }

@@ -131,6 +131,44 @@ extension HTTPServerConnectionTests {
         // The server has answered and shut its side; more upload must not reset the connection.
         for _ in 0..<16 { try client.send([UInt8](repeating: 0x61, count: 16384)) }
         XCTAssertTrue(client.readEOF())
-        XCTAssertEqual(server.ends.last, .protocolError(.invalidChunkSize))
+        XCTAssertEqual(server.lastEnd(), .protocolError(.invalidChunkSize))
+    }
+}
+
+extension HTTPServerConnectionTests {
+    func testResponseToHEADCarriesTheLengthButNoBody() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("HEAD /known?5000 HTTP/1.1\r\nHost: h\r\n\r\nGET /echo?after HTTP/1.1\r\nHost: h\r\n\r\n")
+        // The HEAD response's head says 5000 bytes; LoopbackClient would wait for them, so read raw: the
+        // next bytes after the head must be the next response, not a body.
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while !String(decoding: received, as: UTF8.self).contains("GET /echo?after\n") {
+            let n = chunk.withUnsafeMutableBytes { read(client.fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            received.append(contentsOf: chunk[0..<n])
+        }
+        let text = String(decoding: received, as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 200 OK\r\n"), text)
+        XCTAssertTrue(text.contains("Content-Length: 5000\r\n"), text)
+        let afterHead = text.components(separatedBy: "\r\n\r\n").dropFirst().first ?? ""
+        XCTAssertTrue(afterHead.hasPrefix("HTTP/1.1 200 OK"), "no body bytes after a HEAD response: \(afterHead.prefix(40))")
+    }
+}
+
+extension HTTPServerConnectionTests {
+    /// A pipeline of heads and bodies (length, chunked with extensions and trailers) delivered one byte
+    /// per write, so that reads end at every possible boundary: the answers are the same as in one piece.
+    func testEveryReadBoundaryGivesTheSameAnswers() throws {
+        let pipeline = "POST /echo?1 HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\n\r\nabcd"
+            + "PUT /echo?2 HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2;x=y\r\nef\r\n1\r\ng\r\n0\r\nT: 1\r\n\r\n"
+            + "GET /echo?3 HTTP/1.1\r\nHost: h\r\nX-Folded: a\r\n b\r\n\r\n"
+        let client = try LoopbackClient(port: server.port)
+        var one: Int32 = 1
+        setsockopt(client.fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        for byte in pipeline.utf8 { try client.send([byte]) }
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /echo?1\nabcd")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "PUT /echo?2\nefg")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?3\n")
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 
 /// A blocking TCP client on 127.0.0.1 for the transport tests, with a receive timeout so no test can hang.
-final class LoopbackClient {
+final class LoopbackClient: @unchecked Sendable {
     let fd: Int32
 
     init(port: UInt16, timeoutSeconds: Int = 5) throws {

@@ -22,11 +22,19 @@ final class TransportTestServer: @unchecked Sendable {
     /// How connections ended, in order (for tests that check protocol errors).
     var ends: [ConnectionEnd] { lock.withLock { _ends } }
 
-    init() throws {
+    /// The last connection end, waiting (bounded) for one to be reported: the loop thread reports an end
+    /// after writing the answer the test thread may already have read.
+    func lastEnd(within seconds: Double = 5) -> ConnectionEnd? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while ends.isEmpty && Date() < deadline { usleep(1000) }
+        return ends.last
+    }
+
+    init(host: String = "127.0.0.1", headTimeout: Double = 10) throws {
         let loop = try TransportLoop()
         self.loop = loop
         let box = ServerBox()
-        server = try HTTPServer(loop: loop, host: "127.0.0.1", port: 0) { connection in
+        server = try HTTPServer(loop: loop, host: host, port: 0, headTimeout: headTimeout) { connection in
             let handler = EchoHandler(owner: box)
             box.server?.keep(handler, for: connection)
             connection.handler = handler

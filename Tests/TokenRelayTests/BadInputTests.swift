@@ -46,6 +46,19 @@ final class BadInputTests: RelayTestCase {
         XCTAssertFalse(api.requests.contains { ($0.header("Authorization") ?? "").count > 16_384 })
     }
 
+    /// A file refused for its mode is looked at again once the operator runs the chmod the log asks for
+    /// (chmod changes neither content nor modification time, only the status-change time).
+    func testAFixedModeIsNoticedWithoutATouch() throws {
+        let relay = try startRelay()
+        try latchLoginRequired(relay)
+        tokenServer.failureMode = .normal
+        let fresh = tokenServer.issueInitialTokens()
+        try writeTokenFile(at: tokenFileURL, access: fresh.access, refresh: fresh.refresh, mode: 0o644)
+        XCTAssertTrue(waitUntil(timeout: 5) { relay.stderrText.contains("run chmod 600") }, relay.stderrText)
+        XCTAssertEqual(chmod(tokenFileURL.path, 0o600), 0)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/readyz").status) == 200 }, relay.stderrText)
+    }
+
     func testStatusAndReadinessGiveOneAnswer() throws {
         let relay = try startRelay(["refresh": ["max_attempts": 1]])
         tokenServer.failureMode = .unavailable(status: 500)

@@ -216,4 +216,19 @@ final class ConfigReloadTests: RelayTestCase {
         XCTAssertEqual(tokenServer.refreshCalls, 2)
         XCTAssertEqual(try presentedClientID(1), "renamed-app")
     }
+
+    /// A reloaded refresh_seconds governs the hold-off as well as the connection: with the old, shorter
+    /// one the hold-off ended before the reloaded timeout had even run out, and the refresh token left
+    /// again while the server was still working on the first presentation.
+    func testReloadedRefreshTimeoutGovernsTheHoldOff() throws {
+        let relay = try startRelay(["timeouts": ["refresh_seconds": 0.3], "refresh": ["backoff_seconds": 0.05]])
+        try reload(relay, ["timeouts": ["refresh_seconds": 1.5], "refresh": ["backoff_seconds": 0.05]])
+        tokenServer.failureMode = .delay(3)
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/first").status, 503, "the exchange timed out at 1.5 s: outcome unknown")
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+        // The hold-off runs at least 1.5 s from sending; under the stale 0.3 s it would be over already.
+        XCTAssertEqual(try get(relay, "/during-hold-off").status, 503)
+        XCTAssertEqual(tokenServer.refreshCalls, 1, "the refresh token was presented again inside the hold-off")
+    }
 }

@@ -27,6 +27,18 @@ final class OutsideTimeTests: RelayTestCase {
         XCTAssertEqual(renewed.lifetime, TokenExpiry.longestLifetime)
     }
 
+    /// A number beyond a Double is valid JSON: the answer (and its rotated refresh token) must be read,
+    /// not taken for an unreadable 2xx.
+    func testANumberBeyondADoubleDoesNotMakeTheAnswerUnreadable() throws {
+        let body = Array(#"{"access_token":"a","refresh_token":"r2","expires_in":1e400,"note":"1e400 in a string stays"}"#.utf8)
+        guard case .granted(let grant) = TokenEndpointResult.classify(status: 200, body: body) else { return XCTFail("not granted") }
+        XCTAssertEqual(grant.refreshToken, "r2")
+        XCTAssertEqual(grant.expiresIn, TokenExpiry.longestLifetime)
+        let bounded = try XCTUnwrap(TokenEndpointJSON.boundingNumbers(body))
+        XCTAssertTrue(String(decoding: bounded, as: UTF8.self).contains(#""note":"1e400 in a string stays""#))
+        XCTAssertNil(TokenEndpointJSON.boundingNumbers(Array(#"{"a":1.5e3}"#.utf8)))
+    }
+
     func testHugeJWTExpIsClampedWithAWarning() throws {
         let now = Date()
         let token = Self.jwt(exp: Self.huge)

@@ -38,6 +38,7 @@ final class RequestHygieneTests: RelayTestCase {
             Probe(name: "absolute-form, https to the proxy", bytes: "GET https://127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "absolute-form with userinfo", bytes: "GET http://user@127.0.0.1:\(port)/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "asterisk-form", bytes: "OPTIONS * HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "NUL in value", bytes: "GET /x HTTP/1.1\r\n\(host)X-A: b\u{0}c\r\n\r\n"),
             Probe(name: "bare CR in target", bytes: "GET /a\rAuthorization: Bearer stolen\r HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "TAB in target", bytes: "GET /a\tb HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "control character in target", bytes: "GET /a\u{01}b HTTP/1.1\r\n\(host)\r\n"),
@@ -45,6 +46,7 @@ final class RequestHygieneTests: RelayTestCase {
             Probe(name: "dot segments escaping the base path", bytes: "GET /../../etc/passwd HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "dot segment inside the path", bytes: "GET /x/../public/x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "percent-encoded dot segment", bytes: "GET /%2e%2E/etc HTTP/1.1\r\n\(host)\r\n"),
+            Probe(name: "TRACE (would echo the token)", bytes: "TRACE /x HTTP/1.1\r\n\(host)\r\n"),
             Probe(name: "CONNECT", bytes: "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n"),
         ]
     }
@@ -88,6 +90,19 @@ final class RequestHygieneTests: RelayTestCase {
         XCTAssertEqual(api.requests.last?.target, "/caf\u{E9}?q=%20")
     }
 
+    /// evhttp counts header bytes without line endings: many tiny fields pass its limit. The head is
+    /// counted whole (request line and line endings included).
+    func testHeaderLimitCountsLineEndings() throws {
+        let relay = try startRelay(["limits": ["max_header_bytes": 4096]])
+        let fields = String(repeating: "X:1\r\n", count: 1000)  // 3000 bytes to evhttp, 5000 on the wire
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort,
+                                                               bytes: Data("GET /many HTTP/1.1\r\nHost: x\r\n\(fields)\r\n".utf8)),
+                          as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 431"), String(text.prefix(200)))
+        XCTAssertEqual(api.requestCount, 0)
+        XCTAssertEqual(try get(relay, "/normal").status, 200)
+    }
+
     func testOnlyHTTP10And11AreAnswered() throws {
         let relay = try startRelay()
         let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("GET /v HTTP/1.2\r\nHost: x\r\n\r\n".utf8)),
@@ -119,6 +134,17 @@ final class RequestHygieneTests: RelayTestCase {
             .hasPrefix("HTTP/1.1 200"))
         XCTAssertEqual(api.requests.last?.path, "/lf")
         XCTAssertEqual(api.requests.last?.bodyText, "abc")
+    }
+
+    /// A head whose lines end in bare LF may end with LF CR LF, as evhttp accepts: the body after it is
+    /// body (a NUL in it is data, not a NUL in the head).
+    func testHeadEndingInLFCRLFLeavesTheBodyAlone() throws {
+        let relay = try startRelay()
+        var request = Data("POST /echo HTTP/1.1\nHost: x\nContent-Length: 5\nConnection: close\n\r\n".utf8)
+        request.append(contentsOf: [0x61, 0x62, 0x00, 0x63, 0x64])
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: request), as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 200"), String(text.prefix(200)))
+        XCTAssertEqual(api.requests.last?.body, Data([0x61, 0x62, 0x00, 0x63, 0x64]))
     }
 
     func testAbsoluteFormNamingUpstreamOrProxyIsNormalisedToOriginForm() throws {

@@ -9,8 +9,10 @@ import CLibevent
 final class ConnectionRetirement {
     private var retiring: [OpaquePointer] = []
     private var sweep: LoopEvent?
+    private let loop: EventLoop
 
     init(loop: EventLoop) {
+        self.loop = loop
         sweep = LoopEvent(loop: loop) { [unowned self] _ in self.freeRetired() }
     }
 
@@ -34,5 +36,26 @@ final class ConnectionRetirement {
         connections.forEach { evhttp_connection_free($0) }
     }
 
-    deinit { freeRetired() }
+    /// The owner can go away inside the very callback that retired a connection (a pool replaced by a
+    /// reload, released when its last exchange finishes): what is still parked is then handed to a
+    /// one-shot event of the loop, never freed here.
+    deinit {
+        guard !retiring.isEmpty else { return }
+        let parked = Unmanaged.passRetained(ParkedConnections(retiring)).toOpaque()
+        var now = timeval(seconds: 0)
+        if event_base_once(loop.base, -1, Int16(EV_TIMEOUT), freeParkedConnectionsTrampoline, parked, &now) != 0 {
+            Unmanaged<ParkedConnections>.fromOpaque(parked).release()  // the loop is gone: nothing left to free them with
+        }
+    }
+}
+
+/// Connections handed from a departed `ConnectionRetirement` to a one-shot loop event.
+final class ParkedConnections {
+    let connections: [OpaquePointer]
+    init(_ connections: [OpaquePointer]) { self.connections = connections }
+}
+
+private let freeParkedConnectionsTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    Unmanaged<ParkedConnections>.fromOpaque(context).takeRetainedValue().connections.forEach { evhttp_connection_free($0) }
 }

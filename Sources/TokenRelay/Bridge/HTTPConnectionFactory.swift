@@ -21,6 +21,8 @@ final class HTTPConnectionFactory {
         self.timeoutSeconds = timeoutSeconds
     }
 
+    static let maximumResponseHeadBytes = 256 * 1024
+
     func makeConnection() -> OpaquePointer? {
         let connection: OpaquePointer?
         if let tls {
@@ -32,6 +34,9 @@ final class HTTPConnectionFactory {
         var tv = timeval(seconds: timeoutSeconds)
         evhttp_connection_set_timeout_tv(connection, &tv)
         evhttp_connection_set_retries(connection, 0)
+        // A peer's response head is bounded like a client's request head (evhttp's default is unlimited:
+        // a 100 MB header would be buffered whole); beyond it the request fails as "response too large".
+        evhttp_connection_set_max_headers_size(connection, Self.maximumResponseHeadBytes)
         return connection
     }
 

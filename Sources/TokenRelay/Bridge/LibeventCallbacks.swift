@@ -80,7 +80,10 @@ let clientConnectionClosedTrampoline: @convention(c) (OpaquePointer?, UnsafeMuta
 let clientBytesReceivedTrampoline: @convention(c) (OpaquePointer?, UnsafePointer<evbuffer_cb_info>?, UnsafeMutableRawPointer?) -> Void = { _, info, context in
     guard let info, info.pointee.n_added > 0 else { return }
     let connection = target(context, as: ClientConnections.Connection.self)
-    withExtendedLifetime(connection) { connection.received() }
+    // Called right after the bytes were added (the client bufferevents defer no callbacks), so they are
+    // the last `n_added` of the buffer.
+    let offset = info.pointee.orig_size - info.pointee.n_deleted
+    withExtendedLifetime(connection) { connection.received(offset: offset, count: info.pointee.n_added) }
 }
 
 /// The client drained what we queued for it (streaming backpressure).

@@ -101,6 +101,14 @@ final class OutgoingRequest {
     func receivedHeaders(_ response: OpaquePointer) -> Bool {
         guard request != nil else { return true }
         headersReceived = true
+        let status = evhttp_request_get_response_code(response)
+        // evhttp treats an interim 1xx other than 100 (103 Early Hints, an unasked-for 101) as the final
+        // response and leaves the real one unread: relayed, the client would wait for a final response
+        // that never comes. A status that is not three digits is no HTTP status at all.
+        if status != 100 && !(200...599).contains(status) {
+            framingProblem = status < 200 ? "an interim \(status) response, which tokenrelay does not relay" : "invalid status code \(status)"
+            return false
+        }
         if let problem = MessageFraming.problem(HeaderList(raw: evhttp_request_get_input_headers(response)).entries,
                                                 equalDuplicateLengths: true) {
             framingProblem = problem

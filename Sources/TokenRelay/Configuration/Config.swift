@@ -162,6 +162,9 @@ public struct Config: Sendable {
         public var drainSeconds = 15.0
         /// Idle or stalled client connection.
         public var clientSeconds = 60.0
+        /// Receiving a whole request head, however the bytes trickle in (a slowloris client restarts
+        /// `clientSeconds` with every byte).
+        public var clientHeaderSeconds = 10.0
     }
 }
 

@@ -123,6 +123,7 @@ public enum ConfigLoader {
         if let value = try object.optionalNumber("hold_seconds", range: range) { timeouts.holdSeconds = value }
         if let value = try object.optionalNumber("drain_seconds", range: 0...3600) { timeouts.drainSeconds = value }
         if let value = try object.optionalNumber("client_seconds", range: range) { timeouts.clientSeconds = value }
+        if let value = try object.optionalNumber("client_header_seconds", range: range) { timeouts.clientHeaderSeconds = value }
         if let value = try object.optionalNumber("connect_seconds", range: range) { timeouts.connectSeconds = value }
         if let value = try object.optionalNumber("stream_idle_seconds", range: range) { timeouts.streamIdleSeconds = value }
         if let value = try object.optionalNumber("pool_idle_seconds", range: range) { timeouts.poolIdleSeconds = value }

@@ -13,7 +13,7 @@ struct CustomResponseMapping {
     let settings: CustomGrantSettings
 
     func classify(status: Int, body: [UInt8], now: Date) -> TokenEndpointResult {
-        let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])
+        let json = TokenEndpointJSON.parse(body)
         if let code = json.flatMap(loginRequiredError) { return .rejected(status: status, oauthError: code) }
         if (200..<300).contains(status) { return parse(json, now: now) }
         if settings.loginRequiredStatuses.contains(status) { return .rejected(status: status, oauthError: nil) }

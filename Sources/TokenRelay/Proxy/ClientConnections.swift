@@ -50,6 +50,8 @@ final class ClientConnections {
         fileprivate var quietSince = EventLoop.monotonicNow
         fileprivate var receivedSinceAnswer = false
         fileprivate var inputWatch: OpaquePointer?
+        /// The request head now arriving: when its first byte came, and the end-of-head scan so far.
+        fileprivate var head: HeadProgress?
 
         fileprivate init(handle: OpaquePointer, registry: ClientConnections, sequence: UInt64) {
             self.handle = handle
@@ -62,21 +64,39 @@ final class ClientConnections {
         /// evhttp is freeing the connection (client hang-up, timeout, close after a response, our own abort).
         func closed() { registry.closed(self) }
 
-        /// Bytes arrived from the client (the input buffer's callback).
-        func received() {
+        /// `count` bytes arrived from the client at `offset` of its input buffer (the buffer's callback,
+        /// which runs before evhttp parses them).
+        func received(offset: Int, count: Int) {
             receivedSinceAnswer = true
             quietSince = EventLoop.monotonicNow
+            guard exchange == nil, let input else { return }
+            if head == nil {
+                head = HeadProgress(startedAt: quietSince)
+                registry.headStarted()
+            }
+            if head?.isComplete == false { head?.scan(input, offset: offset, count: count) }
         }
     }
 
-    enum Admission {
+    enum Admission: Equatable {
         case admitted
         /// Every slot is taken by a connection that is not idle: answer 503 and close.
         case overLimit
+        /// The head had a NUL byte (evhttp cut the field there): answer 400 and close.
+        case nulInHead
+        /// The head, counted with its request line and line endings, is over `limits.max_header_bytes`.
+        case headTooLarge
     }
 
     /// How long a connection must have been silent before it may be closed to make room.
     static let idleGrace = 1.0
+    /// How long a request head may take to arrive (`timeouts.client_header_seconds`); a reload may
+    /// change it.
+    var headTimeout: Double
+    /// `limits.max_header_bytes`, counted over the whole head; a reload may change it.
+    var maxHeadBytes: Int
+    private var headTimer: LoopEvent?
+    private var headTimerPending = false
     /// Warnings about the limit are repeated at most this often; the metrics count every event.
     private static let warningInterval = 10.0
 
@@ -107,13 +127,16 @@ final class ClientConnections {
     /// Called with false to pause accepting, and with true to resume.
     var setAccepting: ((Bool) -> Void)?
 
-    init(loop: EventLoop, maxConnections: Int, metrics: RelayMetrics, logger: Logger) {
+    init(loop: EventLoop, maxConnections: Int, headTimeout: Double, maxHeadBytes: Int, metrics: RelayMetrics, logger: Logger) {
         self.maxConnections = maxConnections
+        self.headTimeout = headTimeout
+        self.maxHeadBytes = maxHeadBytes
         overLimitAllowance = Self.overLimitAllowance(for: maxConnections)
         self.metrics = metrics
         self.logger = logger
         adoptEvent = LoopEvent(loop: loop) { [unowned self] _ in self.adoptAccepted() }
         sweepTimer = LoopEvent(loop: loop) { [unowned self] _ in self.sweep() }
+        headTimer = LoopEvent(loop: loop) { [unowned self] _ in self.closeSlowHeads() }
     }
 
     /// The allowance for connections waiting over the limit: an eighth of the limit, at least 16.
@@ -195,8 +218,14 @@ final class ClientConnections {
         if connections[handle] == nil { adoptAccepted() }  // cannot happen (see the type's comment); cheap to be sure
         guard let connection = connections[handle] else { return .admitted }
         connection.exchange = exchange
+        let head = connection.head
+        connection.head = nil
+        if head?.containsNUL == true { return .nulInHead }
+        if let head, head.length > maxHeadBytes { return .headTooLarge }
         guard connection.isOverLimit else { return .admitted }
-        closeIdleConnection()
+        // A request in hand proves a real client: a connection quiet for half the grace makes way for it
+        // (the sweep that let this one in may have run a moment before the others reached the full grace).
+        closeIdleConnection(grace: Self.idleGrace / 2)
         if withinLimit < maxConnections {
             promote(connection)
             return .admitted
@@ -213,24 +242,60 @@ final class ClientConnections {
         connection.exchange = nil
         connection.receivedSinceAnswer = false
         connection.quietSince = EventLoop.monotonicNow
+        // Bytes of a pipelined next request may be buffered already: its head is timed from now, and
+        // complete if it is all there.
+        if let input = connection.input, EvBuffer.length(input) > 0 {
+            var head = HeadProgress(startedAt: connection.quietSince)
+            head.scan(input, offset: 0, count: EvBuffer.length(input))
+            connection.head = head
+            headStarted()
+        }
+    }
+
+    // MARK: - Request heads (slowloris)
+
+    fileprivate func headStarted() {
+        guard !headTimerPending else { return }
+        headTimerPending = true
+        headTimer?.schedule(after: min(1, headTimeout / 2))
+    }
+
+    /// Closes connections whose request head has been arriving for longer than `headTimeout`. evhttp's own
+    /// timeout restarts with every byte, so a client sending one byte a second would otherwise keep its
+    /// connection (and a slot of the limit) for as long as it likes.
+    private func closeSlowHeads() {
+        headTimerPending = false
+        let now = EventLoop.monotonicNow
+        var pending = false
+        for connection in Array(connections.values) {
+            guard connection.exchange == nil, let head = connection.head, !head.isComplete else { continue }
+            if now - head.startedAt >= headTimeout {
+                metrics.countClientConnectionLimit(action: "closed_slow_head")
+                warn("slow_head", "closed a client connection whose request head took longer than timeouts.client_header_seconds")
+                evhttp_connection_free(connection.handle)  // calls `closed`
+            } else {
+                pending = true
+            }
+        }
+        if pending { headStarted() }
     }
 
     // MARK: - Making room
 
     /// Closes the within-limit connection idle the longest, if any; its slot goes to the caller's
     /// connection (`makingRoom`).
-    private func closeIdleConnection() {
+    private func closeIdleConnection(grace: Double = ClientConnections.idleGrace) {
         let now = EventLoop.monotonicNow
-        guard let idle = longestQuiet(now: now, where: { !$0.isOverLimit && Self.isIdle($0) }) else { return }
+        guard let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && Self.isIdle($0) }) else { return }
         metrics.countClientConnectionLimit(action: "closed_idle")
         makingRoom = true
         evhttp_connection_free(idle.handle)  // calls `closed`, which frees its slot
         makingRoom = false
     }
 
-    private func longestQuiet(now: Double, where condition: (Connection) -> Bool) -> Connection? {
+    private func longestQuiet(now: Double, grace: Double = ClientConnections.idleGrace, where condition: (Connection) -> Bool) -> Connection? {
         var found: Connection?
-        for candidate in connections.values where now - candidate.quietSince >= Self.idleGrace && condition(candidate) {
+        for candidate in connections.values where now - candidate.quietSince >= grace && condition(candidate) {
             if found.map({ candidate.quietSince < $0.quietSince }) ?? true { found = candidate }
         }
         return found

@@ -65,6 +65,9 @@ final class Exchange: OutgoingRequestDelegate {
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
     private var connectWatchdog: ConnectWatchdog?
+    /// Bounds the wait for the response head as a whole: evhttp's own timeout restarts with every byte,
+    /// so an upstream dripping its head one byte at a time would never time out.
+    private var responseHeadTimer: LoopEvent?
     private var sentOnReusedConnection = false
     private var retried = false
     private var retryTimer: LoopEvent?
@@ -109,8 +112,21 @@ final class Exchange: OutgoingRequestDelegate {
                                                                         count: strlen($0)) }
         let rawTarget = rawTargetBytes.map { String(decoding: $0, as: UTF8.self) } ?? ""
         if proxy.config.accessLog.enabled { accessLogTarget = rawTarget }
-        if admission == .overLimit { return replyAndClose(.tooManyConnections) }
+        switch admission {
+        case .admitted: break
+        case .overLimit: return replyAndClose(.tooManyConnections)
+        case .nulInHead: return refuse("NUL byte in the request head")
+        case .headTooLarge:
+            proxy.refused("request head over limits.max_header_bytes")
+            return replyAndClose(.headTooLarge)
+        }
         if method == EVHTTP_REQ_CONNECT { return refuse(nil) }
+        // RFC 9110 §9.3.8: no credentials in a TRACE, and an upstream that echoes it would hand the
+        // injected token to the client.
+        if method == EVHTTP_REQ_TRACE {
+            proxy.refused("TRACE")
+            return replyAndClose(.traceRefused)
+        }
         // evhttp answers any HTTP/1.x in kind, HTTP/1.2 included; only 1.0 and 1.1 exist.
         if tr_evhttp_request_major(clientRequest) != 1 || tr_evhttp_request_minor(clientRequest) > 1 {
             proxy.refused("unsupported HTTP version")
@@ -236,6 +252,11 @@ final class Exchange: OutgoingRequestDelegate {
             // Referenced, not copied; never reference an empty buffer (libevent bug, notes P22).
             if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
         }
+        if started {
+            let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in self.responseHeadTimedOut() }
+            timer.schedule(after: proxy.config.timeouts.upstreamSeconds)
+            responseHeadTimer = timer
+        }
         if started && !reused {
             connectWatchdog = ConnectWatchdog(loop: proxy.loop, connection: connection, seconds: proxy.config.timeouts.connectSeconds) {
                 [unowned self] in self.connectTimedOut()
@@ -253,6 +274,7 @@ final class Exchange: OutgoingRequestDelegate {
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
         connectWatchdog = nil
+        responseHeadTimer = nil
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         if let connection { route.pool.responseStarted(on: connection) }
         if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
@@ -278,6 +300,7 @@ final class Exchange: OutgoingRequestDelegate {
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         self.call = nil
         connectWatchdog = nil
+        responseHeadTimer = nil
         if case .failure(let failure) = result, phase == .awaitingResponse, !retried,
            RetryPolicy.mayRetry(failure, method: method, sentOnReusedConnection: sentOnReusedConnection) {
             return retryOnFreshConnection(after: failure)
@@ -286,7 +309,10 @@ final class Exchange: OutgoingRequestDelegate {
         switch (result, phase) {
         case (.success, .capturing401): unauthorized()
         case (.success, _): endStreaming()
-        case (.failure, .streaming): abortClient()  // headers are out: a truncated response is the honest answer
+        case (.failure(let failure), .streaming):
+            // Headers are out: a truncated response is the honest answer.
+            proxy.upstreamFailed(failure)
+            abortClient(flushingFirst: true)
         case (.failure(let failure), _): upstreamFailed(failure)
         }
     }
@@ -319,10 +345,22 @@ final class Exchange: OutgoingRequestDelegate {
         retryTimer = timer
     }
 
+    /// No complete response head within `timeouts.upstream_seconds` of sending: 504, and the connection
+    /// is reset by the cancel (never reused with a half-read head in it).
+    private func responseHeadTimedOut() {
+        responseHeadTimer = nil
+        connectWatchdog = nil
+        call?.cancel()
+        call = nil
+        returnConnection()
+        upstreamFailed(OutgoingFailure(kind: .timeout, afterResponseStarted: false))
+    }
+
     /// No TCP connection within `timeouts.connect_seconds`: give the request up (the cancel also stops
     /// evhttp's connect attempt).
     private func connectTimedOut() {
         connectWatchdog = nil
+        responseHeadTimer = nil
         call?.cancel()
         call = nil
         returnConnection()
@@ -507,9 +545,18 @@ final class Exchange: OutgoingRequestDelegate {
 
     /// The upstream died after we started the response: cut the client's connection so it sees a
     /// truncated response, never a clean end.
-    private func abortClient() {
+    /// `flushingFirst`: what is queued for the client (the head, the body so far) is written out before
+    /// the close, with one non-blocking write, so the client sees a response cut short rather than no
+    /// response at all. The socket is non-blocking; whatever does not fit is lost with the close.
+    private func abortClient(flushingFirst: Bool = false) {
         detachFromClient()
-        if let clientConnection { evhttp_connection_free(clientConnection) }
+        if let clientConnection {
+            if flushingFirst, let bev = evhttp_connection_get_bufferevent(clientConnection), let output = bufferevent_get_output(bev),
+               EvBuffer.length(output) > 0 {
+                _ = evbuffer_write(output, bufferevent_getfd(bev))
+            }
+            evhttp_connection_free(clientConnection)
+        }
         finish()
     }
 
@@ -529,6 +576,7 @@ final class Exchange: OutgoingRequestDelegate {
         call?.cancel()
         call = nil
         connectWatchdog = nil
+        responseHeadTimer = nil
         retryTimer = nil
         // Only a request still queued for a connection has its wait timer (granting or timing out clears
         // it); the others need no O(waiters) search when a released burst finishes.

@@ -43,10 +43,16 @@ enum HeaderPolicy {
 
     /// Response headers passed to the client. `Content-Length` stays (evhttp then frames by it);
     /// `Transfer-Encoding` goes, since evhttp has already de-chunked the body and re-chunks as needed.
+    /// Equal duplicate `Content-Length` fields (accepted, see `MessageFraming`) go out once.
     static func forwardedResponseHeaders(_ headers: [(name: String, value: String)]) -> [(name: String, value: String)] {
         let listed = connectionListed(headers)
+        var sawLength = false
         return headers.filter { header in
             let name = HTTPSyntax.fieldKey(header.name)
+            if name == "content-length" {
+                defer { sawLength = true }
+                return !sawLength
+            }
             return !hopByHop.contains(name) && !listed.contains(name)
         }
     }

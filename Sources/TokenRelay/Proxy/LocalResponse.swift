@@ -57,8 +57,15 @@ struct LocalResponse {
         status: 503, reason: "Service Unavailable", error: "overloaded",
         message: "too many client connections are busy (limits.max_client_connections)", extraHeaders: [("Retry-After", "1")])
 
+    static let traceRefused = LocalResponse(
+        status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "TRACE is not forwarded (it would echo the injected token)")
+
     static let connectRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "CONNECT is not supported")
+
+    static let headTooLarge = LocalResponse(
+        status: 431, reason: "Request Header Fields Too Large", error: "header_too_large",
+        message: "the request head is larger than limits.max_header_bytes")
 
     static let versionNotSupported = LocalResponse(
         status: 505, reason: "HTTP Version Not Supported", error: "http_version_not_supported", message: "only HTTP/1.0 and HTTP/1.1 are supported")

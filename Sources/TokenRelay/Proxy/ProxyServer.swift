@@ -34,8 +34,9 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections, metrics: metrics,
-                                              logger: logger)
+        clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections,
+                                              headTimeout: config.timeouts.clientHeaderSeconds, maxHeadBytes: config.limits.maxHeaderBytes,
+                                              metrics: metrics, logger: logger)
         listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
             self.accept(request)
         }
@@ -65,6 +66,8 @@ final class ProxyServer {
         listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
                            timeoutSeconds: config.timeouts.clientSeconds)
         clientConnections.maxConnections = config.limits.maxClientConnections
+        clientConnections.headTimeout = config.timeouts.clientHeaderSeconds
+        clientConnections.maxHeadBytes = config.limits.maxHeaderBytes
         retiredRoutes.removeAll { $0.pool.busyCount == 0 && $0.pool.waiterCount == 0 }
         route.pool.retire()
         retiredRoutes.append(route)

@@ -30,8 +30,8 @@ final class RefreshCoordinator {
     private let endpoint: TokenEndpointClient
     private let store: any TokenStore
     private var injection: InjectSettings
-    private let refreshTimeout: Double
-    private let lockTimeout: Double
+    private var refreshTimeout: Double
+    private var lockTimeout: Double
     private let storeWriteTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
@@ -144,13 +144,22 @@ final class RefreshCoordinator {
         if let immediate { completion(immediate) }
     }
 
+    /// How long a cycle waits for another process's lock on the store: three exchanges' worth.
+    static func lockTimeout(refreshTimeout: Double) -> Double { refreshTimeout * 3 }
+
     /// Live reload: a refresh in flight finishes with the settings it started with; the next cycle uses
-    /// these. The header value changes with the next request.
-    func apply(settings: Config.Refresh, injection: InjectSettings) {
+    /// these. The header value changes with the next request. Everything comes from the new config
+    /// itself, never from the token endpoint client (which may still hold the old grant while an exchange
+    /// runs): a hold-off computed with a stale `refresh_seconds`, or a grant believed not to present a
+    /// refresh token, would let a refresh token leave twice.
+    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double) {
         self.injection = injection
+        self.refreshTimeout = refreshTimeout
+        // A shared store's lock wait follows its lock lifetime, fixed at start (tokens.redis needs a restart).
+        if !store.isShared { lockTimeout = Self.lockTimeout(refreshTimeout: refreshTimeout) }
         authorization = nil
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
-                                                   needsRefreshToken: endpoint.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
+                                                   needsRefreshToken: settings.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
                                                    sharedStore: store.isShared)
         execute(machine.apply(machineSettings, now: Self.now()))
     }

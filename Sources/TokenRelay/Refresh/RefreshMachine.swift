@@ -65,12 +65,16 @@ struct RefreshMachine {
 
     // MARK: - Questions the driver and the admin listener ask
 
+    // Not inlined: Swift 6.3's optimizer, inlining this switch into `storeRead` ahead of `adopt` mutating
+    // `phase`, fails its own ownership verification and aborts release builds.
     var state: State {
+        @inline(never) get {
         switch phase {
         case .idle: return .ready
         case .refreshing: return .refreshing
         case .loginRequired: return .loginRequired
         case .stormPaused: return .degraded
+        }
         }
     }
 

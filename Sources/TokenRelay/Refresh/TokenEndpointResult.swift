@@ -59,7 +59,7 @@ enum TokenEndpointResult {
 
     /// Classifies a complete HTTP response from the token endpoint (RFC 6749 §5.1, §5.2).
     static func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {
-        let json = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any]
+        let json = TokenEndpointJSON.parse(body) as? [String: Any]
         switch status {
         case 200..<300:
             guard let json else { return .invalidResponse(reason: "response body is not a JSON object", rotation: .unknown) }

@@ -53,8 +53,8 @@ extension Relay {
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
-        coordinator.apply(settings: next.refresh, injection: next.inject)
         reconfigureTokenEndpoint()
+        coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds)
         watchClientSecret()
     }
 

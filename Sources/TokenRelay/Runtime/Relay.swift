@@ -54,7 +54,7 @@ public final class Relay {
         // even when its holder died. A file lock is waited for three refreshes long.
         let refreshSeconds = preflight.config.timeouts.refreshSeconds
         let lockTimeout = preflight.config.tokens.redis.map { $0.effectiveLockSeconds(refreshSeconds: refreshSeconds) + 2 * $0.commandTimeoutSeconds }
-            ?? refreshSeconds * 3
+            ?? RefreshCoordinator.lockTimeout(refreshTimeout: refreshSeconds)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
                                          initialTokens: preflight.tokens,
                                          settings: config.refresh, injection: config.inject, lockTimeout: lockTimeout,

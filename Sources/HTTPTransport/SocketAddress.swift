@@ -1,0 +1,45 @@
+import Glibc
+
+/// An IP address literal and port as the socket calls want them. Names are not resolved here: resolving
+/// must not block the loop, so it happens before (asynchronously) and only literals reach the transport.
+struct SocketAddress {
+    var storage = sockaddr_storage()
+    var length: socklen_t = 0
+    var family: Int32 = AF_INET
+
+    /// "127.0.0.1", "0.0.0.0", "::1", "[::1]", "::"; nil for anything else.
+    init?(host: String, port: UInt16) {
+        var literal = host
+        if literal.hasPrefix("[") && literal.hasSuffix("]") { literal = String(literal.dropFirst().dropLast()) }
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, literal, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+            withUnsafeBytes(of: &v4) { source in
+                withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: source) }
+            }
+            length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            family = AF_INET
+            return
+        }
+        var v6 = sockaddr_in6()
+        if inet_pton(AF_INET6, literal, &v6.sin6_addr) == 1 {
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = port.bigEndian
+            withUnsafeBytes(of: &v6) { source in
+                withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: source) }
+            }
+            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
+            family = AF_INET6
+            return
+        }
+        return nil
+    }
+
+    func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {
+        var copy = storage
+        return withUnsafePointer(to: &copy) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) }
+        }
+    }
+}
