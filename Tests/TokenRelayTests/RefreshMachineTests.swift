@@ -587,4 +587,18 @@ final class RefreshMachineTests: XCTestCase {
         record(machine.storeRead(.tokens(TokenSet(accessToken: "a-imported", refreshToken: "r-imported")), now: now))
         XCTAssertEqual(machine.state, .ready, "new tokens (an import, a login) clear it")
     }
+
+    func testALostCompareAndSetToNothingNewerKeepsTheFreshTokensAndWritesAgain() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a-ours", "r-ours"))
+        // The store holds our own old tokens (r1, presented already): nothing newer than what we got.
+        record(machine.persistConflicted(.tokens(TokenSet(accessToken: "a1", refreshToken: "r1")), now: now))
+        XCTAssertEqual(machine.tokens.refreshToken, "r-ours", "the only live refresh token is kept")
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertNotNil(machine.unsaved, "visible, and the write is retried")
+        advance(1)
+        XCTAssertEqual(writes.last?.refreshToken, "r-ours")
+    }
 }
