@@ -268,6 +268,57 @@ final class FleetTests: FleetTestCase {
         XCTAssertEqual(try get(relays[0], "/imported").status, 200)
     }
 
+    /// `token show` against Redis: version, fingerprints, lock holder; never a token.
+    func testTokenShowReportsTheRedisStore() throws {
+        try importTokens()
+        let configURL = workDir.appendingPathComponent("import-config.json")
+        let shown = try TokenRelayProcess.runCommand(arguments: ["token", "show", "--config", configURL.path])
+        XCTAssertEqual(shown.exitCode, 0, shown.stderr)
+        XCTAssertTrue(shown.stdout.contains("version: 1"), shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("refresh lock: free"), shown.stdout)
+        let stored = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        for token in [stored["access_token"], stored["refresh_token"]].compactMap({ $0 as? String }) {
+            XCTAssertFalse(shown.stdout.contains(token), "a token on the screen")
+        }
+    }
+
+    /// A Redis password: used, never shown (logs, /status); a wrong one is a clear reason and not ready.
+    func testRedisPasswordIsUsedAndNeverShown() throws {
+        let password = "canary-redis-password-5e1d"
+        try redis.cli(["CONFIG", "SET", "requirepass", password])
+        defer { _ = try? redis.cli(["-a", password, "--no-auth-warning", "CONFIG", "SET", "requirepass", ""]) }
+        var config = fleetConfig(["password_env": "TOKENRELAY_REDIS_PASSWORD"])
+        let configURL = workDir.appendingPathComponent("password-config.json")
+        try JSONSerialization.data(withJSONObject: config).write(to: configURL)
+        let imported = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
+                                                        environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret, "TOKENRELAY_REDIS_PASSWORD": password])
+        XCTAssertEqual(imported.exitCode, 0, imported.stderr)
+        let relay = try TokenRelayProcess.start(config: config, environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret,
+                                                                              "TOKENRELAY_REDIS_PASSWORD": password],
+                                                workDir: makeSubdirectory("with-password"))
+        defer { relay.stop() }
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        XCTAssertEqual(try get(relay, "/authenticated").status, 200)
+        XCTAssertFalse(relay.stderrText.contains(password))
+        XCTAssertFalse(try admin(relay, "/status").bodyText.contains(password))
+
+        config["admin"] = ["listen": "127.0.0.1:0"]
+        let wrong = try TokenRelayProcess.start(config: config, environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret,
+                                                                              "TOKENRELAY_REDIS_PASSWORD": "not-the-password"],
+                                                workDir: makeSubdirectory("wrong-password"))
+        defer { wrong.stop() }
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(wrong, "/status").bodyText.contains("WRONGPASS")) == true },
+                      (try? admin(wrong, "/status").bodyText) ?? "")
+        XCTAssertEqual(try admin(wrong, "/readyz").status, 503)
+        XCTAssertFalse(wrong.stderrText.contains("not-the-password"))
+    }
+
+    private func makeSubdirectory(_ name: String) throws -> URL {
+        let url = workDir.appendingPathComponent(name)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
     /// A relay started while Redis is down serves from its local cache (tokens.file) if that holds a
     /// usable access token; without one it is not ready. Neither refreshes.
     func testARelayStartingWhileRedisIsDownServesFromItsCache() throws {

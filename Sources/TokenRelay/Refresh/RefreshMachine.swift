@@ -458,9 +458,9 @@ struct RefreshMachine {
     /// (its held requests get the reason); one already at the token server finishes, and its write is
     /// retried until the store is back.
     mutating func storeUnreachable(_ reason: String, now: Instant) -> [Action] {
-        let first = storeOutage == nil
+        let changed = storeOutage != reason
         storeOutage = reason
-        if first { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
+        if changed { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
         if case .refreshing(let cycle) = phase {
             switch cycle.step {
             case .waiting, .acquiringLock:

@@ -110,13 +110,15 @@ final class RedisTokenStore: TokenStore {
         pollTimer = nil
         holdsLock = false
         lockValidUntil = nil
-        let wasReachable = outage == nil
+        let previous = outage
         outage = "Redis \(endpoint.description): \(reason)"
         if let pending = acquisition {
             acquisition = nil
             pending.completion(false, pending.waited)
         }
-        if wasReachable { onReachability?(outage) }
+        // Told once per new reason: at start the placeholder ("connecting") gives way to the real one, and
+        // a Redis that stays down with the same error does not repeat itself every reconnect.
+        if outage != previous { onReachability?(outage) }
         let timer = LoopEvent(loop: loop) { [weak self] _ in self?.connect() }
         timer.schedule(after: reconnectDelay)
         reconnectTimer = timer
