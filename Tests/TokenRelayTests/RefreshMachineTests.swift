@@ -601,4 +601,19 @@ final class RefreshMachineTests: XCTestCase {
         advance(1)
         XCTAssertEqual(writes.last?.refreshToken, "r-ours")
     }
+
+    func testUnsavedTokensAreWrittenTheMomentTheStoreIsBack() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.storeUnreachable("connection reset", now: now))
+        record(machine.persistFailed("Redis is not connected", now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)], "serving with the new tokens")
+        let writesBefore = writes.count
+        advance(0.01)
+        record(machine.storeReachable(now: now))
+        XCTAssertEqual(writes.count, writesBefore + 1, "written at once, not after the backoff")
+        XCTAssertEqual(writes.last?.refreshToken, "r2")
+    }
 }

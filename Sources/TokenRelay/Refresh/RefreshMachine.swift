@@ -484,6 +484,10 @@ struct RefreshMachine {
         guard storeOutage != nil else { return drain() }
         storeOutage = nil
         log(.info, "token store reachable again")
+        // Rotated tokens we could not write go first, at once, not after the retry backoff. Race it
+        // prevents: the lock we held runs out meanwhile and another relay, reading the old version under
+        // its own lock, presents the refresh token our refresh already burnt.
+        if unsaved != nil { retrySave(now) }
         readingStoreAfterOutage = true
         emit(.readStore)
         emit(.publish)
