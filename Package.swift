@@ -24,11 +24,19 @@ let package = Package(
         // The few things Swift cannot reach through the public headers (request minor version,
         // OpenSSL function-like macros).
         .target(name: "CEventShim", dependencies: ["CLibevent"]),
+        // hiredis' RESP reply reader and command formatter (fleet mode's Redis store); imported by
+        // Bridge/RedisConnection.swift only.
+        .systemLibrary(
+            name: "CHiredis",
+            pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
         .target(
             name: "TokenRelay",
             dependencies: [
                 "CLibevent",
                 "CEventShim",
+                "CHiredis",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -132,7 +132,8 @@ final class CheckCommandTests: RelayTestCase {
                 section["tls"] = try pointingAtTestPKI(tls)
                 object[target] = section
             }
-            let result = try check(object)
+            let result = try check(object, environment: ["TOKENRELAY_CLIENT_SECRET": RelayTestCase.clientSecret,
+                                                         "TOKENRELAY_REDIS_PASSWORD": "example-redis-password"])
             XCTAssertEqual(result.exitCode, 0, "\(name): \(result.stderr)")
         }
     }

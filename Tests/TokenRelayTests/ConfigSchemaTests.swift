@@ -8,7 +8,7 @@ final class ConfigSchemaTests: XCTestCase {
     private var workDir: URL!
     private var tokenFile: URL { workDir.appendingPathComponent("tokens.json") }
     private var secretFile: URL { workDir.appendingPathComponent("client_secret") }
-    private let secretEnvironment = ["TOKENRELAY_CLIENT_SECRET": "schema-test-secret"]
+    private let secretEnvironment = ["TOKENRELAY_CLIENT_SECRET": "schema-test-secret", "TOKENRELAY_REDIS_PASSWORD": "schema-test-redis"]
 
     override func setUpWithError() throws {
         workDir = makeTemporaryDirectory(prefix: "tokenrelay-schema")
@@ -61,6 +61,21 @@ final class ConfigSchemaTests: XCTestCase {
             Self.valid("public client without secret", [("refresh.client_secret_env", nil), ("refresh.client_auth", "none")]),
             Self.valid("no admin listener, port 0, IPv6 host", [("admin", nil), ("listen", "[::1]:0")]),
             Self.valid("whole number written as 3.0", [("refresh.max_attempts", 3.0)]),
+            Self.valid("fleet: redis without a file", [("tokens.file", nil), ("tokens.redis", ["url": "redis://127.0.0.1:6379/2", "key": "tokenrelay:app"])]),
+            Self.valid("fleet: redis with a cache file and every key", [("tokens.redis", [
+                "url": "redis://[::1]:6380", "key": "tokenrelay:app", "username": "relay", "password_env": "TOKENRELAY_REDIS_PASSWORD",
+                "command_timeout_seconds": 0.5, "lock_seconds": 70, "poll_interval_seconds": 1])]),
+            Self.valid("fleet: unix socket", [("tokens.file", nil), ("tokens.redis", ["url": "unix:///run/redis/redis.sock", "key": "k"])]),
+            Self.invalid("fleet: password in the URL", [("tokens.redis", ["url": "redis://user:pw@127.0.0.1:6379/0", "key": "k"])],
+                         "tokens.redis.url: must not carry credentials"),
+            Self.invalid("fleet: rediss", [("tokens.redis", ["url": "rediss://127.0.0.1:6379/0", "key": "k"])], "tokens.redis.url: rediss://"),
+            Self.invalid("fleet: not a redis URL", [("tokens.redis", ["url": "http://127.0.0.1:6379", "key": "k"])], "tokens.redis.url: must be a redis://"),
+            Self.invalid("fleet: key missing", [("tokens.redis", ["url": "redis://127.0.0.1"])], "tokens.redis.key: is required"),
+            Self.invalid("fleet: key with a space", [("tokens.redis", ["url": "redis://127.0.0.1", "key": "a b"])], "tokens.redis.key"),
+            Self.invalid("fleet: unknown key", [("tokens.redis", ["url": "redis://127.0.0.1", "key": "k", "pasword_env": "X"])],
+                         "tokens.redis.pasword_env: unknown key"),
+            Self.invalid("fleet: both password sources", [("tokens.redis", ["url": "redis://127.0.0.1", "key": "k", "password_env": "TOKENRELAY_REDIS_PASSWORD",
+                                                                           "password_file": "/x"])], "tokens.redis.password_file: set either"),
             Self.invalid("unknown key at the root", [("listn", "127.0.0.1:8080")], "listn: unknown key"),
             Self.invalid("unknown key in refresh", [("refresh.clinet_id", "typo")], "refresh.clinet_id: unknown key"),
             Self.invalid("unknown key in limits", [("limits", ["max_body": 1])], "limits.max_body: unknown key"),
@@ -236,7 +251,8 @@ final class ConfigSchemaTests: XCTestCase {
                 XCTAssertNotNil(property["description"] as? String, "\(keyPath): description missing")
                 let isScalar = property["type"] as? String != "object"
                 let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds", "client_id", "token_url", "client_auth", "audience", "resource",
-                                           "body_json", "refresh_token", "expires_in", "expires_at", "error"].contains(key)
+                                           "body_json", "refresh_token", "expires_in", "expires_at", "error",
+                                           "file", "username", "password_env", "password_file", "lock_seconds"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

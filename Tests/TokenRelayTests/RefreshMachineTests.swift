@@ -486,4 +486,105 @@ final class RefreshMachineTests: XCTestCase {
         answer(.transient(reason: "token endpoint answered 503", outcomeUnknown: false))
         XCTAssertEqual(machine.state, .refreshing, "the next cycle retries")
     }
+
+    // MARK: - A shared store (fleet mode)
+
+    private func makeFleetMachine(expiresIn: Double? = 3600) {
+        makeMachine(expiresIn: expiresIn) { $0.sharedStore = true; $0.storeWriteTimeout = 1; $0.refreshTimeout = 10 }
+    }
+
+    private var latches: [String] { actions.compactMap { if case .latchLoginRequired(let reason) = $0 { return reason } else { return nil } } }
+
+    func testTheRefreshTokenNeverLeavesUnderALockWithTooLittleLifeLeft() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)
+        record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 10.5, now: now))
+        XCTAssertEqual(presentations, 0, "10.5 s of lock cannot cover a 10 s refresh plus a 1 s write")
+        XCTAssertTrue(actions.contains(.releaseLock))
+        advance(2)
+        record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 11, now: now))
+        XCTAssertEqual(presentations, 1)
+    }
+
+    func testAWaitingRelayAdoptsAPublishedVersionWithoutPresentingAnything() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)  // now waiting for the lock another relay holds
+        record(machine.storeRead(.tokens(TokenSet(accessToken: "a-fleet", refreshToken: "r-fleet")), now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(presentations, 0)
+        XCTAssertTrue(actions.contains(.releaseLock), "the lock wait is given up")
+        XCTAssertEqual(admit(), .send(generation: 2))
+        // The lock arriving late is let go at once.
+        record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 100, now: now))
+        XCTAssertEqual(presentations, 0)
+    }
+
+    func testAnUnreadableSharedStoreUnderTheLockStopsThePresentation() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)
+        record(machine.lockAcquired(store: .unreadable("connection reset"), lockValidUntil: monotonic + 100, now: now))
+        XCTAssertEqual(presentations, 0, "the fleet may have rotated: our refresh token unseen could be reuse")
+    }
+
+    func testAStaleWriterLosesItsCompareAndSetAndAdoptsTheStoredVersion() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a-ours", "r-ours"))
+        record(machine.persistConflicted(.tokens(TokenSet(accessToken: "a-newer", refreshToken: "r-newer")), now: now))
+        XCTAssertEqual(machine.tokens.accessToken, "a-newer")
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertTrue(actions.contains(.count(.storeConflict)))
+        XCTAssertEqual(machine.state, .ready)
+        XCTAssertFalse(machine.isTalkingToTokenEndpoint)
+    }
+
+    func testWithTheStoreOutOfReachNothingIsRefreshedAndADeadTokenGets503() {
+        makeFleetMachine(expiresIn: 100)
+        record(machine.storeUnreachable("connection refused", now: now))
+        XCTAssertEqual(admit(), .send(generation: 1), "a valid token keeps serving")
+        XCTAssertEqual(unauthorized(1), .unavailable(retryAfter: Machine.storeOutageRetryAfter), "a 401: no refresh alone")
+        XCTAssertEqual(admit(), .unavailable(retryAfter: Machine.storeOutageRetryAfter))
+        advance(200)
+        XCTAssertFalse(actions.contains { if case .acquireLock = $0 { return true } else { return false } }, "not even the proactive timer")
+        XCTAssertTrue(machine.degradedReason?.contains("token store unreachable") ?? false)
+        record(machine.storeReachable(now: now))
+        XCTAssertTrue(actions.contains(.readStore), "the store is read first once back")
+        record(machine.storeRead(.tokens(machine.tokens), now: now))
+        advance(0)
+        XCTAssertEqual(machine.state, .refreshing, "nothing new: the dead token is replaced now")
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 1)
+    }
+
+    func testAnOutageEndsACycleThatHasNotReachedTheTokenServer() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)
+        record(machine.storeUnreachable("timed out", now: now))
+        XCTAssertEqual(releases.count, 1)
+        guard case .unavailable(let reason)? = releases.first else { return XCTFail("held requests must get an answer") }
+        XCTAssertTrue(reason.contains("token store unreachable"), reason)
+        XCTAssertTrue(actions.contains(.releaseLock))
+    }
+
+    func testARejectionLatchesLoginRequiredInTheStoreAndALatchedStoreStopsTheOthers() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(.rejected(status: 400, oauthError: "invalid_grant"))
+        XCTAssertEqual(latches.count, 1, "stored for the fleet")
+
+        makeFleetMachine()
+        actions = []
+        record(machine.storeRead(.latched(machine.tokens, reason: "refresh rejected"), now: now))
+        XCTAssertEqual(machine.state, .loginRequired)
+        XCTAssertEqual(latches, [], "a latch read from the store is not written back")
+        XCTAssertEqual(admit(), .loginRequired)
+        record(machine.storeRead(.tokens(TokenSet(accessToken: "a-imported", refreshToken: "r-imported")), now: now))
+        XCTAssertEqual(machine.state, .ready, "new tokens (an import, a login) clear it")
+    }
 }

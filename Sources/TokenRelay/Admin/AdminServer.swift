@@ -82,6 +82,7 @@ final class AdminServer {
         } else {
             return nil
         }
+        if let outage = coordinator.storeOutage { return "\(reason); token store unreachable (\(outage)): no relay refreshes without it" }
         guard let holdOff = coordinator.refreshHoldOffReason else { return reason }
         return "\(reason); \(holdOff)"
     }
@@ -106,6 +107,7 @@ final class AdminServer {
             "draining": proxy.isDraining,
             "started_at": Timestamp.format(startedAt),
         ]
+        report["token_store"] = coordinator.storeStatus
         if let last = coordinator.lastOutcome {
             report["last_refresh"] = ["outcome": last.description, "at": Timestamp.format(last.at)]
         }

@@ -32,6 +32,8 @@ final class RelayMetrics {
                                             help: "Actions taken at limits.max_client_connections (closed_idle, refused, paused_accepting).")
         static let upstreamErrors = Family(name: "tokenrelay_upstream_errors_total",
                                            help: "Upstream requests that failed without a response, by kind (connect, timeout, tls, ...).")
+        static let storeAdoptions = Family(name: "tokenrelay_token_store_adoptions_total",
+                                           help: "Token sets written by another relay and adopted from Redis, by how they reached us (publish, poll, lock, conflict, reread).")
         static let replays = Family(name: "tokenrelay_replays_total",
                                     help: "Requests sent upstream again after a 401, by reason (refreshed: after a refresh; stale_token: sent with an older token).")
         static let holdDuration = Family(name: "tokenrelay_hold_duration_seconds",
@@ -59,6 +61,10 @@ final class RelayMetrics {
     let lockWaits: Counter
     let adoptedRotations: Counter
     let stormGuardTrips: Counter
+    /// Fleet mode (`tokens.redis`): the store's connection, its lock, its compare-and-set.
+    let storeConnected: Gauge
+    let storeLockAcquisitions: Counter
+    let storeConflicts: Counter
     /// Seconds of one exchange with the token endpoint.
     let refreshDuration: ValueHistogram
     /// Seconds from sending a request upstream to its response headers.
@@ -94,6 +100,13 @@ final class RelayMetrics {
                                    "Tokens adopted from the token file (written by another process, token import, an operator).")
         stormGuardTrips = counter("tokenrelay_storm_guard_trips_total",
                                   "Times the storm guard paused refreshing after too many 401-triggered refreshes.")
+        storeConnected = gauge("tokenrelay_token_store_connected",
+                               "1 while the token store can be reached (always 1 for a token file; Redis: connected and answering), else 0.")
+        storeConnected.record(1)
+        storeLockAcquisitions = counter("tokenrelay_token_store_lock_acquisitions_total",
+                                        "Refresh locks this relay acquired (the token file's flock, or the Redis lock).")
+        storeConflicts = counter("tokenrelay_token_store_cas_conflicts_total",
+                                 "Writes to Redis that lost their compare-and-set to a newer version (the stored one was adopted instead).")
         refreshDuration = histogram("tokenrelay_refresh_duration_seconds", "Seconds of one exchange with the token endpoint.")
         upstreamLatency = histogram("tokenrelay_upstream_response_seconds", "Seconds from sending a request upstream to its response headers.")
     }
@@ -152,6 +165,11 @@ final class RelayMetrics {
     /// Upstream requests that failed without a response, by kind (connect, timeout, tls, …).
     func countUpstreamError(kind: String) {
         counter(Families.upstreamErrors, "kind", kind).increment()
+    }
+
+    /// Tokens adopted from a shared store, by how they reached us (publish, poll, lock, conflict, reread).
+    func countStoreAdoption(source: String) {
+        counter(Families.storeAdoptions, "source", source).increment()
     }
 
     /// Configuration reloads, by outcome: applied, invalid (the old config keeps running), needs_restart.

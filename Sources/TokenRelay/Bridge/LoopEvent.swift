@@ -22,6 +22,11 @@ final class LoopEvent {
 
     func fire(_ what: Int16) { handler(what) }
 
+    /// A timer that fires every `schedule(after:)` interval until freed.
+    static func repeating(loop: EventLoop, handler: @escaping () -> Void) -> LoopEvent {
+        LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { _ in handler() }
+    }
+
     /// Arms the event; `after` nil means "no timeout" (fd and signal events wait for their condition).
     func schedule(after seconds: Double? = nil) {
         guard let event else { return }

@@ -35,7 +35,18 @@ public struct Config: Sendable {
     }
 
     public struct Tokens: Sendable {
-        public var file: String
+        /// The token file; with `redis`, optional and only a local cache of the last adopted tokens.
+        public var file: String?
+        /// Fleet mode: the token set and the refresh lock live in Redis.
+        public var redis: RedisSettings?
+
+        init(file: String?) { self.file = file }
+
+        /// The token file for a command that works on the file alone.
+        func requireFile(for command: String) throws -> String {
+            guard let file else { throw ConfigError("tokens.file", "is required by \(command) (this config keeps tokens in tokens.redis only)") }
+            return file
+        }
         /// How often the token file is checked for changes made by someone else (an operator, `token import`).
         public var watchIntervalSeconds: Double = 1
     }

@@ -44,8 +44,14 @@ public enum ConfigLoader {
         try upstreamObject.rejectUnknownKeys()
 
         let tokensObject = try root.object("tokens")
-        tokensObject.declareKeys(["file", "watch_interval_seconds"])
-        var tokens = Config.Tokens(file: try tokensObject.string("file"))
+        tokensObject.declareKeys(["file", "redis", "watch_interval_seconds"])
+        var tokens = Config.Tokens(file: try tokensObject.optionalString("file"))
+        tokens.redis = try RedisSettings.read(from: tokensObject)
+        if tokens.file == nil && tokens.redis == nil {
+            let missing = tokensObject.missing("file")
+            guard missing.description.hasSuffix("is required") else { throw missing }
+            throw ConfigError("tokens.file", "is required (or tokens.redis, for a fleet sharing tokens in Redis)")
+        }
         if let interval = try tokensObject.optionalNumber("watch_interval_seconds", range: 0.1...3600) {
             tokens.watchIntervalSeconds = interval
         }
@@ -74,6 +80,7 @@ public enum ConfigLoader {
         if let timeouts = try root.optionalObject("timeouts") {
             config.timeouts = try readTimeouts(timeouts)
         }
+        try config.tokens.redis?.validateLock(refreshSeconds: config.timeouts.refreshSeconds)
         if let forwarding = try root.optionalObject("forwarding") {
             config.forwarding = try readForwarding(forwarding)
         }

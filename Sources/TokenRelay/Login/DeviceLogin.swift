@@ -27,7 +27,9 @@ public enum DeviceLogin {
         let tokenEndpoint = try BlockingHTTPClient(endpoint: login.tokenURL,
                                                    tls: LoginTLS.context(for: login.tokenURL, field: "login.token_url", config: config),
                                                    timeoutSeconds: timeout)
-        try LoginTokenFile.checkWritable(config.tokens.file)
+        let redis = try RedisTokenCLI.endpoint(config)
+        let tokenFilePath = redis == nil ? try config.tokens.requireFile(for: "tokenrelay login") : ""
+        if redis == nil { try LoginTokenFile.checkWritable(tokenFilePath) }
 
         var fields: [(String, String)] = []
         if let scope = login.scope { fields.append(("scope", scope)) }
@@ -42,9 +44,14 @@ public enum DeviceLogin {
             throw LoginError("the token endpoint granted no refresh token, so tokenrelay could not renew the access token "
                              + "(does the client need the offline_access scope?); token file left unchanged")
         }
-        try LoginTokenFile.write(grant, to: config.tokens.file)
+        if let (endpoint, settings) = redis {
+            let tokens = TokenSet(accessToken: "").renewed(by: grant, now: Date()).tokens
+            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings)
+            return "logged in; tokens stored in Redis \(endpoint.description) key \(settings.key) version \(version) (running relays adopt them at once)"
+        }
+        try LoginTokenFile.write(grant, to: tokenFilePath)
         let watch = config.tokens.watchIntervalSeconds
-        return "logged in; tokens written to \(config.tokens.file) (a running tokenrelay picks them up within \(watch == watch.rounded() ? String(Int(watch)) : String(watch)) s, no restart needed)"
+        return "logged in; tokens written to \(tokenFilePath) (a running tokenrelay picks them up within \(watch == watch.rounded() ? String(Int(watch)) : String(watch)) s, no restart needed)"
     }
 
     private static func requestCode(_ endpoint: BlockingHTTPClient, _ request: TokenHTTPRequest) throws -> DeviceAuthorization {

@@ -32,6 +32,7 @@ final class RefreshCoordinator {
     private var injection: InjectSettings
     private var refreshTimeout: Double
     private var lockTimeout: Double
+    private let storeWriteTimeout: Double
     private let logger: Logger
     private let metrics: RelayMetrics
     private let redactor: SecretRedactor
@@ -43,6 +44,12 @@ final class RefreshCoordinator {
     private var authorization: (generation: UInt64, value: String)?
     /// One-shot waiters, e.g. an admin `POST /refresh`.
     private var completions: [(Outcome) -> Void] = []
+    /// Fleet mode: the local cache of the last adopted tokens (`tokens.file` beside `tokens.redis`).
+    private let cache: TokenFile?
+    private var cacheWrite: (inFlight: Bool, pending: TokenSet?) = (false, nil)
+    private var cachedGeneration: UInt64 = 0
+    /// When tokens written by someone else were last adopted, and how they reached us.
+    private(set) var lastAdoption: (at: Date, source: String)?
 
     /// Told of every refresh outcome (the proxy releases its held requests here).
     var onOutcome: ((Outcome) -> Void)?
@@ -51,9 +58,11 @@ final class RefreshCoordinator {
     var onTokenEndpointIdle: (() -> Void)?
 
     init(loop: EventLoop, endpoint: TokenEndpointClient, store: any TokenStore, initialTokens: TokenSet, settings: Config.Refresh,
-         injection: InjectSettings = InjectSettings(), lockTimeout: Double, refreshTimeout: Double = 60, metrics: RelayMetrics,
-         redactor: SecretRedactor, logger: Logger) {
+         injection: InjectSettings = InjectSettings(), lockTimeout: Double, refreshTimeout: Double = 60, storeWriteTimeout: Double = 0,
+         cache: TokenFile? = nil, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) {
         self.loop = loop
+        self.cache = cache
+        self.storeWriteTimeout = storeWriteTimeout
         self.endpoint = endpoint
         self.store = store
         self.injection = injection
@@ -62,10 +71,22 @@ final class RefreshCoordinator {
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
-        let machineSettings = RefreshMachine.Settings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
-                                                      needsRefreshToken: endpoint.needsRefreshToken)
+        let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
+                                                   needsRefreshToken: endpoint.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
+                                                   sharedStore: store.isShared)
         machine = RefreshMachine(tokens: initialTokens, settings: machineSettings, now: Self.now())
+        cachedGeneration = machine.generation
+        if store.isShared { machine.awaitStore("connecting to \(store.kind)") }
         publish()
+    }
+
+    private static func machineSettings(_ settings: Config.Refresh, refreshTimeout: Double, lockTimeout: Double, needsRefreshToken: Bool,
+                                        storeWriteTimeout: Double, sharedStore: Bool) -> RefreshMachine.Settings {
+        var machineSettings = RefreshMachine.Settings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
+                                                      needsRefreshToken: needsRefreshToken)
+        machineSettings.storeWriteTimeout = storeWriteTimeout
+        machineSettings.sharedStore = sharedStore
+        return machineSettings
     }
 
     /// 30 days.
@@ -78,6 +99,13 @@ final class RefreshCoordinator {
     /// Starts the timers: proactive refresh (at once if the stored token is already due) and the store
     /// watch.
     func start(watchInterval: Double) {
+        store.onChange = { [weak self] in self?.storeAnnouncedChange() }
+        store.onReachability = { [weak self] outage in
+            guard let self else { return }
+            self.metrics.storeConnected.record(outage == nil ? 1 : 0)
+            self.execute(outage.map { self.machine.storeUnreachable($0, now: Self.now()) } ?? self.machine.storeReachable(now: Self.now()))
+        }
+        store.start()
         execute(machine.start(now: Self.now()))
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
             self?.watchStore()
@@ -116,21 +144,28 @@ final class RefreshCoordinator {
         if let immediate { completion(immediate) }
     }
 
-    /// How long a cycle waits for another process's lock on the store: three exchanges' worth.
-    static func lockTimeout(refreshTimeout: Double) -> Double { refreshTimeout * 3 }
+    /// How long a cycle waits for the store's lock. A Redis lock expires by itself: waiting a little longer
+    /// than its lifetime reaches the next one even when its holder died. A file lock is waited for three
+    /// refreshes long.
+    static func lockTimeout(for config: Config) -> Double {
+        let refreshSeconds = config.timeouts.refreshSeconds
+        return config.tokens.redis.map { $0.effectiveLockSeconds(refreshSeconds: refreshSeconds) + 2 * $0.commandTimeoutSeconds }
+            ?? refreshSeconds * 3
+    }
 
     /// Live reload: a refresh in flight finishes with the settings it started with; the next cycle uses
     /// these. The header value changes with the next request. Everything comes from the new config
     /// itself, never from the token endpoint client (which may still hold the old grant while an exchange
     /// runs): a hold-off computed with a stale `refresh_seconds`, or a grant believed not to present a
     /// refresh token, would let a refresh token leave twice.
-    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double) {
+    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double, lockTimeout: Double) {
         self.injection = injection
         self.refreshTimeout = refreshTimeout
-        lockTimeout = Self.lockTimeout(refreshTimeout: refreshTimeout)
+        self.lockTimeout = lockTimeout
         authorization = nil
-        let machineSettings = RefreshMachine.Settings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
-                                                      needsRefreshToken: settings.needsRefreshToken)
+        let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
+                                                   needsRefreshToken: settings.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
+                                                   sharedStore: store.isShared)
         execute(machine.apply(machineSettings, now: Self.now()))
     }
 
@@ -145,6 +180,23 @@ final class RefreshCoordinator {
     var refreshHoldOffReason: String? { machine.holdOff?.reason }
     var unsavedTokens: RefreshMachine.Unsaved? { machine.unsaved }
     var isAccessTokenKnownDead: Bool { machine.isAccessTokenKnownDead }
+    /// Why the shared store cannot be reached, or nil.
+    var storeOutage: String? { machine.storeOutage }
+
+    /// For /status: which store, whether it answers, the version in service, who holds the lock, and the
+    /// last adoption of someone else's tokens. Never a token.
+    var storeStatus: [String: Any] {
+        var status: [String: Any] = ["kind": store.kind, "name": store.name, "connected": machine.storeOutage == nil,
+                                     "unreachable_reason": machine.storeOutage ?? NSNull()]
+        if let redis = store as? RedisTokenStore {
+            status["version"] = redis.version
+            status["lock_holder"] = redis.lockHolder ?? NSNull()
+            status["owner_id"] = redis.ownerID
+            status["subscribed"] = redis.isSubscribed
+        }
+        status["last_adoption"] = lastAdoption.map { ["at": Timestamp.format($0.at), "source": $0.source] } ?? NSNull()
+        return status
+    }
     /// Whether an exchange with the token endpoint is under way, or its answer is still being saved: in
     /// both cases the process holds the only copy of a rotated refresh token.
     var isTalkingToTokenEndpoint: Bool { machine.isTalkingToTokenEndpoint || endpoint.isBusy }
@@ -160,7 +212,7 @@ final class RefreshCoordinator {
     func saveUnsavedTokensAtExit() throws {
         guard machine.hasUnsavedTokens else { return }
         do {
-            try store.writer(for: machine.tokens)()
+            try store.writeAtExit(machine.tokens)
             machine.savedAtExit()
             logger.warning("tokens saved to the token file at exit")
         } catch {
@@ -210,7 +262,14 @@ final class RefreshCoordinator {
                 guard let self else { return }
                 if waited { self.metrics.lockWaits.increment() }
                 if acquired {
-                    self.execute(self.machine.lockAcquired(store: self.readStore(), now: Self.now()))
+                    self.metrics.storeLockAcquisitions.increment()
+                    self.store.read { read in
+                        // Under the lock, what we read is what our next write replaces.
+                        self.store.noteAdopted()
+                        self.deliver(read, source: "lock") {
+                            self.machine.lockAcquired(store: read, lockValidUntil: self.store.lockValidUntil, now: Self.now())
+                        }
+                    }
                 } else {
                     self.execute(self.machine.lockTimedOut(now: Self.now()))
                 }
@@ -225,7 +284,12 @@ final class RefreshCoordinator {
         case .persist(let tokens):
             write(tokens)
         case .readStore:
-            execute(machine.storeRead(readStore(), now: Self.now()))
+            store.read { [weak self] read in
+                guard let self else { return }
+                self.deliver(read, source: "reread") { self.machine.storeRead(read, now: Self.now()) }
+            }
+        case .latchLoginRequired(let reason):
+            store.latchLoginRequired(machine.tokens, reason: reason)
         case .release(let outcome):
             onOutcome?(outcome)
             let waiting = completions
@@ -239,45 +303,80 @@ final class RefreshCoordinator {
             logger.log(level: Self.loggerLevel(level), "\(message)", metadata: metadata.mapValues { .string($0) })
         case .publish:
             publish()
+            writeCacheIfChanged()
         case .tokenEndpointIdle:
             onTokenEndpointIdle?()
         }
     }
 
-    /// Off the loop (the fsync may be slow); the answer comes back on it.
+    /// The store answers on the loop (a file is written off it).
     private func write(_ tokens: TokenSet) {
-        let writer: @Sendable () throws -> Void
-        do {
-            writer = try store.writer(for: tokens)
-        } catch {
-            return execute(machine.persistFailed("\(error)", now: Self.now()))
-        }
-        OffLoopWork.run(on: loop, { Result { try writer() } }) { [weak self] outcome in
+        store.write(tokens) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
-            case .success:
-                self.store.noteOwnWrite()
+            case .written:
                 self.execute(self.machine.persisted(now: Self.now()))
-            case .failure(let error):
-                self.execute(self.machine.persistFailed("\(error)", now: Self.now()))
+            case .failed(let error):
+                self.execute(self.machine.persistFailed(error, now: Self.now()))
+            case .conflict(let read):
+                self.metrics.storeConflicts.increment()
+                self.deliver(read, source: "conflict") { self.machine.persistConflicted(read, now: Self.now()) }
             }
         }
     }
 
-    private func readStore() -> RefreshMachine.StoreRead {
-        do {
-            return .tokens(try store.read())
-        } catch {
-            return .unreadable("\(error)")
+    /// Feeds the machine a read of the store; if it adopted what it read, the store learns that the
+    /// tokens in service now come from that version.
+    private func deliver(_ read: RefreshMachine.StoreRead, source: String, _ event: () -> [RefreshMachine.Action]) {
+        let before = machine.generation
+        let actions = event()
+        if machine.generation != before, case .tokens = read {
+            store.noteAdopted()
+            lastAdoption = (Date(), source)
+            metrics.countStoreAdoption(source: source)
         }
+        execute(actions)
     }
 
     /// Picks up tokens written by someone else (an operator seeding tokens after "login required",
-    /// `tokenrelay token import`, another process's rotation). Not during a cycle: its own write must
-    /// not look like someone else's, and it re-reads the store under the lock anyway.
+    /// `tokenrelay token import`, another process's rotation). A file store not during a cycle: its own
+    /// write must not look like someone else's, and it re-reads the store under the lock anyway. A
+    /// shared store at any time: a relay waiting for the lock adopts what the holder published.
     private func watchStore() {
-        guard machine.state != .refreshing, store.changeSinceLastLook() else { return }
-        execute(machine.storeRead(readStore(), now: Self.now()))
+        guard machine.state != .refreshing || store.isShared, store.changeSinceLastLook() else { return }
+        readChangedStore(source: "poll")
+    }
+
+    private func storeAnnouncedChange() {
+        readChangedStore(source: (store as? RedisTokenStore)?.isSubscribed == true ? "publish" : "poll")
+    }
+
+    private func readChangedStore(source: String) {
+        store.read { [weak self] read in
+            guard let self else { return }
+            self.deliver(read, source: source) { self.machine.storeRead(read, now: Self.now()) }
+        }
+    }
+
+    /// Fleet mode: the last adopted tokens go to the local cache, one write at a time, newest last.
+    private func writeCacheIfChanged() {
+        guard let cache, store.isShared, machine.generation != cachedGeneration, !machine.tokens.accessToken.isEmpty else { return }
+        cachedGeneration = machine.generation
+        cacheWrite.pending = machine.tokens
+        flushCache(cache)
+    }
+
+    private func flushCache(_ cache: TokenFile) {
+        guard !cacheWrite.inFlight, let tokens = cacheWrite.pending else { return }
+        cacheWrite = (true, nil)
+        let path = cache.path
+        let data = try? TokenFile.encode(tokens)
+        OffLoopWork.run(on: loop, { Result { try data.map { try TokenFile.write($0, to: path) } } }) { [weak self] outcome in
+            guard let self else { return }
+            self.cacheWrite.inFlight = false
+            if case .failure(let error) = outcome { self.logger.warning("could not write the local token cache", metadata: ["error": "\(error)"]) }
+            self.flushCache(cache)
+        }
     }
 
     private func count(_ metric: RefreshMachine.Metric) {
@@ -289,6 +388,7 @@ final class RefreshCoordinator {
         case .adoptedRotation: metrics.adoptedRotations.increment()
         case .stormGuardTrip: metrics.stormGuardTrips.increment()
         case .tokenFileWriteFailure: metrics.tokenFileWriteFailures.increment()
+        case .storeConflict: break  // counted where the store answered
         }
     }
 

@@ -29,6 +29,11 @@ extension RefreshMachine {
         var lockTimeout = 180.0
         /// Whether the grant presents a refresh token (client credentials does not).
         var needsRefreshToken = true
+        /// How long a write to the store may take once the token server has answered (a shared store's
+        /// command timeout; 0 for the file): the refresh lock must outlive it too.
+        var storeWriteTimeout = 0.0
+        /// The store is shared by a fleet (Redis): a read that fails under the lock stops the attempt.
+        var sharedStore = false
 
         init() {}
 
@@ -105,6 +110,10 @@ extension RefreshMachine {
     /// The token store as read by the driver (under the lock, or when the watch saw a change).
     enum StoreRead {
         case tokens(TokenSet)
+        /// A shared store holding no token set yet.
+        case empty
+        /// The stored tokens were refused by the token server (by any relay): login required, fleet-wide.
+        case latched(TokenSet, reason: String)
         case unreadable(String)
     }
 
@@ -116,6 +125,8 @@ extension RefreshMachine {
         case adoptedRotation
         case stormGuardTrip
         case tokenFileWriteFailure
+        /// A write lost its compare-and-set to a newer stored version.
+        case storeConflict
     }
 
     enum LogLevel { case debug, info, warning, error, critical }
@@ -131,6 +142,9 @@ extension RefreshMachine {
         case persist(TokenSet)
         /// Read the store now and answer with `storeRead` (the hold-off's end).
         case readStore
+        /// Store "login required" with the token set, for every relay sharing the store (a file store
+        /// has nothing to do: its own process has latched already).
+        case latchLoginRequired(String)
         /// Release every held request with this outcome, and answer waiting forced refreshes.
         case release(Outcome)
         /// New secrets to keep out of every log line.
@@ -157,6 +171,7 @@ extension RefreshMachine.Action: Equatable {
             return a.accessToken == b.accessToken && a.refreshToken == b.refreshToken && a.expiresAt == b.expiresAt
         case let (.release(a), .release(b)): return a == b
         case let (.redact(a), .redact(b)): return a == b
+        case let (.latchLoginRequired(a), .latchLoginRequired(b)): return a == b
         case let (.count(a), .count(b)): return a == b
         case let (.log(a, x, _), .log(b, y, _)): return a == b && x == y
         default: return false

@@ -40,8 +40,15 @@ struct RefreshMachine {
     private var retryWriteInFlight = false
     /// The store is being re-read because the hold-off ended (not because the watch saw a change).
     private var readingStoreAfterHoldOff = false
+    /// The store is being re-read because it is reachable again.
+    private var readingStoreAfterOutage = false
     private var stopped = false
     private var actions: [Action] = []
+    /// Why the shared store cannot be reached (fleet mode), or nil.
+    private(set) var storeOutage: String?
+
+    /// How soon a client told 503 while the shared store is unreachable should come back.
+    static let storeOutageRetryAfter = 2
 
     /// A token endpoint that hands out tokens due at once must not turn the proactive timer into a loop.
     static let minimumCycleSpacing = 1.0
@@ -91,6 +98,7 @@ struct RefreshMachine {
     }
 
     var degradedReason: String? {
+        if let storeOutage { return "token store unreachable (\(storeOutage)); no refresh without it" }
         if case .stormPaused(let reason) = phase { return reason }
         return holdOff?.reason ?? unsaved.map { "rotated tokens are not saved in the token file: \($0.error)" }
     }
@@ -112,6 +120,8 @@ struct RefreshMachine {
     mutating func admit(now: Instant) -> (Admission, [Action]) {
         // Hold-off: a dead token cannot be replaced yet; an answer beats a wait longer than the hold.
         if let retryAfter = holdOffRetryAfter(now), tokenNeedsReplacing(now) { return (.unavailable(retryAfter: retryAfter), drain()) }
+        // Shared store unreachable: a dead token cannot be replaced by this relay alone (`storeUnreachable`).
+        if storeOutage != nil, tokenNeedsReplacing(now) { return (.unavailable(retryAfter: Self.storeOutageRetryAfter), drain()) }
         // No token yet (a grant that fetches its own, whose first fetch failed): fetch one, hold meanwhile.
         if tokens.accessToken.isEmpty, case .idle = phase { startCycle(.reactive, .noToken, now) }
         switch phase {
@@ -135,6 +145,10 @@ struct RefreshMachine {
         // one. Refreshing on it would burn a refresh token for nothing; replay at once.
         if sentGeneration < generation { return (.replay, drain()) }
         refusedGeneration = generation
+        if storeOutage != nil {
+            deadGeneration = generation
+            return (.unavailable(retryAfter: Self.storeOutageRetryAfter), drain())
+        }
         if let retryAfter = holdOffRetryAfter(now) {
             deadGeneration = generation
             return (.unavailable(retryAfter: retryAfter), drain())
@@ -190,7 +204,7 @@ struct RefreshMachine {
     // MARK: - 3. A cycle starts
 
     private mutating func startCycle(_ mode: Mode, _ trigger: Trigger, _ now: Instant) {
-        guard !stopped, holdOff == nil else { return }
+        guard !stopped, holdOff == nil, storeOutage == nil else { return }
         if case .refreshing(var cycle) = phase {
             if mode == .reactive && cycle.mode != .reactive {
                 cycle.mode = .reactive
@@ -232,9 +246,15 @@ struct RefreshMachine {
 
     /// Under the lock, the store as it is now. Race it prevents: another process rotated the tokens
     /// while we waited; presenting our (burnt) refresh token would be reuse. Its tokens are adopted instead.
-    mutating func lockAcquired(store: StoreRead?, now: Instant) -> [Action] {
+    mutating func lockAcquired(store: StoreRead?, lockValidUntil: Double? = nil, now: Instant) -> [Action] {
         guard case .refreshing(var cycle) = phase, case .acquiringLock = cycle.step else {
             emit(.releaseLock)
+            return drain()
+        }
+        if case .latched(_, let reason)? = store {
+            // Another relay was refused by the token server: the refresh token is dead fleet-wide.
+            emit(.releaseLock)
+            reject("another relay's refresh was rejected; login required", ["reason": reason], now, latchInStore: false)
             return drain()
         }
         if case .tokens(let stored)? = store, isNewToUs(stored) {
@@ -247,7 +267,20 @@ struct RefreshMachine {
         }
         if cycle.settings.needsRefreshToken && tokens.refreshToken == nil {
             emit(.releaseLock)
-            reject("refresh impossible: the token file has no refresh_token; login required", [:], now)
+            // Not latched in a shared store: a relay that holds nothing says nothing about the fleet's tokens.
+            reject("refresh impossible: the token file has no refresh_token; login required", [:], now, latchInStore: false)
+            return drain()
+        }
+        if cycle.settings.sharedStore, case .unreadable(let error)? = store {
+            // The fleet may have rotated: presenting our refresh token unseen could be reuse.
+            transientFailure("cannot read the token store under the lock: \(error)", outcomeUnknown: false, retryAfter: 0, lockHeld: true, now)
+            return drain()
+        }
+        // A lock that expires while the refresh is at the token server lets a second relay present the
+        // same refresh token: never send unless the lock outlives the exchange and the write after it.
+        if let lockValidUntil, lockValidUntil - now.monotonic < cycle.settings.refreshTimeout + cycle.settings.storeWriteTimeout {
+            transientFailure("the refresh lock has too little life left to cover a refresh", outcomeUnknown: false, retryAfter: 0,
+                             lockHeld: true, now)
             return drain()
         }
         if cycle.attempt == 0 && cycle.trigger == .unauthorized { reactiveRefreshTimes.append(now.monotonic) }
@@ -365,6 +398,87 @@ struct RefreshMachine {
         return drain()
     }
 
+    /// The shared store holds a newer version than the one this write was based on (its compare-and-set
+    /// lost). Race it prevents: a stale writer (its lock expired, a paused process, an operator's import
+    /// meanwhile) overwriting a newer rotation. The stale writer loses: what the store holds is adopted,
+    /// and the cycle ends with it.
+    mutating func persistConflicted(_ stored: StoreRead, now: Instant) -> [Action] {
+        emit(.count(.storeConflict))
+        let isRetryWrite = retryWriteInFlight
+        retryWriteInFlight = false
+        guard isRetryWrite || { if case .refreshing(let c) = phase, case .persisting(_, _, _, false) = c.step { return true }; return false }() else {
+            return drain()
+        }
+        if unsaved != nil {
+            unsaved = nil
+            emit(.cancel(.saveRetry))
+        }
+        log(.warning, "a newer token set was stored meanwhile; our write lost its compare-and-set and the stored one is adopted")
+        if case .refreshing = phase { emit(.releaseLock) }
+        switch stored {
+        case .tokens(let newer) where isNewToUs(newer):
+            adopt(newer, now)
+            emit(.count(.adoptedRotation))
+            endCycleOrRelease(now)
+        case .latched(_, let reason):
+            reject("another relay's refresh was rejected; login required", ["reason": reason], now, latchInStore: false)
+        default:
+            if case .refreshing = phase { giveUp(reason: "the token store changed under our write and holds nothing usable", now) }
+        }
+        emit(.tokenEndpointIdle)
+        return drain()
+    }
+
+    private mutating func endCycleOrRelease(_ now: Instant) {
+        if case .refreshing = phase {
+            endCycle(.renewed(generation: generation), description: "adopted from the token store after a lost write", now)
+        } else {
+            emit(.publish)
+            emit(.release(.renewed(generation: generation)))
+        }
+    }
+
+    // MARK: - 15. A shared store out of reach
+
+    /// The shared store (Redis) cannot be reached. Race it prevents: a relay refreshing on its own burns
+    /// the refresh token for the whole fleet, which then presents it again. So nothing is refreshed: the
+    /// access token in hand serves while it is not known dead; after that requests get 503 with
+    /// `Retry-After` (`admit`, `unauthorized`). A cycle that has not reached the token server ends now
+    /// (its held requests get the reason); one already at the token server finishes, and its write is
+    /// retried until the store is back.
+    mutating func storeUnreachable(_ reason: String, now: Instant) -> [Action] {
+        let first = storeOutage == nil
+        storeOutage = reason
+        if first { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
+        if case .refreshing(let cycle) = phase {
+            switch cycle.step {
+            case .waiting, .acquiringLock:
+                emit(.releaseLock)
+                giveUp(reason: "token store unreachable (\(reason)); no relay may refresh without it", now)
+            case .exchanging, .persisting: break
+            }
+        }
+        emit(.publish)
+        return drain()
+    }
+
+    /// At start, before the shared store has answered: as unreachable, without the alarm.
+    mutating func awaitStore(_ reason: String) {
+        storeOutage = reason
+    }
+
+    /// Back: the store is read first (the fleet may have rotated meanwhile), then the proactive timer
+    /// (or a cycle for a token that is missing or dead) takes over again.
+    mutating func storeReachable(now: Instant) -> [Action] {
+        guard storeOutage != nil else { return drain() }
+        storeOutage = nil
+        log(.info, "token store reachable again")
+        readingStoreAfterOutage = true
+        emit(.readStore)
+        emit(.publish)
+        return drain()
+    }
+
     mutating func persistFailed(_ error: String, now: Instant) -> [Action] {
         writeFinished(error: error, now)
         return drain()
@@ -432,9 +546,11 @@ struct RefreshMachine {
 
     /// The credentials are dead: say why once, latch "login required". No storm: nothing refreshes until
     /// the store changes or an operator forces a refresh.
-    private mutating func reject(_ message: String, _ metadata: [String: String], _ now: Instant) {
+    private mutating func reject(_ message: String, _ metadata: [String: String], _ now: Instant, latchInStore: Bool = true) {
         emit(.count(.refreshOutcome("rejected")))
         log(.error, message, metadata)
+        // Fleet-wide: stored with the token set, so the other relays stop too instead of each trying once.
+        if latchInStore { emit(.latchLoginRequired(message)) }
         phase = .loginRequired
         emit(.cancel(.proactive))
         endCycle(.rejected, description: "rejected: login required", now)
@@ -579,7 +695,33 @@ struct RefreshMachine {
     mutating func storeRead(_ read: StoreRead, now: Instant) -> [Action] {
         let afterHoldOff = readingStoreAfterHoldOff
         readingStoreAfterHoldOff = false
-        if case .refreshing = phase { return drain() }
+        let afterOutage = readingStoreAfterOutage
+        readingStoreAfterOutage = false
+        if case .refreshing(let cycle) = phase {
+            // A shared store announces another relay's rotation while this one waits for the lock: adopt
+            // it and end the cycle without presenting anything (the driver of a file store, which cannot
+            // cancel a lock wait, does not deliver reads during a cycle).
+            switch (cycle.step, read) {
+            case (.waiting, .tokens(let stored)) where isNewToUs(stored), (.acquiringLock, .tokens(let stored)) where isNewToUs(stored):
+                adopt(stored, now)
+                emit(.count(.adoptedRotation))
+                log(.info, "adopted tokens another relay published", ["generation": "\(generation)"])
+                emit(.releaseLock)
+                endCycle(.renewed(generation: generation), description: "adopted from the token store", now)
+            case (.waiting, .latched(_, let reason)), (.acquiringLock, .latched(_, let reason)):
+                emit(.releaseLock)
+                reject("another relay's refresh was rejected; login required", ["reason": reason], now, latchInStore: false)
+            default: break
+            }
+            return drain()
+        }
+        if case .latched(let stored, let reason) = read {
+            // Login required, fleet-wide, until new tokens are stored.
+            if state != .loginRequired, !isNewToUs(stored) || stored.refreshToken != nil {
+                reject("another relay's refresh was rejected; login required", ["reason": reason], now, latchInStore: false)
+            }
+            return drain()
+        }
         if case .tokens(let stored) = read, isNewToUs(stored) {
             let previous = state
             adopt(stored, now)
@@ -595,6 +737,11 @@ struct RefreshMachine {
         }
         // Nothing new after the hold-off: the proactive timer (at expiry while in doubt) takes over again.
         if afterHoldOff { scheduleProactiveRefresh(now) }
+        if afterOutage, case .idle = phase {
+            scheduleProactiveRefresh(now)
+            // Nothing to serve with (a first start with Redis down, a token refused meanwhile): fetch now.
+            if tokens.accessToken.isEmpty || isAccessTokenKnownDead { startCycle(.reactive, tokens.accessToken.isEmpty ? .noToken : .unauthorized, now) }
+        }
         return drain()
     }
 

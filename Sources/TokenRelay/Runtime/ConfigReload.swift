@@ -32,7 +32,9 @@ struct ConfigReload {
         keep("admin.listen", running.admin?.listen.description ?? "none", loaded.admin?.listen.description ?? "none") {
             $0.admin = running.admin
         }
-        keep("tokens.file", running.tokens.file, loaded.tokens.file) { $0.tokens.file = running.tokens.file }
+        keep("tokens.file", running.tokens.file ?? "none", loaded.tokens.file ?? "none") { $0.tokens.file = running.tokens.file }
+        keep("tokens.redis", running.tokens.redis.map { "\($0.url) key \($0.key)" } ?? "none",
+             loaded.tokens.redis.map { "\($0.url) key \($0.key)" } ?? "none") { $0.tokens.redis = running.tokens.redis }
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }

@@ -8,7 +8,10 @@ public struct Preflight {
     public let config: Config
     public let clientSecret: String?
     let tokens: TokenSet
-    let tokenFile: TokenFile
+    /// The token file; with `tokens.redis` the optional local cache.
+    let tokenFile: TokenFile?
+    /// Where the Redis store is, with its password resolved (fleet mode).
+    let redis: RedisEndpoint?
     /// One TLS context per https target, built here so that a bad file fails `check` too.
     let upstreamTLS: TLSContext?
     let refreshTLS: TLSContext?
@@ -22,7 +25,10 @@ public struct Preflight {
         let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
-        let file = TokenFile(path: config.tokens.file)
+        if let redisSettings = config.tokens.redis {
+            return try run(config: config, redis: redisSettings, secret: secret, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+        }
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay run"))
         let tokens: TokenSet
         if !config.refresh.needsRefreshToken && file.isAbsentOrEmpty {
             // client_credentials (or a custom grant without {{refresh_token}}) can get its first token by
@@ -32,8 +38,45 @@ public struct Preflight {
             try file.checkPermissions()
             tokens = try file.load()
         }
-        return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: file,
+        return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: file, redis: nil,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+    }
+
+    /// Fleet mode: the tokens come from Redis once connected (on the event loop, never here). A local
+    /// cache file, when configured and usable, gives the tokens to serve with until then; a cache that is
+    /// missing or unusable is only a warning at start (Redis is the store), but never relaxed: a cache
+    /// others can read is refused like a token file.
+    private static func run(config: Config, redis settings: RedisSettings, secret: String?,
+                            upstreamTLS: TLSContext?, refreshTLS: TLSContext?) throws -> Preflight {
+        var endpoint = settings.endpoint
+        endpoint.username = settings.username
+        endpoint.password = try loadRedisPassword(settings.password)
+        let cache = config.tokens.file.map(TokenFile.init(path:))
+        var tokens = TokenSet(accessToken: "")
+        if let cache, !cache.isAbsentOrEmpty {
+            try cache.checkPermissions()
+            tokens = try cache.load()
+        }
+        return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: cache, redis: endpoint,
+                         upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+    }
+
+    static func loadRedisPassword(_ source: Config.Refresh.SecretSource?) throws -> String? {
+        switch source {
+        case nil: return nil
+        case .environment(let name)?:
+            guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
+                throw ConfigError("tokens.redis.password_env", "environment variable \(name) is not set or empty")
+            }
+            return value
+        case .file(let path)?:
+            guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
+                throw ConfigError("tokens.redis.password_file", "cannot read \(path) as UTF-8 text")
+            }
+            let password = text.trimmingCharacters(in: .newlines)
+            guard !password.isEmpty else { throw ConfigError("tokens.redis.password_file", "\(path) is empty") }
+            return password
+        }
     }
 
     /// The TLS context for an https target (nil for http), built at start so bad files fail `check`.
@@ -49,6 +92,15 @@ public struct Preflight {
 
     /// One line for `check`, with no secret in it.
     public var summary: String {
+        if let redis = config.tokens.redis {
+            let cache = tokenFile.map { file in
+                tokens.accessToken.isEmpty ? "; cache \(file.path): empty" : "; cache \(file.path): access token "
+                    + (tokens.expiresAt.map { "expires \(Timestamp.format($0))" } ?? "expiry unknown")
+            } ?? ""
+            return "ok: config valid; tokens in Redis \(redis.url) key \(redis.key) (not contacted by check)\(cache)"
+                + unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
+        }
+        guard let tokenFile else { return "ok: config valid" }
         if tokens.accessToken.isEmpty {
             return "ok: config valid; token file \(tokenFile.path): no token yet, one is fetched from the token endpoint at start"
                 + unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()

@@ -48,11 +48,14 @@ public final class Relay {
         }
         endpoint = TokenEndpointClient(loop: loop, factory: Self.tokenEndpointConnections(loop: loop, config: config, tls: preflight.refreshTLS),
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
-        let lock = try TokenFileLock(tokenFilePath: preflight.tokenFile.path, loop: loop)
-        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: FileTokenStore(file: preflight.tokenFile, lock: lock),
+        let store = try Self.tokenStore(loop: loop, preflight: preflight)
+        redactor.add(preflight.redis?.password)
+        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
                                          initialTokens: preflight.tokens,
-                                         settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(refreshTimeout: config.timeouts.refreshSeconds),
+                                         settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),
                                          refreshTimeout: config.timeouts.refreshSeconds,
+                                         storeWriteTimeout: preflight.config.tokens.redis?.commandTimeoutSeconds ?? 0,
+                                         cache: preflight.redis == nil ? nil : preflight.tokenFile,
                                          metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
                                 metrics: metrics, logger: logger)
@@ -61,6 +64,15 @@ public final class Relay {
         }
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
         watchClientSecret()
+    }
+
+    /// Redis when configured (fleet mode), else the token file with its lock.
+    static func tokenStore(loop: EventLoop, preflight: Preflight) throws -> any TokenStore {
+        if let endpoint = preflight.redis, let settings = preflight.config.tokens.redis {
+            return RedisTokenStore(loop: loop, settings: settings, endpoint: endpoint, refreshSeconds: preflight.config.timeouts.refreshSeconds)
+        }
+        guard let tokenFile = preflight.tokenFile else { throw ConfigError("tokens.file", "is required") }
+        return FileTokenStore(file: tokenFile, lock: try TokenFileLock(tokenFilePath: tokenFile.path, loop: loop), loop: loop)
     }
 
     static func tokenEndpointConnections(loop: EventLoop, config: Config, tls: TLSContext?) -> HTTPConnectionFactory {

@@ -6,7 +6,10 @@ import Glibc
 public enum TokenFileReport {
     public static func show(configPath: String, now: Date = Date()) throws -> String {
         let config = try ConfigLoader.load(path: configPath)
-        let file = TokenFile(path: config.tokens.file)
+        if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
+            return try RedisTokenCLI.show(endpoint: endpoint, settings: settings, now: now)
+        }
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token show"))
         var info = stat()
         guard stat(file.path, &info) == 0 else { throw TokenFileError(file.path, String(cString: strerror(errno))) }
         let mode = info.st_mode & 0o777

@@ -14,7 +14,13 @@ public enum TokenImport {
         if config.refresh.needsRefreshToken && tokens.refreshToken == nil {
             throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
         }
-        let file = TokenFile(path: config.tokens.file)
+        if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
+            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings)
+            return "imported: Redis \(endpoint.description) key \(settings.key) version \(version): access token \(TokenFingerprint.of(tokens.accessToken)), "
+                + "expires \(TokenFileReport.describeExpiry(of: tokens, now: now)), "
+                + "\(tokens.refreshToken == nil ? "no refresh token" : "refresh token present"). Running relays adopt it at once."
+        }
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token import"))
         try TokenFileLock.withBlockingLock(tokenFilePath: file.path) { try file.write(tokens) }
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         return "imported: token file \(file.path) (mode 0600): access token \(TokenFingerprint.of(tokens.accessToken)), "

@@ -5,16 +5,25 @@ import Foundation
 final class FileTokenStore: TokenStore {
     let file: TokenFile
     private let lock: TokenFileLock
+    private let loop: EventLoop
     /// The file as last seen (or written) by us: a different `stat` means someone else wrote it.
     private var knownSignature: TokenFile.Signature?
 
-    init(file: TokenFile, lock: TokenFileLock) {
+    init(file: TokenFile, lock: TokenFileLock, loop: EventLoop) {
         self.file = file
         self.lock = lock
+        self.loop = loop
         knownSignature = file.signature()
     }
 
     var name: String { file.path }
+    var kind: String { "file" }
+    var isShared: Bool { false }
+    var onChange: (() -> Void)?
+    var onReachability: ((String?) -> Void)?
+    var lockValidUntil: Double? { nil }
+
+    func start() {}
 
     /// One `stat`: cheap enough for every watch interval.
     func changeSinceLastLook() -> Bool {
@@ -24,23 +33,48 @@ final class FileTokenStore: TokenStore {
         return true
     }
 
-    /// The file must be private and well-formed, as at start.
-    func read() throws -> TokenSet {
-        try file.checkPermissions()
-        return try file.load()
+    /// The file must be private and well-formed, as at start. Answered at once (a local read).
+    func read(completion: @escaping (RefreshMachine.StoreRead) -> Void) {
+        do {
+            try file.checkPermissions()
+            completion(.tokens(try file.load()))
+        } catch {
+            completion(.unreadable("\(error)"))
+        }
     }
 
-    func writer(for tokens: TokenSet) throws -> @Sendable () throws -> Void {
-        let data = try TokenFile.encode(tokens)
+    func noteAdopted() {}
+
+    /// Off the loop (the fsync may be slow); the answer comes back on it.
+    func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
+        let data: Data
+        do {
+            data = try TokenFile.encode(tokens)
+        } catch {
+            return completion(.failed("\(error)"))
+        }
         let path = file.path
-        return { try TokenFile.write(data, to: path) }
+        OffLoopWork.run(on: loop, { Result { try TokenFile.write(data, to: path) } }) { [weak self] outcome in
+            switch outcome {
+            case .success:
+                self?.knownSignature = self?.file.signature()
+                completion(.written)
+            case .failure(let error):
+                completion(.failed("\(error)"))
+            }
+        }
     }
 
-    func noteOwnWrite() { knownSignature = file.signature() }
+    /// One process per file latches by itself; the next tokens written to the file clear it.
+    func latchLoginRequired(_ tokens: TokenSet, reason: String) {}
 
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
         lock.acquire(timeout: timeout, completion: completion)
     }
 
     func release() { lock.release() }
+
+    func writeAtExit(_ tokens: TokenSet) throws {
+        try file.write(tokens)
+    }
 }

@@ -1,22 +1,45 @@
-/// Where the token set lives between processes and restarts. The refresh machine's driver talks to
-/// it only through this interface, so another store (Redis, for a fleet) can take the file's place.
-///
-/// `read` and `write` may block (a file's fsync, a network round trip): the driver calls them off the
-/// event loop where it matters. `acquire`/`release` serialise refreshes among everyone sharing the
-/// store.
+/// Where the token set lives between processes and restarts: a file (one host) or Redis (a fleet). The
+/// refresh machine's driver talks to it only through this interface. Every completion runs on the event
+/// loop; nothing here may block it (a file's fsync goes to a helper thread, Redis is asynchronous).
+/// `acquire`/`release` serialise refreshes among everyone sharing the store.
 protocol TokenStore: AnyObject {
-    /// A short name for logs and errors (the file's path, the key).
+    /// A short name for logs and errors (the file's path, the Redis key).
     var name: String { get }
+    /// `file` or `redis`, for /status.
+    var kind: String { get }
+    /// Shared by a fleet: it announces other writers' versions (`onChange`) and can be out of reach
+    /// (`onReachability`); its lock wait can be given up (`release`) when news arrives meanwhile.
+    var isShared: Bool { get }
+    /// Someone else stored new tokens (a shared store's announcement).
+    var onChange: (() -> Void)? { get set }
+    /// nil: reachable; otherwise why not.
+    var onReachability: ((String?) -> Void)? { get set }
+    /// Connects (a shared store); a file has nothing to do.
+    func start()
     /// Tokens someone else wrote since `changeSinceLastLook()` last said so: a cheap check, then a read.
     func changeSinceLastLook() -> Bool
     /// The stored tokens, checked (a file must be private and well-formed).
-    func read() throws -> TokenSet
-    /// Replaces the stored tokens atomically. Safe to call from a helper thread.
-    func writer(for tokens: TokenSet) throws -> @Sendable () throws -> Void
-    /// Records that what is stored now is ours (after our own write), so it is not mistaken for news.
-    func noteOwnWrite()
+    func read(completion: @escaping (RefreshMachine.StoreRead) -> Void)
+    /// Records that the tokens last read are the ones in service (a write is based on them).
+    func noteAdopted()
+    /// Replaces the stored tokens; answers once they are durable as far as the store can tell.
+    func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void)
+    /// Stores "login required" with the token set, for everyone sharing the store.
+    func latchLoginRequired(_ tokens: TokenSet, reason: String)
     /// Takes the refresh lock, calling back on the event loop (`acquired`, `waited`), giving up after
     /// `timeout` seconds.
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void)
+    /// Monotonic time until which the lock just acquired is certainly ours; nil: held until released.
+    var lockValidUntil: Double? { get }
+    /// Releases the lock, or gives up a wait for it (whose completion is then never called).
     func release()
+    /// At exit, after the event loop stopped: one last write, blocking.
+    func writeAtExit(_ tokens: TokenSet) throws
+}
+
+enum TokenStoreWrite {
+    case written
+    case failed(String)
+    /// A newer version was stored meanwhile; this is what the store holds now.
+    case conflict(RefreshMachine.StoreRead)
 }

@@ -1,0 +1,54 @@
+import Foundation
+
+/// `token import`, `token show` and `login` when the config keeps tokens in Redis: the same
+/// compare-and-set (and announcement) the relays use, so running relays adopt the new tokens at once.
+enum RedisTokenCLI {
+    static func endpoint(_ config: Config) throws -> (RedisEndpoint, RedisSettings)? {
+        guard let settings = config.tokens.redis else { return nil }
+        var endpoint = settings.endpoint
+        endpoint.username = settings.username
+        endpoint.password = try Preflight.loadRedisPassword(settings.password)
+        return (endpoint, settings)
+    }
+
+    /// Writes `tokens` as the next version (clearing "login required"); returns the version written.
+    static func store(_ tokens: TokenSet, endpoint: RedisEndpoint, settings: RedisSettings) throws -> Int64 {
+        let data = try TokenFile.encode(tokens)
+        let timeout = settings.commandTimeoutSeconds * 2
+        // An import races only with a relay's refresh; a lost compare-and-set is tried again on the newer base.
+        for _ in 0..<5 {
+            let current = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["HGET", settings.key, "version"]).integer ?? 0
+            let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: settings.key + ":updates", expected: current,
+                                                                tokens: data, loginRequired: "", writer: "tokenrelay-cli/\(getpid())")
+            switch RedisScripts.compareAndSetOutcome(try RedisOneShot.run(endpoint: endpoint, timeout: timeout, arguments)) {
+            case .written(let version): return version
+            case .conflict: continue
+            case .failed(let reason): throw RedisStoreError(description: reason)
+            }
+        }
+        throw RedisStoreError(description: "Redis key \(settings.key) kept changing; nothing written")
+    }
+
+    static func show(endpoint: RedisEndpoint, settings: RedisSettings, now: Date) throws -> String {
+        let replies = try RedisOneShot.runAll(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, [
+            ["HMGET", settings.key, "version", "tokens", "login_required", "writer"].map { Data($0.utf8) },
+            ["GET", settings.key + ":lock"].map { Data($0.utf8) },
+        ])
+        var lines = ["token store: Redis \(endpoint.description) key \(settings.key)"]
+        guard replies.count == 2, case .array(let fields) = replies[0], fields.count == 4 else {
+            throw RedisStoreError(description: "unexpected reply from Redis")
+        }
+        guard let version = fields[0].integer, case .string(let data) = fields[1] else {
+            lines.append("no token set stored yet (tokenrelay token import writes one)")
+            return lines.joined(separator: "\n")
+        }
+        let tokens = try TokenFile.decode(data, path: "redis:\(settings.key)")
+        lines.append("version: \(version), written by \(fields[3].text ?? "unknown")")
+        lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
+        lines.append("expires: \(TokenFileReport.describeExpiry(of: tokens, now: now))")
+        lines.append("refresh token: \(tokens.refreshToken.map { "present (\(TokenFingerprint.of($0)))" } ?? "absent")")
+        if let reason = fields[2].text, !reason.isEmpty { lines.append("login required: \(reason)") }
+        lines.append("refresh lock: \(replies[1].text.map { "held by \($0)" } ?? "free")")
+        return lines.joined(separator: "\n")
+    }
+}

@@ -1,0 +1,358 @@
+import Foundation
+
+/// The token set of a fleet in Redis, with the refresh lock and update announcements.
+///
+/// Layout under `key`: a hash `<key>` with `version` (grows by one with every write), `tokens` (the
+/// token file's JSON) and `login_required` (why, when the token server refused the refresh token);
+/// the lock `<key>:lock` (owner id, expiry); updates published on `<key>:updates` (the new version).
+///
+/// Rules, each with the race it prevents:
+/// - Writes are compare-and-set on the version (`RedisScripts.compareAndSet`): a writer whose base is
+///   stale (its lock expired, an operator imported meanwhile) can never overwrite a newer rotation.
+/// - The lock is `SET NX PX` with our owner id and released by compare-and-delete: a holder whose lock
+///   expired cannot delete the next holder's lock.
+/// - `lockValidUntil` counts from the moment the SET left, so it never overstates the lock's life.
+/// - Updates are published in the same script as the write, so no write goes unannounced; the version
+///   is also polled (`startPolling`), which carries the announcements while the subscription is down, and
+///   a new subscription looks once (messages published while it was down are lost).
+///
+/// Two connections: commands, and the subscription (a subscribed connection takes no other commands).
+/// Confined to the event loop.
+final class RedisTokenStore: TokenStore {
+    let settings: RedisSettings
+    let endpoint: RedisEndpoint
+    /// Who holds the lock, for /status on every relay (host, pid and a random part; never a secret).
+    let ownerID: String
+    private let loop: EventLoop
+    private let lockSeconds: Double
+
+    private var commands: RedisConnection?
+    private var subscriber: RedisConnection?
+    private var reconnectTimer: LoopEvent?
+    private var pollTimer: LoopEvent?
+    private var reconnectDelay = 0.1
+    private(set) var isConnected = false
+    private(set) var isSubscribed = false
+    private(set) var outage: String? = "connecting"
+
+    /// The version the tokens in service came from (a write's expected version).
+    private(set) var baseVersion: Int64 = 0
+    private var lastReadVersion: Int64 = 0
+    private var announcedVersion: Int64 = 0
+    /// The lock's holder as last seen (a read also looks at the lock).
+    private(set) var lockHolder: String?
+
+    private var holdsLock = false
+    private(set) var lockValidUntil: Double?
+    private var acquisition: Acquisition?
+
+    private struct Acquisition {
+        var deadline: Double
+        var waited: Bool
+        var completion: (Bool, Bool) -> Void
+        var retry: LoopEvent?
+    }
+
+    var onChange: (() -> Void)?
+    var onReachability: ((String?) -> Void)?
+
+    /// How often a contended lock is tried again: well below the adoption goal, cheap for Redis.
+    static let lockRetryInterval = 0.05
+
+    init(loop: EventLoop, settings: RedisSettings, endpoint: RedisEndpoint, refreshSeconds: Double) {
+        self.loop = loop
+        self.settings = settings
+        self.endpoint = endpoint
+        lockSeconds = settings.effectiveLockSeconds(refreshSeconds: refreshSeconds)
+        var host = [CChar](repeating: 0, count: 256)
+        gethostname(&host, host.count - 1)
+        ownerID = "\(String(cString: host))/\(getpid())/\(String(UInt32.random(in: 0...UInt32.max), radix: 16))"
+    }
+
+    var name: String { settings.key }
+    var kind: String { "redis" }
+    var isShared: Bool { true }
+    var lockKey: String { settings.key + ":lock" }
+    var channel: String { settings.key + ":updates" }
+
+    // MARK: - Connections
+
+    func start() { connect() }
+
+    private func connect() {
+        reconnectTimer = nil
+        let connection = RedisConnection(loop: loop, endpoint: endpoint, commandTimeout: settings.commandTimeoutSeconds)
+        commands = connection
+        connection.onClosed = { [weak self, weak connection] reason in
+            guard let self, let connection, self.commands === connection else { return }
+            self.lost(reason)
+        }
+        connection.open { [weak self, weak connection] error in
+            guard let self, let connection, self.commands === connection else { return }
+            if let error { return self.lost(error) }
+            self.isConnected = true
+            self.reconnectDelay = 0.1
+            self.outage = nil
+            self.subscribe()
+            self.onReachability?(nil)
+        }
+    }
+
+    /// The command connection failed: unreachable until a new one answers. A lock we held expires by
+    /// itself; a lock wait ends now (unacquired).
+    private func lost(_ reason: String) {
+        commands?.close()
+        commands = nil
+        subscriber?.close()
+        subscriber = nil
+        isConnected = false
+        isSubscribed = false
+        pollTimer = nil
+        holdsLock = false
+        lockValidUntil = nil
+        let wasReachable = outage == nil
+        outage = "Redis \(endpoint.description): \(reason)"
+        if let pending = acquisition {
+            acquisition = nil
+            pending.completion(false, pending.waited)
+        }
+        if wasReachable { onReachability?(outage) }
+        let timer = LoopEvent(loop: loop) { [weak self] _ in self?.connect() }
+        timer.schedule(after: reconnectDelay)
+        reconnectTimer = timer
+        reconnectDelay = min(reconnectDelay * 2, 2)
+    }
+
+    private func subscribe() {
+        let connection = RedisConnection(loop: loop, endpoint: endpoint, commandTimeout: settings.commandTimeoutSeconds)
+        subscriber = connection
+        connection.onPush = { [weak self] message in
+            guard let self, case .array(let parts) = message, parts.count == 3, parts[0].text == "message",
+                  let version = parts[2].integer else { return }
+            self.announced(version)
+        }
+        connection.onClosed = { [weak self, weak connection] _ in
+            guard let self, let connection, self.subscriber === connection else { return }
+            self.subscriptionDropped()
+        }
+        connection.open { _ in }
+        connection.send(["SUBSCRIBE", channel]) { [weak self, weak connection] result in
+            guard let self, let connection, self.subscriber === connection else { return }
+            guard case .success(.array) = result else { return self.subscriptionDropped() }
+            self.isSubscribed = true
+            // Anything published while we were not subscribed is lost: look once.
+            self.pollVersion()
+        }
+        startPolling()
+    }
+
+    /// The subscription failed: polling (always on) carries the announcements until it is back, and it
+    /// is tried again meanwhile.
+    private func subscriptionDropped() {
+        subscriber?.close()
+        subscriber = nil
+        isSubscribed = false
+        guard isConnected else { return }
+        startPolling()
+        let timer = LoopEvent(loop: loop) { [weak self] _ in
+            guard let self, self.isConnected, self.subscriber == nil else { return }
+            self.subscribe()
+        }
+        timer.schedule(after: 1)
+        reconnectTimer = timer
+    }
+
+    /// The version is polled every `poll_interval_seconds` while connected, subscribed or not: it carries
+    /// the announcements while the subscription is down, catches a message lost in a reconnect, and makes
+    /// a Redis that went silent without closing the connection (a network partition) show up as
+    /// unreachable within a command timeout instead of at the next refresh.
+    private func startPolling() {
+        guard pollTimer == nil else { return }
+        let timer = LoopEvent.repeating(loop: loop) { [weak self] in self?.pollVersion() }
+        timer.schedule(after: settings.pollIntervalSeconds)
+        pollTimer = timer
+    }
+
+    private func pollVersion() {
+        commands?.send(["HGET", settings.key, "version"]) { [weak self] result in
+            guard let self, case .success(let reply) = result, let version = reply.integer else { return }
+            self.announced(version)
+        }
+    }
+
+    private func announced(_ version: Int64) {
+        announcedVersion = max(announcedVersion, version)
+        if changeSinceLastLook() { onChange?() }
+    }
+
+    // MARK: - TokenStore
+
+    func changeSinceLastLook() -> Bool {
+        announcedVersion > max(baseVersion, lastReadVersion)
+    }
+
+    func read(completion: @escaping (RefreshMachine.StoreRead) -> Void) {
+        guard let commands, isConnected else { return deferred { completion(.unreadable(self.outage ?? "Redis is not connected")) } }
+        commands.send(["GET", lockKey]) { [weak self] result in
+            if case .success(let reply) = result { self?.lockHolder = reply.text }
+        }
+        commands.send(["HMGET", settings.key, "version", "tokens", "login_required"]) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .failure(let error): completion(.unreadable(error.description))
+            case .success(let reply): completion(self.decode(reply))
+            }
+        }
+    }
+
+    private func decode(_ reply: RedisReply) -> RefreshMachine.StoreRead {
+        guard case .array(let fields) = reply, fields.count == 3 else {
+            if case .error(let message) = reply { return .unreadable("Redis: \(message)") }
+            return .unreadable("unexpected reply from Redis")
+        }
+        guard let version = fields[0].integer else { return .empty }
+        lastReadVersion = version
+        announcedVersion = max(announcedVersion, version)
+        guard case .string(let data) = fields[1] else { return .unreadable("Redis key \(settings.key) has a version but no tokens") }
+        let tokens: TokenSet
+        do {
+            tokens = try TokenFile.decode(data, path: "redis:\(settings.key)")
+        } catch {
+            return .unreadable("\(error)")
+        }
+        if let reason = fields[2].text, !reason.isEmpty { return .latched(tokens, reason: reason) }
+        return .tokens(tokens)
+    }
+
+    func noteAdopted() { baseVersion = lastReadVersion }
+
+    var version: Int64 { baseVersion }
+
+    func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
+        compareAndSet(tokens, loginRequired: nil, completion: completion)
+    }
+
+    func latchLoginRequired(_ tokens: TokenSet, reason: String) {
+        compareAndSet(tokens, loginRequired: reason) { _ in }
+    }
+
+    /// Persist before release: answers `written` only once Redis acknowledged the script.
+    private func compareAndSet(_ tokens: TokenSet, loginRequired: String?, completion: @escaping (TokenStoreWrite) -> Void) {
+        guard let commands, isConnected else { return deferred { completion(.failed(self.outage ?? "Redis is not connected")) } }
+        let data: Data
+        do {
+            data = try TokenFile.encode(tokens)
+        } catch {
+            return deferred { completion(.failed("\(error)")) }
+        }
+        let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
+                                                            loginRequired: loginRequired ?? "", writer: ownerID)
+        commands.send(arguments) { [weak self] result in
+            guard let self else { return }
+            switch result {
+            case .failure(let error): completion(.failed(error.description))
+            case .success(let reply):
+                switch RedisScripts.compareAndSetOutcome(reply) {
+                case .written(let version):
+                    self.baseVersion = version
+                    self.lastReadVersion = version
+                    self.announcedVersion = max(self.announcedVersion, version)
+                    completion(.written)
+                case .conflict:
+                    self.read { completion(.conflict($0)) }
+                case .failed(let reason):
+                    completion(.failed(reason))
+                }
+            }
+        }
+    }
+
+    func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void) {
+        guard isConnected else { return deferred { completion(false, false) } }
+        acquisition = Acquisition(deadline: EventLoop.monotonicNow + timeout, waited: false, completion: completion)
+        tryLock()
+    }
+
+    private func tryLock() {
+        guard let commands, acquisition != nil else { return }
+        let sentAt = EventLoop.monotonicNow
+        let milliseconds = String(Int((lockSeconds * 1000).rounded()))
+        commands.send(["SET", lockKey, ownerID, "NX", "PX", milliseconds]) { [weak self] result in
+            guard let self, var pending = self.acquisition else {
+                // Given up meanwhile (adopted another relay's tokens): let go of a lock we just got.
+                if case .success(.status) = result { self?.deleteOwnLock() }
+                return
+            }
+            switch result {
+            case .success(.status):
+                self.acquisition = nil
+                self.holdsLock = true
+                self.lockHolder = self.ownerID
+                self.lockValidUntil = sentAt + self.lockSeconds
+                pending.completion(true, pending.waited)
+            case .success(.null):
+                guard EventLoop.monotonicNow + Self.lockRetryInterval < pending.deadline else {
+                    self.acquisition = nil
+                    return pending.completion(false, true)
+                }
+                pending.waited = true
+                let retry = LoopEvent(loop: self.loop) { [weak self] _ in self?.tryLock() }
+                retry.schedule(after: Self.lockRetryInterval)
+                pending.retry = retry
+                self.acquisition = pending
+            case .success, .failure:
+                // An error reply, or the connection failed (`lost` has answered already if so).
+                self.acquisition = nil
+                pending.completion(false, pending.waited)
+            }
+        }
+    }
+
+    func release() {
+        acquisition = nil
+        guard holdsLock else { return }
+        holdsLock = false
+        lockValidUntil = nil
+        deleteOwnLock()
+    }
+
+    private func deleteOwnLock() {
+        commands?.send(RedisScripts.releaseArguments(lockKey: lockKey, owner: ownerID)) { _ in }
+        if lockHolder == ownerID { lockHolder = nil }
+    }
+
+    /// At exit the loop has stopped: a short loop of our own carries one compare-and-set.
+    func writeAtExit(_ tokens: TokenSet) throws {
+        let data = try TokenFile.encode(tokens)
+        let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
+                                                            loginRequired: "", writer: ownerID)
+        let reply = try RedisOneShot.run(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, arguments)
+        switch RedisScripts.compareAndSetOutcome(reply) {
+        case .written: return
+        case .conflict: throw RedisStoreError(description: "Redis key \(settings.key) holds a newer version; ours was not written")
+        case .failed(let reason): throw RedisStoreError(description: reason)
+        }
+    }
+
+    /// Failures answered without asking Redis still arrive from the loop, like replies do, never inside
+    /// the call that asked.
+    private func deferred(_ work: @escaping () -> Void) {
+        deferredWork.append(work)
+        if deferredEvent == nil {
+            deferredEvent = LoopEvent(loop: loop) { [weak self] _ in
+                guard let self else { return }
+                let due = self.deferredWork
+                self.deferredWork = []
+                due.forEach { $0() }
+            }
+        }
+        deferredEvent?.activate()
+    }
+
+    private var deferredWork: [() -> Void] = []
+    private var deferredEvent: LoopEvent?
+}
+
+struct RedisStoreError: Error, CustomStringConvertible {
+    let description: String
+}

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Fleet mode: N relays on one Redis, a burst spread over them after expiry.
+
+One run, all on this machine (redis-server on a unix socket in a temporary directory, everything else on
+127.0.0.1):
+  1. The token set is imported into Redis (`tokenrelay token import`) and N relays start on it.
+  2. The access token dies (the upstream accepts only the newest one from now on) and COUNT clients send at
+     once, spread round-robin over the relays. The token endpoint holds its answer until every relay holds
+     requests, so the whole burst waits on one refresh.
+Measured:
+  - refreshes: exchanges with the token endpoint (must be 1) and presentations of a spent refresh token
+    (must be 0),
+  - release: from the token answer leaving to the last held response arriving (issue goal: within 20 ms
+    beyond the refresh round trip),
+  - adoption: on every other relay, from the token endpoint's answer to that relay's adoption log line
+    (millisecond log timestamps, one clock); this includes the refreshing relay's compare-and-set round trip,
+    so it is an upper bound of the time from the publish to the adoption.
+
+Usage: bench/fleet_burst.py [--relays 10] [--count 1000] [--binary .build/release/tokenrelay]
+"""
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+
+
+class Identity:
+    """Token endpoint with rotation and reuse detection, and the upstream that accepts one access token."""
+
+    def __init__(self):
+        self.valid_access = "access-0"
+        self.current_refresh = "refresh-0"
+        self.spent = set()
+        self.calls = 0
+        self.reuse = 0
+        self.release = asyncio.Event()
+        self.answered_at = None
+
+    async def token_endpoint(self, reader, writer):
+        try:
+            while True:
+                _, _, body = await read_request(reader)
+                self.calls += 1
+                form = dict(part.split("=", 1) for part in body.decode().split("&") if "=" in part)
+                await self.release.wait()
+                presented = form.get("refresh_token")
+                if presented != self.current_refresh:
+                    self.reuse += 1
+                    answer = b'{"error":"invalid_grant"}'
+                    writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(answer), answer))
+                else:
+                    self.spent.add(presented)
+                    self.current_refresh = "refresh-%d" % self.calls
+                    self.valid_access = "access-%d" % self.calls
+                    answer = json.dumps({"access_token": self.valid_access, "refresh_token": self.current_refresh,
+                                         "expires_in": 3600, "token_type": "Bearer"}).encode()
+                    self.answered_at = time.monotonic()
+                    self.answered_wall = time.time()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(answer), answer))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def upstream(self, reader, writer):
+        try:
+            while True:
+                _, headers, _ = await read_request(reader)
+                if headers.get("authorization") == "Bearer " + self.valid_access:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                else:
+                    writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+async def read_request(reader):
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0") or 0)
+    body = await reader.readexactly(length) if length else b""
+    return lines[0], headers, body
+
+
+async def one_request(port, path):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(("GET %s HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n" % path).encode())
+        await writer.drain()
+        status = int((await reader.readline()).split(b" ")[1])
+        await reader.read()
+        return status, time.monotonic()
+    finally:
+        writer.close()
+
+
+async def admin_json(port, path):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(("GET %s HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n" % path).encode())
+    data = await reader.read()
+    writer.close()
+    return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
+
+def log_times(path, marker):
+    times = []
+    with open(path) as f:
+        for line in f:
+            if marker in line:
+                stamp = next(part for part in line.split() if part.startswith("ts="))[3:]
+                times.append(datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+    return times
+
+
+async def run(args, workdir):
+    identity = Identity()
+    api = await asyncio.start_server(identity.upstream, "127.0.0.1", 0, backlog=4096)
+    token_server = await asyncio.start_server(identity.token_endpoint, "127.0.0.1", 0)
+    socket_path = os.path.join(workdir, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700",
+                              "--save", "", "--appendonly", "no", "--dir", workdir], stdout=subprocess.DEVNULL)
+    relays = []
+    try:
+        for _ in range(200):
+            if os.path.exists(socket_path):
+                break
+            await asyncio.sleep(0.02)
+        config = {
+            "listen": "127.0.0.1:0", "admin": {"listen": "127.0.0.1:0"},
+            "upstream": {"url": "http://127.0.0.1:%d" % api.sockets[0].getsockname()[1]},
+            "tokens": {"redis": {"url": "unix://" + socket_path, "key": "bench:fleet"}},
+            "refresh": {"grant": "refresh_token", "token_url": "http://127.0.0.1:%d/token" % token_server.sockets[0].getsockname()[1],
+                        "client_id": "bench", "client_auth": "none", "proactive": False},
+            "limits": {"max_held_requests": max(1024, args.count * 2)},
+            "log": {"level": "info"},
+        }
+        config_file = os.path.join(workdir, "config.json")
+        with open(config_file, "w") as f:
+            json.dump(config, f)
+        seed = os.path.join(workdir, "seed.json")
+        with open(seed, "w") as f:
+            json.dump({"access_token": identity.valid_access, "refresh_token": identity.current_refresh}, f)
+        subprocess.run([args.binary, "token", "import", "--config", config_file, "--from", seed], check=True, stdout=subprocess.DEVNULL)
+
+        ports = []
+        for index in range(args.relays):
+            log_path = os.path.join(workdir, "relay-%d.log" % index)
+            log = open(log_path, "w+")
+            relays.append((subprocess.Popen([args.binary, "run", "--config", config_file], stderr=log), log_path))
+            deadline = time.monotonic() + 30
+            port = None
+            while port is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+                with open(log_path) as f:
+                    for line in f:
+                        if "msg=listening" in line:
+                            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+                            port = (int(fields["proxy"].rsplit(":", 1)[1]), int(fields["admin"].rsplit(":", 1)[1]))
+            if port is None:
+                raise SystemExit("relay %d did not start" % index)
+            ports.append(port)
+        for _, admin in ports:
+            while (await admin_json(admin, "/status")).get("ready") is not True:
+                await asyncio.sleep(0.02)
+
+        identity.valid_access = "dead"  # the access token dies for everyone
+        burst = [asyncio.create_task(one_request(ports[i % len(ports)][0], "/burst/%d" % i)) for i in range(args.count)]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            held = [(await admin_json(admin, "/status")).get("held_requests", 0) for _, admin in ports]
+            if sum(held) >= args.count * 0.9 and all(h > 0 for h in held):
+                break
+            await asyncio.sleep(0.01)
+        identity.release.set()
+        results = await asyncio.gather(*burst)
+        release = max(t for _, t in results) - identity.answered_at
+        bad = sum(1 for s, _ in results if s != 200)
+
+        adoptions = []
+        for _, path in relays:
+            adopted = log_times(path, "adopted tokens")[1:]  # the first is each relay's start
+            adoptions += [t - identity.answered_wall for t in adopted]
+        return identity.calls, identity.reuse, bad, release, sorted(adoptions)
+    finally:
+        for process, _ in relays:
+            process.send_signal(signal.SIGTERM)
+        for process, _ in relays:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        redis.terminate()
+        redis.wait(timeout=10)
+        api.close()
+        token_server.close()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--relays", type=int, default=10)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--binary", default=".build/release/tokenrelay")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as workdir:
+        calls, reuse, bad, release, adoptions = asyncio.run(run(args, workdir))
+    p = lambda q: adoptions[min(len(adoptions) - 1, int(len(adoptions) * q))] * 1000 if adoptions else float("nan")
+    print("relays %d, burst %d: refreshes %d (must be 1), reuse %d, non-200 %d" % (args.relays, args.count, calls, reuse, bad))
+    print("release: last held response %.1f ms after the token answer" % (release * 1000))
+    print("adoption on the other relays (%d): p50 %.1f ms, p99 %.1f ms, max %.1f ms"
+          % (len(adoptions), p(0.5), p(0.99), (adoptions[-1] * 1000) if adoptions else float("nan")))
+    raise SystemExit(0 if calls == 1 and reuse == 0 and bad == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()
