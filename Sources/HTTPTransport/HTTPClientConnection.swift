@@ -218,7 +218,10 @@ public final class HTTPClientConnection {
                 return
             case .idle:
                 // Nothing may arrive between responses: a stray response would answer the next request.
-                if input.count > 0 { protocolFailure(nil) }
+                if input.count > 0 {
+                    end(.unsolicitedBytes)
+                    stream.close()
+                }
                 return
             case .awaitingHead:
                 guard input.count > 0 else { return }
@@ -283,17 +286,17 @@ public final class HTTPClientConnection {
         // Bytes already buffered behind a complete response: never reuse (and the handler sees it). Nor
         // when the response came before the request body was all sent (an early 401 or 413): the rest of
         // that body would be read by the upstream as the next request.
-        if stream.input.count > 0 || requestFraming != nil { keepAlive = false }
+        let unsolicited = stream.input.count > 0
+        if unsolicited || requestFraming != nil { keepAlive = false }
         handler?.connectionReceivedEnd(self)
-        if !keepAlive, !hasEnded {
-            stream.close()
-        }
+        if unsolicited { end(.unsolicitedBytes) }   // reported before the close, which would say closedLocally
+        if !keepAlive { stream.close() }           // idempotent if the handler closed it already
     }
 
-    /// A response that breaks the protocol (or bytes nobody asked for): the connection cannot be trusted.
-    private func protocolFailure(_ error: HTTPWireError?) {
+    /// A response that breaks the protocol: the connection cannot be trusted.
+    private func protocolFailure(_ error: HTTPWireError) {
         keepAlive = false
-        end(error.map { .protocolError($0) } ?? .protocolError(.invalidStatus))
+        end(.protocolError(error))
         stream.close()
     }
 

@@ -147,6 +147,7 @@ final class HTTPClientConnectionTests: XCTestCase {
             XCTAssertEqual(recorder.reusableAtEnd, [false], first)
             XCTAssertFalse(loopThread.sync { connection?.isReusable ?? true })
             XCTAssertEqual(recorder.count("head"), 1)
+            XCTAssertEqual(recorder.events.last, "ended unsolicitedBytes started=true")
         }
     }
 
