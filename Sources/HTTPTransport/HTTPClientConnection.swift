@@ -80,6 +80,8 @@ public final class HTTPClientConnection {
     private var keepAlive = true
     private var hasEnded = false
     private var processing = false
+    /// Set by `UpstreamPool`: told once when the socket is closed, whoever holds the connection then.
+    var onClosed: (() -> Void)?
 
     /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
@@ -331,5 +333,8 @@ extension HTTPClientConnection: SocketStreamOwner {
 
     func streamClosed(_ stream: SocketStream) {
         end(.closedLocally)
+        let closed = onClosed
+        onClosed = nil
+        closed?()
     }
 }
