@@ -111,7 +111,45 @@ public final class HTTPClientConnection {
         // While the connect is in progress, writes return EAGAIN and wait for writability, and a refused
         // connect surfaces as the error of the first read or write: no separate connect state is needed.
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
+        self.loop = loop
         stream.owner = self
+    }
+
+    private let loop: TransportLoop
+    private var silenceTimer: TransportTimer?
+    private var silenceLimit: Double?
+
+    /// Longest the upstream may stay silent while a request is outstanding: from the request until the
+    /// first response byte (connecting included), and between any two reads of the response. nil (the
+    /// default) waits for ever, as a long-lived event stream needs once its head has arrived. Takes effect
+    /// at once; idle connections between requests are never timed out by it.
+    public func setSilenceLimit(_ seconds: Double?) {
+        silenceLimit = seconds
+        rearmSilence()
+    }
+
+    private var requestOutstanding: Bool {
+        switch state {
+        case .idle, .ended: return false
+        default: return true
+        }
+    }
+
+    private func rearmSilence() {
+        guard let seconds = silenceLimit, requestOutstanding, !hasEnded else {
+            silenceTimer?.cancel()
+            return
+        }
+        if silenceTimer == nil {
+            silenceTimer = TransportTimer(loop: loop) { [weak self] in self?.silenceExpired() }
+        }
+        silenceTimer?.schedule(after: seconds)
+    }
+
+    private func silenceExpired() {
+        guard requestOutstanding, !hasEnded else { return }
+        end(.timedOut)
+        stream.close()
     }
 
     /// Idle, alive, the last request was sent completely, and the last response left nothing behind.
@@ -128,6 +166,7 @@ public final class HTTPClientConnection {
         requestMethod = HTTPMethod(name: method)
         state = .awaitingHead
         responseStarted = false
+        rearmSilence()
         let framing: ResponseFraming
         switch body {
         case .none: framing = .none
@@ -307,12 +346,16 @@ public final class HTTPClientConnection {
         hasEnded = true
         let started = responseStarted
         state = .ended
+        silenceTimer?.cancel()
         handler?.connection(self, ended: reason, responseStarted: started)
     }
 }
 
 extension HTTPClientConnection: SocketStreamOwner {
-    func streamReceived(_ stream: SocketStream) { process() }
+    func streamReceived(_ stream: SocketStream) {
+        process()
+        rearmSilence()
+    }
 
     func streamReachedEnd(_ stream: SocketStream) {
         if case .bodyUntilClose = state {

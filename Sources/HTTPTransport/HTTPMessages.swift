@@ -72,6 +72,9 @@ public enum ConnectionEnd: Sendable, Equatable {
     /// a 304) or while no request was outstanding: the connection was closed, never reused. Worth
     /// counting and logging: it is either a broken upstream or an attempt at response desync.
     case unsolicitedBytes
+    /// The upstream stayed silent longer than the connection's silence limit while a request was
+    /// outstanding; the connection was closed.
+    case timedOut
 }
 
 func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
