@@ -80,6 +80,8 @@ public final class HTTPClientConnection {
     private var keepAlive = true
     private var hasEnded = false
     private var processing = false
+    /// Set by `UpstreamPool`: told once when the socket is closed, whoever holds the connection then.
+    var onClosed: (() -> Void)?
 
     /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
@@ -109,7 +111,45 @@ public final class HTTPClientConnection {
         // While the connect is in progress, writes return EAGAIN and wait for writability, and a refused
         // connect surfaces as the error of the first read or write: no separate connect state is needed.
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
+        self.loop = loop
         stream.owner = self
+    }
+
+    private let loop: TransportLoop
+    private var silenceTimer: TransportTimer?
+    private var silenceLimit: Double?
+
+    /// Longest the upstream may stay silent while a request is outstanding: from the request until the
+    /// first response byte (connecting included), and between any two reads of the response. nil (the
+    /// default) waits for ever, as a long-lived event stream needs once its head has arrived. Takes effect
+    /// at once; idle connections between requests are never timed out by it.
+    public func setSilenceLimit(_ seconds: Double?) {
+        silenceLimit = seconds
+        rearmSilence()
+    }
+
+    private var requestOutstanding: Bool {
+        switch state {
+        case .idle, .ended: return false
+        default: return true
+        }
+    }
+
+    private func rearmSilence() {
+        guard let seconds = silenceLimit, requestOutstanding, !hasEnded else {
+            silenceTimer?.cancel()
+            return
+        }
+        if silenceTimer == nil {
+            silenceTimer = TransportTimer(loop: loop) { [weak self] in self?.silenceExpired() }
+        }
+        silenceTimer?.schedule(after: seconds)
+    }
+
+    private func silenceExpired() {
+        guard requestOutstanding, !hasEnded else { return }
+        end(.timedOut)
+        stream.close()
     }
 
     /// Idle, alive, the last request was sent completely, and the last response left nothing behind.
@@ -126,6 +166,7 @@ public final class HTTPClientConnection {
         requestMethod = HTTPMethod(name: method)
         state = .awaitingHead
         responseStarted = false
+        rearmSilence()
         let framing: ResponseFraming
         switch body {
         case .none: framing = .none
@@ -218,7 +259,10 @@ public final class HTTPClientConnection {
                 return
             case .idle:
                 // Nothing may arrive between responses: a stray response would answer the next request.
-                if input.count > 0 { protocolFailure(nil) }
+                if input.count > 0 {
+                    end(.unsolicitedBytes)
+                    stream.close()
+                }
                 return
             case .awaitingHead:
                 guard input.count > 0 else { return }
@@ -283,17 +327,17 @@ public final class HTTPClientConnection {
         // Bytes already buffered behind a complete response: never reuse (and the handler sees it). Nor
         // when the response came before the request body was all sent (an early 401 or 413): the rest of
         // that body would be read by the upstream as the next request.
-        if stream.input.count > 0 || requestFraming != nil { keepAlive = false }
+        let unsolicited = stream.input.count > 0
+        if unsolicited || requestFraming != nil { keepAlive = false }
         handler?.connectionReceivedEnd(self)
-        if !keepAlive, !hasEnded {
-            stream.close()
-        }
+        if unsolicited { end(.unsolicitedBytes) }   // reported before the close, which would say closedLocally
+        if !keepAlive { stream.close() }           // idempotent if the handler closed it already
     }
 
-    /// A response that breaks the protocol (or bytes nobody asked for): the connection cannot be trusted.
-    private func protocolFailure(_ error: HTTPWireError?) {
+    /// A response that breaks the protocol: the connection cannot be trusted.
+    private func protocolFailure(_ error: HTTPWireError) {
         keepAlive = false
-        end(error.map { .protocolError($0) } ?? .protocolError(.invalidStatus))
+        end(.protocolError(error))
         stream.close()
     }
 
@@ -302,12 +346,16 @@ public final class HTTPClientConnection {
         hasEnded = true
         let started = responseStarted
         state = .ended
+        silenceTimer?.cancel()
         handler?.connection(self, ended: reason, responseStarted: started)
     }
 }
 
 extension HTTPClientConnection: SocketStreamOwner {
-    func streamReceived(_ stream: SocketStream) { process() }
+    func streamReceived(_ stream: SocketStream) {
+        process()
+        rearmSilence()
+    }
 
     func streamReachedEnd(_ stream: SocketStream) {
         if case .bodyUntilClose = state {
@@ -328,5 +376,8 @@ extension HTTPClientConnection: SocketStreamOwner {
 
     func streamClosed(_ stream: SocketStream) {
         end(.closedLocally)
+        let closed = onClosed
+        onClosed = nil
+        closed?()
     }
 }

@@ -68,6 +68,13 @@ public enum ConnectionEnd: Sendable, Equatable {
     case protocolError(HTTPWireError)
     /// A request head did not arrive completely within the head timeout; it was answered with 408.
     case headTimeout
+    /// An upstream sent bytes after a complete response (a second response in the same write, a body on
+    /// a 304) or while no request was outstanding: the connection was closed, never reused. Worth
+    /// counting and logging: it is either a broken upstream or an attempt at response desync.
+    case unsolicitedBytes
+    /// The upstream stayed silent longer than the connection's silence limit while a request was
+    /// outstanding; the connection was closed.
+    case timedOut
 }
 
 func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {

@@ -50,6 +50,9 @@ public final class HTTPServerConnection {
     private var responseCloses = false
     /// A response head not written yet: it goes out with the first body piece (one write instead of two).
     private var pendingHead: [UInt8]?
+    /// Body bytes still owed under a known length: more are never sent (the client would take them for
+    /// the next response), fewer end the connection (the client would wait for them).
+    private var bodyOwed = 0
     private var processing = false
     private var hasEnded = false
 
@@ -124,6 +127,7 @@ public final class HTTPServerConnection {
         }
         responseCloses = !requestKeepAlive || framing == .closeDelimited || bodyUnread
         responseFraming = framing
+        if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
         let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
         if framing == .none || framing == .length(0) || requestIsHead {
             stream.write(head)
@@ -135,6 +139,12 @@ public final class HTTPServerConnection {
     /// A piece of the response body.
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !hasEnded, let framing = responseFraming, bytes.count > 0, !requestIsHead else { return }
+        var bytes = bytes
+        if case .length = framing {
+            bytes = UnsafeRawBufferPointer(rebasing: bytes[0..<min(bytes.count, bodyOwed)])
+            bodyOwed -= bytes.count
+            if bytes.count == 0 { return }
+        }
         let head = pendingHead ?? []
         pendingHead = nil
         head.withUnsafeBytes { headBytes in
@@ -158,6 +168,13 @@ public final class HTTPServerConnection {
         let last: [UInt8] = framing == .chunked && !requestIsHead ? Array("0\r\n\r\n".utf8) : []
         head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
         responseFraming = nil
+        if bodyOwed > 0 {
+            // Short of the announced length: only closing tells the client the body will not come.
+            bodyOwed = 0
+            readState = .ended
+            stream.close()
+            return
+        }
         if responseCloses {
             readState = .ended
             stream.closeAfterFlush()

@@ -147,6 +147,7 @@ final class HTTPClientConnectionTests: XCTestCase {
             XCTAssertEqual(recorder.reusableAtEnd, [false], first)
             XCTAssertFalse(loopThread.sync { connection?.isReusable ?? true })
             XCTAssertEqual(recorder.count("head"), 1)
+            XCTAssertEqual(recorder.events.last, "ended unsolicitedBytes started=true")
         }
     }
 
@@ -231,5 +232,48 @@ final class HTTPClientConnectionTests: XCTestCase {
             }
         }
         XCTAssertEqual(message, "localhost: not an IP address literal")
+    }
+
+    /// An upstream that accepts and never answers is given up on after the silence limit, reported as
+    /// timed out before any response byte (so the caller knows the request may be retried or answered 504).
+    func testSilentUpstreamTimesOut() throws {
+        let upstream = CannedUpstream(answer: "")
+        defer { upstream.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let started = Date()
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "127.0.0.1", port: upstream.port)
+            connection?.handler = recorder
+            connection?.setSilenceLimit(0.3)
+            connection?.startRequest(method: "GET", target: Array("/slow".utf8), fields: [("Host", "u")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("ended") == 1 }, "\(recorder.events)")
+        XCTAssertEqual(recorder.events.last, "ended timedOut started=false")
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.25)
+    }
+
+    /// A response that keeps arriving is never cut by the silence limit, however long it takes in all.
+    func testSilenceLimitCountsGapsNotTheWholeResponse() throws {
+        let server = try TransportTestServer()
+        defer { server.stop() }
+        let recorder = RecordingClient()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "127.0.0.1", port: server.port)
+            connection?.handler = recorder
+            connection?.setSilenceLimit(5)
+            connection?.startRequest(method: "GET", target: Array("/stream?2000000".utf8), fields: [("Host", "u")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        defer { withExtendedLifetime(connection) {} }
+        XCTAssertTrue(waitUntil(recorder.signal, timeout: 10) { recorder.count("end") == 1 }, "\(recorder.events)")
+        XCTAssertEqual(recorder.body.count, 2_000_000)
+        XCTAssertEqual(recorder.count("ended"), 0)
+        loopThread.sync { connection?.close() }
     }
 }

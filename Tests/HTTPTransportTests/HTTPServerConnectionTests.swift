@@ -172,3 +172,18 @@ extension HTTPServerConnectionTests {
         XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?3\n")
     }
 }
+
+extension HTTPServerConnectionTests {
+    /// A sender that gets its length wrong cannot desynchronise the client: extra bytes are dropped, a
+    /// short body ends the connection.
+    func testAnnouncedLengthIsHeldToBothWays() throws {
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /overlong HTTP/1.1\r\nHost: h\r\n\r\nGET /echo?next HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "abc")
+        XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?next\n")
+
+        let short = try LoopbackClient(port: server.port)
+        try short.send("GET /short HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertThrowsError(try short.readResponse(), "closed in the body")
+    }
+}

@@ -99,6 +99,16 @@ final class EchoHandler: HTTPServerConnectionHandler {
         let path = target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target
         let query = target.split(separator: "?", maxSplits: 1).dropFirst().first.flatMap { Int($0) } ?? 0
         switch path {
+        case "/overlong":
+            // Says 3 bytes, tries to send 9: the extra must never reach the client.
+            connection.startResponse(HTTPResponseHead(status: 200, reason: "OK"), body: .known(3))
+            connection.sendBody(Array("abcHTTP/1".utf8))
+            connection.finishResponse()
+        case "/short":
+            // Says 10 bytes, sends 3: the connection must close rather than leave the client waiting.
+            connection.startResponse(HTTPResponseHead(status: 200, reason: "OK"), body: .known(10))
+            connection.sendBody(Array("abc".utf8))
+            connection.finishResponse()
         case "/peer":
             connection.respond(HTTPResponseHead(status: 200, reason: "OK"), body: Array(connection.peer.description.utf8))
         case "/stream", "/known":

@@ -144,19 +144,24 @@ final class RefreshCoordinator {
         if let immediate { completion(immediate) }
     }
 
-    /// How long a cycle waits for another process's lock on the store: three exchanges' worth.
-    static func lockTimeout(refreshTimeout: Double) -> Double { refreshTimeout * 3 }
+    /// How long a cycle waits for the store's lock. A Redis lock expires by itself: waiting a little longer
+    /// than its lifetime reaches the next one even when its holder died. A file lock is waited for three
+    /// refreshes long.
+    static func lockTimeout(for config: Config) -> Double {
+        let refreshSeconds = config.timeouts.refreshSeconds
+        return config.tokens.redis.map { $0.effectiveLockSeconds(refreshSeconds: refreshSeconds) + 2 * $0.commandTimeoutSeconds }
+            ?? refreshSeconds * 3
+    }
 
     /// Live reload: a refresh in flight finishes with the settings it started with; the next cycle uses
     /// these. The header value changes with the next request. Everything comes from the new config
     /// itself, never from the token endpoint client (which may still hold the old grant while an exchange
     /// runs): a hold-off computed with a stale `refresh_seconds`, or a grant believed not to present a
     /// refresh token, would let a refresh token leave twice.
-    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double) {
+    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double, lockTimeout: Double) {
         self.injection = injection
         self.refreshTimeout = refreshTimeout
-        // A shared store's lock wait follows its lock lifetime, fixed at start (tokens.redis needs a restart).
-        if !store.isShared { lockTimeout = Self.lockTimeout(refreshTimeout: refreshTimeout) }
+        self.lockTimeout = lockTimeout
         authorization = nil
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
                                                    needsRefreshToken: settings.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,

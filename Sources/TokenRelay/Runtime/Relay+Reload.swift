@@ -54,7 +54,8 @@ extension Relay {
         clientSecret = preflight.clientSecret
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
         reconfigureTokenEndpoint()
-        coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds)
+        coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
+                          lockTimeout: RefreshCoordinator.lockTimeout(for: next))
         watchClientSecret()
     }
 

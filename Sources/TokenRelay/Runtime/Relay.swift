@@ -50,14 +50,9 @@ public final class Relay {
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let store = try Self.tokenStore(loop: loop, preflight: preflight)
         redactor.add(preflight.redis?.password)
-        // A Redis lock expires by itself: waiting a little longer than its lifetime reaches the next one
-        // even when its holder died. A file lock is waited for three refreshes long.
-        let refreshSeconds = preflight.config.timeouts.refreshSeconds
-        let lockTimeout = preflight.config.tokens.redis.map { $0.effectiveLockSeconds(refreshSeconds: refreshSeconds) + 2 * $0.commandTimeoutSeconds }
-            ?? RefreshCoordinator.lockTimeout(refreshTimeout: refreshSeconds)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
                                          initialTokens: preflight.tokens,
-                                         settings: config.refresh, injection: config.inject, lockTimeout: lockTimeout,
+                                         settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),
                                          refreshTimeout: config.timeouts.refreshSeconds,
                                          storeWriteTimeout: preflight.config.tokens.redis?.writeTimeoutSeconds ?? 0,
                                          cache: preflight.redis == nil ? nil : preflight.tokenFile,
