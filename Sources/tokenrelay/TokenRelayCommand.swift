@@ -54,10 +54,17 @@ struct Demo: ParsableCommand {
     @Option(help: "Stop after this many seconds (default: run until Ctrl-C).")
     var seconds: Double?
 
+    @Flag(help: "Three relays sharing one identity through a local redis-server (fleet mode).")
+    var fleet = false
+
     func run() throws {
         let redactor = SecretRedactor()
         let logger = bootstrapLogging(level: "info", redactor: redactor)
-        try failOnError { try DemoRunner.run(seconds: seconds, redactor: redactor, logger: logger) }
+        if fleet {
+            try failOnError { try FleetDemoRunner.run(seconds: seconds, redactor: redactor, logger: logger) }
+        } else {
+            try failOnError { try DemoRunner.run(seconds: seconds, redactor: redactor, logger: logger) }
+        }
     }
 }
 

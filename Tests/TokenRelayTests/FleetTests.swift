@@ -9,10 +9,12 @@ import Glibc
 class FleetTestCase: RelayTestCase {
     fileprivate var redis: RedisServerProcess!
     fileprivate let key = "tokenrelay:fleet-test"
+    /// Whether the test's redis-server also listens on a 127.0.0.1 port (a replica connects over TCP).
+    var redisListensOnTCP: Bool { false }
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        redis = try RedisServerProcess(appendOnly: true)
+        redis = try RedisServerProcess(appendOnly: true, tcp: redisListensOnTCP)
     }
 
     override func tearDownWithError() throws {
@@ -266,6 +268,57 @@ final class FleetTests: FleetTestCase {
         XCTAssertEqual(try get(relays[0], "/imported").status, 200)
     }
 
+    /// `token show` against Redis: version, fingerprints, lock holder; never a token.
+    func testTokenShowReportsTheRedisStore() throws {
+        try importTokens()
+        let configURL = workDir.appendingPathComponent("import-config.json")
+        let shown = try TokenRelayProcess.runCommand(arguments: ["token", "show", "--config", configURL.path])
+        XCTAssertEqual(shown.exitCode, 0, shown.stderr)
+        XCTAssertTrue(shown.stdout.contains("version: 1"), shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("refresh lock: free"), shown.stdout)
+        let stored = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        for token in [stored["access_token"], stored["refresh_token"]].compactMap({ $0 as? String }) {
+            XCTAssertFalse(shown.stdout.contains(token), "a token on the screen")
+        }
+    }
+
+    /// A Redis password: used, never shown (logs, /status); a wrong one is a clear reason and not ready.
+    func testRedisPasswordIsUsedAndNeverShown() throws {
+        let password = "canary-redis-password-5e1d"
+        try redis.cli(["CONFIG", "SET", "requirepass", password])
+        defer { _ = try? redis.cli(["-a", password, "--no-auth-warning", "CONFIG", "SET", "requirepass", ""]) }
+        var config = fleetConfig(["password_env": "TOKENRELAY_REDIS_PASSWORD"])
+        let configURL = workDir.appendingPathComponent("password-config.json")
+        try JSONSerialization.data(withJSONObject: config).write(to: configURL)
+        let imported = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
+                                                        environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret, "TOKENRELAY_REDIS_PASSWORD": password])
+        XCTAssertEqual(imported.exitCode, 0, imported.stderr)
+        let relay = try TokenRelayProcess.start(config: config, environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret,
+                                                                              "TOKENRELAY_REDIS_PASSWORD": password],
+                                                workDir: makeSubdirectory("with-password"))
+        defer { relay.stop() }
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        XCTAssertEqual(try get(relay, "/authenticated").status, 200)
+        XCTAssertFalse(relay.stderrText.contains(password))
+        XCTAssertFalse(try admin(relay, "/status").bodyText.contains(password))
+
+        config["admin"] = ["listen": "127.0.0.1:0"]
+        let wrong = try TokenRelayProcess.start(config: config, environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret,
+                                                                              "TOKENRELAY_REDIS_PASSWORD": "not-the-password"],
+                                                workDir: makeSubdirectory("wrong-password"))
+        defer { wrong.stop() }
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(wrong, "/status").bodyText.contains("WRONGPASS")) == true },
+                      (try? admin(wrong, "/status").bodyText) ?? "")
+        XCTAssertEqual(try admin(wrong, "/readyz").status, 503)
+        XCTAssertFalse(wrong.stderrText.contains("not-the-password"))
+    }
+
+    private func makeSubdirectory(_ name: String) throws -> URL {
+        let url = workDir.appendingPathComponent(name)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
     /// A relay started while Redis is down serves from its local cache (tokens.file) if that holds a
     /// usable access token; without one it is not ready. Neither refreshes.
     func testARelayStartingWhileRedisIsDownServesFromItsCache() throws {
@@ -328,5 +381,38 @@ final class FleetSoakTests: FleetTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0)
         XCTAssertLessThanOrEqual(tokenServer.successfulRefreshes, 20, "about one per 2 s lifetime fleet-wide, not one per relay")
         XCTAssertGreaterThanOrEqual(tokenServer.successfulRefreshes, 8)
+    }
+}
+
+/// `tokens.redis.wait_replicas`: with a replica attached the write counts once the replica has it; with
+/// none in time it is a failed write (the tokens stay in service, visibly unsaved, and no reuse).
+final class FleetReplicaWaitTests: FleetTestCase {
+    override var redisListensOnTCP: Bool { true }
+
+    func testHeldRequestsWaitForTheConfiguredReplicas() throws {
+        try importTokens()
+        let replica = try RedisServerProcess()
+        defer { replica.stop() }
+        try replica.cli(["REPLICAOF", "127.0.0.1", String(try XCTUnwrap(redis.tcpPort))])
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:1") })
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? replica.cli(["INFO", "replication"])) ?? "").contains("master_link_status:up") })
+        let relay = try startRelay(fleetConfig(["wait_replicas": 1]))
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/with-replica").status, 200)
+        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, false, "the replica acknowledged")
+        XCTAssertEqual(try replica.cli(["HGET", key, "version"]), "2", "the replica has the new version")
+
+        replica.stop()
+        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:0") })
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relay, "/no-replica").status, 200, "the tokens serve even though no replica has them")
+        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, true, "no replica acknowledged: the write counts as failed")
+        XCTAssertTrue(relay.stderrText.contains("replicas acknowledged"), relay.stderrText.suffix(2000).description)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
+    private func statusField(_ relay: TokenRelayProcess, _ field: String) throws -> Any? {
+        try XCTUnwrap(JSONSerialization.jsonObject(with: admin(relay, "/status").body) as? [String: Any])[field]
     }
 }

@@ -587,4 +587,33 @@ final class RefreshMachineTests: XCTestCase {
         record(machine.storeRead(.tokens(TokenSet(accessToken: "a-imported", refreshToken: "r-imported")), now: now))
         XCTAssertEqual(machine.state, .ready, "new tokens (an import, a login) clear it")
     }
+
+    func testALostCompareAndSetToNothingNewerKeepsTheFreshTokensAndWritesAgain() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a-ours", "r-ours"))
+        // The store holds our own old tokens (r1, presented already): nothing newer than what we got.
+        record(machine.persistConflicted(.tokens(TokenSet(accessToken: "a1", refreshToken: "r1")), now: now))
+        XCTAssertEqual(machine.tokens.refreshToken, "r-ours", "the only live refresh token is kept")
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertNotNil(machine.unsaved, "visible, and the write is retried")
+        advance(1)
+        XCTAssertEqual(writes.last?.refreshToken, "r-ours")
+    }
+
+    func testUnsavedTokensAreWrittenTheMomentTheStoreIsBack() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.storeUnreachable("connection reset", now: now))
+        record(machine.persistFailed("Redis is not connected", now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)], "serving with the new tokens")
+        let writesBefore = writes.count
+        advance(0.01)
+        record(machine.storeReachable(now: now))
+        XCTAssertEqual(writes.count, writesBefore + 1, "written at once, not after the backoff")
+        XCTAssertEqual(writes.last?.refreshToken, "r2")
+    }
 }

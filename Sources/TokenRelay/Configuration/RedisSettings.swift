@@ -14,8 +14,15 @@ public struct RedisSettings: Sendable {
     /// How long the refresh lock lives unless released; nil: `timeouts.refresh_seconds` plus
     /// `defaultLockMarginCommands` command timeouts.
     public var lockSeconds: Double?
-    /// How often the version is polled while the subscription is down.
+    /// How often the version is polled (see `RedisTokenStore.startPolling`).
     public var pollIntervalSeconds = 0.5
+    /// Replicas that must have a new token set (Redis `WAIT`) before held requests are released; 0: the
+    /// primary's acknowledgement suffices.
+    public var waitReplicas = 0
+
+    /// How long a write may take: the compare-and-set, and `WAIT` (given half a command timeout, so it
+    /// answers before the connection's own bound).
+    var writeTimeoutSeconds: Double { commandTimeoutSeconds * (waitReplicas > 0 ? 1.5 : 1) }
 
     /// The lock must outlive one refresh (`refresh_seconds`) plus the commands around it under the lock
     /// (the re-read before, the compare-and-set after). Race it prevents: a lock that expires while its
@@ -32,7 +39,7 @@ public struct RedisSettings: Sendable {
     static func read(from tokens: JSONObjectReader) throws -> RedisSettings? {
         guard let object = try tokens.optionalObject("redis") else { return nil }
         object.declareKeys(["url", "key", "username", "password_env", "password_file", "command_timeout_seconds", "lock_seconds",
-                            "poll_interval_seconds"])
+                            "poll_interval_seconds", "wait_replicas"])
         let endpoint = try parseURL(object.string("url"), field: object.fieldPath("url"))
         let key = try object.string("key")
         if key.utf8.count > 256 || key.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
@@ -52,6 +59,7 @@ public struct RedisSettings: Sendable {
         if let value = try object.optionalNumber("command_timeout_seconds", range: 0.05...60) { settings.commandTimeoutSeconds = value }
         settings.lockSeconds = try object.optionalNumber("lock_seconds", range: 0.1...86_400 * 2)
         if let value = try object.optionalNumber("poll_interval_seconds", range: 0.05...60) { settings.pollIntervalSeconds = value }
+        if let value = try object.optionalInteger("wait_replicas", range: 0...64) { settings.waitReplicas = value }
         try object.rejectUnknownKeys()
         return settings
     }

@@ -321,6 +321,9 @@ final class RefreshCoordinator {
             case .conflict(let read):
                 self.metrics.storeConflicts.increment()
                 self.deliver(read, source: "conflict") { self.machine.persistConflicted(read, now: Self.now()) }
+                // Adopted or not, the next write is based on the version just read: one that lost to an
+                // older token set (ours are the live ones) then writes over it.
+                self.store.noteAdopted()
             }
         }
     }

@@ -404,6 +404,18 @@ struct RefreshMachine {
     /// and the cycle ends with it.
     mutating func persistConflicted(_ stored: StoreRead, now: Instant) -> [Action] {
         emit(.count(.storeConflict))
+        switch stored {
+        case .tokens(let newer) where isNewToUs(newer): break
+        case .latched: break
+        default:
+            // What the store holds now is no newer than ours (a refresh token we already presented, our own
+            // old tokens, nothing, or unreadable): our fresh tokens are the only live ones. Dropping them
+            // would lose the session; they stay in service as unsaved and the write is retried on the
+            // version just read (the driver bases the next compare-and-set on it).
+            log(.warning, "the token store changed under our write but holds nothing newer; keeping our tokens and writing again")
+            writeFinished(error: "the token store changed under our write (compare-and-set lost to an older token set)", now)
+            return drain()
+        }
         let isRetryWrite = retryWriteInFlight
         retryWriteInFlight = false
         guard isRetryWrite || { if case .refreshing(let c) = phase, case .persisting(_, _, _, false) = c.step { return true }; return false }() else {
@@ -422,8 +434,7 @@ struct RefreshMachine {
             endCycleOrRelease(now)
         case .latched(_, let reason):
             reject("another relay's refresh was rejected; login required", ["reason": reason], now, latchInStore: false)
-        default:
-            if case .refreshing = phase { giveUp(reason: "the token store changed under our write and holds nothing usable", now) }
+        default: break
         }
         emit(.tokenEndpointIdle)
         return drain()
@@ -447,9 +458,9 @@ struct RefreshMachine {
     /// (its held requests get the reason); one already at the token server finishes, and its write is
     /// retried until the store is back.
     mutating func storeUnreachable(_ reason: String, now: Instant) -> [Action] {
-        let first = storeOutage == nil
+        let changed = storeOutage != reason
         storeOutage = reason
-        if first { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
+        if changed { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
         if case .refreshing(let cycle) = phase {
             switch cycle.step {
             case .waiting, .acquiringLock:
@@ -473,6 +484,10 @@ struct RefreshMachine {
         guard storeOutage != nil else { return drain() }
         storeOutage = nil
         log(.info, "token store reachable again")
+        // Rotated tokens we could not write go first, at once, not after the retry backoff. Race it
+        // prevents: the lock we held runs out meanwhile and another relay, reading the old version under
+        // its own lock, presents the refresh token our refresh already burnt.
+        if unsaved != nil { retrySave(now) }
         readingStoreAfterOutage = true
         emit(.readStore)
         emit(.publish)

@@ -54,7 +54,7 @@ public final class Relay {
                                          initialTokens: preflight.tokens,
                                          settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),
                                          refreshTimeout: config.timeouts.refreshSeconds,
-                                         storeWriteTimeout: preflight.config.tokens.redis?.commandTimeoutSeconds ?? 0,
+                                         storeWriteTimeout: preflight.config.tokens.redis?.writeTimeoutSeconds ?? 0,
                                          cache: preflight.redis == nil ? nil : preflight.tokenFile,
                                          metrics: metrics, redactor: redactor, logger: logger)
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,

@@ -110,13 +110,15 @@ final class RedisTokenStore: TokenStore {
         pollTimer = nil
         holdsLock = false
         lockValidUntil = nil
-        let wasReachable = outage == nil
+        let previous = outage
         outage = "Redis \(endpoint.description): \(reason)"
         if let pending = acquisition {
             acquisition = nil
             pending.completion(false, pending.waited)
         }
-        if wasReachable { onReachability?(outage) }
+        // Told once per new reason: at start the placeholder ("connecting") gives way to the real one, and
+        // a Redis that stays down with the same error does not repeat itself every reconnect.
+        if outage != previous { onReachability?(outage) }
         let timer = LoopEvent(loop: loop) { [weak self] _ in self?.connect() }
         timer.schedule(after: reconnectDelay)
         reconnectTimer = timer
@@ -257,12 +259,30 @@ final class RedisTokenStore: TokenStore {
                     self.baseVersion = version
                     self.lastReadVersion = version
                     self.announcedVersion = max(self.announcedVersion, version)
-                    completion(.written)
+                    self.awaitReplicas(completion)
                 case .conflict:
                     self.read { completion(.conflict($0)) }
                 case .failed(let reason):
                     completion(.failed(reason))
                 }
+            }
+        }
+    }
+
+    /// `WAIT` narrows what a failover can lose: the new version is on `wait_replicas` replicas before the
+    /// write counts as done. Too few in time is a failed write (the tokens stay in service and the write is
+    /// retried, as for any failed write).
+    private func awaitReplicas(_ completion: @escaping (TokenStoreWrite) -> Void) {
+        let wanted = settings.waitReplicas
+        guard wanted > 0, let commands else { return completion(.written) }
+        let milliseconds = max(1, Int(settings.commandTimeoutSeconds * 500))
+        commands.send(["WAIT", String(wanted), String(milliseconds)]) { result in
+            switch result {
+            case .success(.integer(let count)) where count >= wanted: completion(.written)
+            case .success(.integer(let count)):
+                completion(.failed("only \(count) of \(wanted) Redis replicas acknowledged the new token set within \(milliseconds) ms"))
+            case .success(let other): completion(.failed("WAIT: unexpected reply \(other.text ?? "")"))
+            case .failure(let error): completion(.failed(error.description))
             }
         }
     }
