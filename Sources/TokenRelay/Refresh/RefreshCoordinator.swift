@@ -78,7 +78,7 @@ final class RefreshCoordinator {
     /// Starts the timers: proactive refresh (at once if the stored token is already due) and the store
     /// watch.
     func start(watchInterval: Double) {
-        execute(machine.start(now: Self.now()))
+        execute(machine.start(now: Self.now(), inFlight: store.readInFlightRecord()))
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
             self?.watchStore()
             self?.publish()
@@ -147,18 +147,30 @@ final class RefreshCoordinator {
     }
 
     /// At exit, after the loop has stopped: one last synchronous write of tokens that could not be
-    /// saved. Throws (one line naming the file and the cause) if even that fails: the process must not
-    /// exit 0 with a burnt refresh token in the store.
-    func saveUnsavedTokensAtExit() throws {
-        guard machine.hasUnsavedTokens else { return }
-        do {
-            try store.writer(for: machine.tokens)()
-            machine.savedAtExit()
-            logger.warning("tokens saved to the token file at exit")
-        } catch {
-            throw UnsavedTokensError(description: "exiting with rotated tokens that could not be saved (\(error)); "
-                                     + "the token file holds a burnt refresh token: a new login will be needed")
+    /// saved, and a word about a refresh abandoned in flight. Throws one line (naming the file and the
+    /// cause, or the abandoned refresh by fingerprint and time) if either is the case: the process must
+    /// not exit 0 with a burnt refresh token in the store, or with a refresh whose outcome nobody will
+    /// learn.
+    func finishAtExit() throws {
+        var problems: [String] = []
+        if machine.hasUnsavedTokens {
+            do {
+                try store.writer(for: machine.tokens)()
+                machine.savedAtExit()
+                logger.warning("tokens saved to the token file at exit")
+            } catch {
+                problems.append("exiting with rotated tokens that could not be saved (\(error)); "
+                                + "the token file holds a burnt refresh token: a new login will be needed")
+            }
         }
+        if let abandoned = machine.exchangeInFlight {
+            // The in-flight record stays on disk: the next start holds this refresh token back.
+            let holdOffEnds = abandoned.sentAt.addingTimeInterval(refreshTimeout + machine.settings.backoffSeconds)
+            problems.append("exiting with a token refresh in flight (refresh token \(abandoned.fingerprint), sent at "
+                            + "\(Timestamp.format(abandoned.sentAt))); its outcome is unknown: the next start does not present "
+                            + "that refresh token before \(Timestamp.format(holdOffEnds))")
+        }
+        guard problems.isEmpty else { throw UnfinishedBusinessAtExit(description: problems.joined(separator: "; ")) }
     }
 
     private func authorizationValue(_ generation: UInt64) -> String {
@@ -202,7 +214,7 @@ final class RefreshCoordinator {
                 guard let self else { return }
                 if waited { self.metrics.lockWaits.increment() }
                 if acquired {
-                    self.execute(self.machine.lockAcquired(store: self.readStore(), now: Self.now()))
+                    self.execute(self.machine.lockAcquired(store: self.readStore(), inFlight: self.store.readInFlightRecord(), now: Self.now()))
                 } else {
                     self.execute(self.machine.lockTimedOut(now: Self.now()))
                 }
@@ -217,7 +229,17 @@ final class RefreshCoordinator {
         case .persist(let tokens):
             write(tokens)
         case .readStore:
-            execute(machine.storeRead(readStore(), now: Self.now()))
+            execute(machine.storeRead(readStore(), inFlight: store.readInFlightRecord(), now: Self.now()))
+        case .recordInFlight(let record):
+            recordInFlight(record)
+        case .removeInFlightRecord:
+            do {
+                try store.removeInFlightRecord()
+            } catch {
+                // Harmless beyond this line: a leftover record names a refresh token no longer in service
+                // (stale, removed later), or holds a restart off for refresh_seconds.
+                logger.warning("could not remove the in-flight refresh marker", metadata: ["error": "\(error)"])
+            }
         case .release(let outcome):
             onOutcome?(outcome)
             let waiting = completions
@@ -256,6 +278,23 @@ final class RefreshCoordinator {
         }
     }
 
+    /// Off the loop (fsync), like a token file write; the refresh token leaves only once it is on disk.
+    private func recordInFlight(_ record: RefreshInFlightRecord) {
+        let writer: @Sendable () throws -> Void
+        do {
+            writer = try store.inFlightRecordWriter(for: record)
+        } catch {
+            return execute(machine.inFlightRecordFailed("\(error)", now: Self.now()))
+        }
+        OffLoopWork.run(on: loop, { Result { try writer() } }) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .success: self.execute(self.machine.inFlightRecorded(now: Self.now()))
+            case .failure(let error): self.execute(self.machine.inFlightRecordFailed("\(error)", now: Self.now()))
+            }
+        }
+    }
+
     private func readStore() -> RefreshMachine.StoreRead {
         do {
             return .tokens(try store.read())
@@ -269,7 +308,7 @@ final class RefreshCoordinator {
     /// not look like someone else's, and it re-reads the store under the lock anyway.
     private func watchStore() {
         guard machine.state != .refreshing, store.changeSinceLastLook() else { return }
-        execute(machine.storeRead(readStore(), now: Self.now()))
+        execute(machine.storeRead(readStore(), inFlight: store.readInFlightRecord(), now: Self.now()))
     }
 
     private func count(_ metric: RefreshMachine.Metric) {
@@ -303,7 +342,7 @@ final class RefreshCoordinator {
     }
 }
 
-/// Rotated tokens could not be written even at exit.
-struct UnsavedTokensError: Error, CustomStringConvertible {
+/// Rotated tokens could not be written even at exit, or a refresh was abandoned in flight.
+struct UnfinishedBusinessAtExit: Error, CustomStringConvertible {
     let description: String
 }

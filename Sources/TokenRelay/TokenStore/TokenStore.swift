@@ -19,4 +19,10 @@ protocol TokenStore: AnyObject {
     /// `timeout` seconds.
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void)
     func release()
+
+    /// The in-flight refresh record (`RefreshInFlightMarker`): read, written (safe to run off the loop; it
+    /// fsyncs) and removed by the refresh driver; the refresh machine decides when.
+    func readInFlightRecord() -> RefreshInFlightRead
+    func inFlightRecordWriter(for record: RefreshInFlightRecord) throws -> @Sendable () throws -> Void
+    func removeInFlightRecord() throws
 }
