@@ -360,6 +360,23 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(recordsWritten.count, 1, "its own record replaces the old one")
     }
 
+    func testItsOwnRecordReadBackHoldsNothingOffTwice() throws {
+        makeMachine { $0.refreshTimeout = 10; $0.backoffSeconds = 1 }
+        wall = wall.addingTimeInterval(0.000_4)  // sub-millisecond: the file keeps milliseconds
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        let written = try XCTUnwrap(recordsWritten.last)
+        let readBack = try XCTUnwrap(RefreshInFlightMarker.decode(RefreshInFlightMarker.encode(written)))
+        answer(.transient(reason: "token endpoint timed out", outcomeUnknown: true), after: 10)
+        advance(1)
+        record(machine.storeRead(.tokens(machine.tokens), inFlight: .record(readBack), now: now))
+        XCTAssertNil(machine.holdOff, "its own hold-off covered it")
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint(inFlight: .record(readBack))
+        XCTAssertEqual(presentations, 2)
+        XCTAssertFalse(actions.contains { if case .log(_, let message, _) = $0 { return message.contains("previous run") } else { return false } })
+    }
+
     func testTheAnswerSavedByThePreviousRunIsAdoptedWhenTheHoldOffEnds() {
         let sent = RefreshInFlightRecord(fingerprint: TokenFingerprint.of("r1"), sentAt: wall)
         makeMachine(inFlight: .record(sent)) { $0.refreshTimeout = 10; $0.backoffSeconds = 1 }

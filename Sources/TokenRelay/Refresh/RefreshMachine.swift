@@ -439,8 +439,6 @@ struct RefreshMachine {
         if retryWriteInFlight {
             retryWriteInFlight = false
             if let error { markUnsaved(error, now) } else { markSaved() }
-            // The record of an earlier exchange whose tokens were unsaved is stale now; a cycle that has
-            // a record out removes its own.
             // The record of the exchange whose answer this saves names a refresh token no longer in the
             // file: stale, removed under the lock by the next cycle (not here: without the lock it could
             // be another process's record by now).
@@ -607,7 +605,6 @@ struct RefreshMachine {
         recordOnDisk = nil
         emit(.removeInFlightRecord)
     }
-
 
     private func holdOffRetryAfter(_ now: Instant) -> Int? {
         guard let holdOff else { return nil }

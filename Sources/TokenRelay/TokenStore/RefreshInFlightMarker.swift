@@ -16,6 +16,11 @@ struct RefreshInFlightRecord: Equatable {
     init(refreshToken: String, sentAt: Date) {
         self.init(fingerprint: TokenFingerprint.of(refreshToken), sentAt: sentAt)
     }
+
+    /// The file keeps milliseconds: a record read back is the same record as the one written.
+    static func == (lhs: Self, rhs: Self) -> Bool {
+        lhs.fingerprint == rhs.fingerprint && abs(lhs.sentAt.timeIntervalSince(rhs.sentAt)) < 0.002
+    }
 }
 
 /// What the marker file says, as the refresh machine sees it.
