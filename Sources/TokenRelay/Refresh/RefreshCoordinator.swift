@@ -153,7 +153,17 @@ final class RefreshCoordinator {
     /// learn.
     func finishAtExit() throws {
         var problems: [String] = []
-        if machine.hasUnsavedTokens {
+        if let answer = machine.answerBeingSaved {
+            do {
+                try store.writer(for: answer)()
+                // Answered and saved: the in-flight record has done its job (the lock is still ours).
+                try? store.removeInFlightRecord()
+                logger.warning("refreshed tokens saved to the token file at exit")
+            } catch {
+                problems.append("exiting with refreshed tokens that could not be saved (\(error)); "
+                                + "the token file holds a burnt refresh token: a new login will be needed")
+            }
+        } else if machine.hasUnsavedTokens {
             do {
                 try store.writer(for: machine.tokens)()
                 machine.savedAtExit()

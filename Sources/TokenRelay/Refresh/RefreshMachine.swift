@@ -716,6 +716,14 @@ struct RefreshMachine {
 
     mutating func savedAtExit() { unsaved = nil }
 
+    /// The answer whose write was still under way when the loop stopped (a second signal, the drain's
+    /// last grace): the driver writes it synchronously at exit. Race it prevents: the process ending
+    /// while a helper thread writes, leaving the token file with the refresh token the answer burnt.
+    var answerBeingSaved: TokenSet? {
+        guard case .refreshing(let cycle) = phase, case .persisting(let next, _, _, _) = cycle.step else { return nil }
+        return next
+    }
+
     // MARK: - 12. Tokens from the store
 
     /// The store changed under us (an operator seeding tokens after "login required", `token import`,
