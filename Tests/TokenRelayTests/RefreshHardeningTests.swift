@@ -107,19 +107,24 @@ final class RefreshHoldOffTests: RelayTestCase {
 /// as soon as the disk allows; a shutdown that cannot save them says so and exits non-zero.
 ///
 /// Tests run as root, so a read-only mode would not stop the write: the token file's directory is
-/// removed instead (every write fails with ENOENT until it is back), which works anywhere.
+/// removed instead (every write fails with ENOENT until it is back), which works anywhere. The relay is
+/// configured with a symlink to the file (written through to its target): the in-flight refresh record
+/// lives next to the configured path, which stays writable. Without it no refresh token leaves at all,
+/// so nothing rotated could go unsaved.
 final class UnsavedTokensTests: RelayTestCase {
     private var tokenDirectory: URL { workDir.appendingPathComponent("tokens-dir") }
     private var tokenPath: URL { tokenDirectory.appendingPathComponent("tokens.json") }
+    private var linkPath: URL { workDir.appendingPathComponent("linked-tokens.json") }
 
     override func setUpWithError() throws {
         try super.setUpWithError()
         try FileManager.default.createDirectory(at: tokenDirectory, withIntermediateDirectories: true)
         XCTAssertEqual(rename(tokenFileURL.path, tokenPath.path), 0)
+        try FileManager.default.createSymbolicLink(atPath: linkPath.path, withDestinationPath: tokenPath.path)
     }
 
     private func startRelayLosingItsTokenDirectory(backoff: Double) throws -> TokenRelayProcess {
-        let relay = try startRelay(["tokens": ["file": tokenPath.path], "refresh": ["backoff_seconds": backoff]])
+        let relay = try startRelay(["tokens": ["file": linkPath.path], "refresh": ["backoff_seconds": backoff]])
         try FileManager.default.removeItem(at: tokenDirectory)
         tokenServer.expireAccessTokens()
         XCTAssertEqual(try get(relay).status, 200, "serving with the rotated tokens beats failing")
@@ -179,7 +184,9 @@ final class UnsavedTokensTests: RelayTestCase {
         let path = mountPoint.appendingPathComponent("tokens.json")
         try FileManager.default.copyItem(at: tokenPath, to: path)  // another filesystem: no rename
         chmod(path.path, 0o600)
-        let relay = try startRelay(["tokens": ["file": path.path], "refresh": ["backoff_seconds": 0.05]])
+        let link = workDir.appendingPathComponent("tmpfs-tokens.json")  // the in-flight record goes here, with room
+        try FileManager.default.createSymbolicLink(atPath: link.path, withDestinationPath: path.path)
+        let relay = try startRelay(["tokens": ["file": link.path], "refresh": ["backoff_seconds": 0.05]])
         let filler = mountPoint.appendingPathComponent("filler")
         _ = run("/bin/dd", ["if=/dev/zero", "of=\(filler.path)", "bs=4k", "count=64"])  // fails at ENOSPC, as intended
         tokenServer.expireAccessTokens()

@@ -106,7 +106,7 @@ final class RefreshCoordinator {
             self.execute(outage.map { self.machine.storeUnreachable($0, now: Self.now()) } ?? self.machine.storeReachable(now: Self.now()))
         }
         store.start()
-        execute(machine.start(now: Self.now()))
+        execute(machine.start(now: Self.now(), inFlight: store.readInFlightRecord()))
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
             self?.watchStore()
             self?.publish()
@@ -207,18 +207,40 @@ final class RefreshCoordinator {
     }
 
     /// At exit, after the loop has stopped: one last synchronous write of tokens that could not be
-    /// saved. Throws (one line naming the file and the cause) if even that fails: the process must not
-    /// exit 0 with a burnt refresh token in the store.
-    func saveUnsavedTokensAtExit() throws {
-        guard machine.hasUnsavedTokens else { return }
-        do {
-            try store.writeAtExit(machine.tokens)
-            machine.savedAtExit()
-            logger.warning("tokens saved to the token file at exit")
-        } catch {
-            throw UnsavedTokensError(description: "exiting with rotated tokens that could not be saved (\(error)); "
-                                     + "the token file holds a burnt refresh token: a new login will be needed")
+    /// saved, and a word about a refresh abandoned in flight. Throws one line (naming the file and the
+    /// cause, or the abandoned refresh by fingerprint and time) if either is the case: the process must
+    /// not exit 0 with a burnt refresh token in the store, or with a refresh whose outcome nobody will
+    /// learn.
+    func finishAtExit() throws {
+        var problems: [String] = []
+        if let answer = machine.answerBeingSaved {
+            do {
+                try store.writeAtExit(answer)
+                // Answered and saved: the in-flight record has done its job (the lock is still ours).
+                try? store.removeInFlightRecord()
+                logger.warning("refreshed tokens saved to the token file at exit")
+            } catch {
+                problems.append("exiting with refreshed tokens that could not be saved (\(error)); "
+                                + "the token file holds a burnt refresh token: a new login will be needed")
+            }
+        } else if machine.hasUnsavedTokens {
+            do {
+                try store.writeAtExit(machine.tokens)
+                machine.savedAtExit()
+                logger.warning("tokens saved to the token file at exit")
+            } catch {
+                problems.append("exiting with rotated tokens that could not be saved (\(error)); "
+                                + "the token file holds a burnt refresh token: a new login will be needed")
+            }
         }
+        if let abandoned = machine.exchangeInFlight {
+            // The in-flight record stays on disk: the next start holds this refresh token back.
+            let holdOffEnds = abandoned.sentAt.addingTimeInterval(refreshTimeout + machine.settings.backoffSeconds)
+            problems.append("exiting with a token refresh in flight (refresh token \(abandoned.fingerprint), sent at "
+                            + "\(Timestamp.format(abandoned.sentAt))); its outcome is unknown: the next start does not present "
+                            + "that refresh token before \(Timestamp.format(holdOffEnds))")
+        }
+        guard problems.isEmpty else { throw UnfinishedBusinessAtExit(description: problems.joined(separator: "; ")) }
     }
 
     private func authorizationValue(_ generation: UInt64) -> String {
@@ -267,7 +289,8 @@ final class RefreshCoordinator {
                         // Under the lock, what we read is what our next write replaces.
                         self.store.noteAdopted()
                         self.deliver(read, source: "lock") {
-                            self.machine.lockAcquired(store: read, lockValidUntil: self.store.lockValidUntil, now: Self.now())
+                            self.machine.lockAcquired(store: read, lockValidUntil: self.store.lockValidUntil,
+                                                      inFlight: self.store.readInFlightRecord(), now: Self.now())
                         }
                     }
                 } else {
@@ -286,10 +309,20 @@ final class RefreshCoordinator {
         case .readStore:
             store.read { [weak self] read in
                 guard let self else { return }
-                self.deliver(read, source: "reread") { self.machine.storeRead(read, now: Self.now()) }
+                self.deliver(read, source: "reread") { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: Self.now()) }
             }
         case .latchLoginRequired(let reason):
             store.latchLoginRequired(machine.tokens, reason: reason)
+        case .recordInFlight(let record):
+            recordInFlight(record)
+        case .removeInFlightRecord:
+            do {
+                try store.removeInFlightRecord()
+            } catch {
+                // Harmless beyond this line: a leftover record names a refresh token no longer in service
+                // (stale, removed later), or holds a restart off for refresh_seconds.
+                logger.warning("could not remove the in-flight refresh marker", metadata: ["error": "\(error)"])
+            }
         case .release(let outcome):
             onOutcome?(outcome)
             let waiting = completions
@@ -328,6 +361,23 @@ final class RefreshCoordinator {
         }
     }
 
+    /// Off the loop (fsync), like a token file write; the refresh token leaves only once it is on disk.
+    private func recordInFlight(_ record: RefreshInFlightRecord) {
+        let writer: @Sendable () throws -> Void
+        do {
+            writer = try store.inFlightRecordWriter(for: record)
+        } catch {
+            return execute(machine.inFlightRecordFailed("\(error)", now: Self.now()))
+        }
+        OffLoopWork.run(on: loop, { Result { try writer() } }) { [weak self] outcome in
+            guard let self else { return }
+            switch outcome {
+            case .success: self.execute(self.machine.inFlightRecorded(now: Self.now()))
+            case .failure(let error): self.execute(self.machine.inFlightRecordFailed("\(error)", now: Self.now()))
+            }
+        }
+    }
+
     /// Feeds the machine a read of the store; if it adopted what it read, the store learns that the
     /// tokens in service now come from that version.
     private func deliver(_ read: RefreshMachine.StoreRead, source: String, _ event: () -> [RefreshMachine.Action]) {
@@ -357,7 +407,7 @@ final class RefreshCoordinator {
     private func readChangedStore(source: String) {
         store.read { [weak self] read in
             guard let self else { return }
-            self.deliver(read, source: source) { self.machine.storeRead(read, now: Self.now()) }
+            self.deliver(read, source: source) { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: Self.now()) }
         }
     }
 
@@ -414,7 +464,7 @@ final class RefreshCoordinator {
     }
 }
 
-/// Rotated tokens could not be written even at exit.
-struct UnsavedTokensError: Error, CustomStringConvertible {
+/// Rotated tokens could not be written even at exit, or a refresh was abandoned in flight.
+struct UnfinishedBusinessAtExit: Error, CustomStringConvertible {
     let description: String
 }

@@ -17,7 +17,10 @@ extension RefreshMachine {
             /// Until the attempt timer fires (first attempt, backoff, `Retry-After`).
             case waiting
             case acquiringLock
-            case exchanging(sentAt: Double)
+            /// The in-flight record is being written; the refresh token leaves once it is on disk.
+            case recordingInFlight(RefreshInFlightRecord)
+            /// `record` is nil when the grant presents no refresh token (nothing was recorded).
+            case exchanging(sentAt: Double, record: RefreshInFlightRecord?)
             /// The answer's tokens are being written; `queued` while an earlier retry's write finishes.
             case persisting(TokenSet, lifetime: Double?, purpose: PersistPurpose, queued: Bool)
         }

@@ -136,6 +136,10 @@ extension RefreshMachine {
         case cancel(Timer)
         case acquireLock(timeout: Double)
         case releaseLock
+        /// Write the in-flight record durably; answer with `inFlightRecorded` or `inFlightRecordFailed`.
+        case recordInFlight(RefreshInFlightRecord)
+        /// Remove the in-flight record (at once, before the lock is released).
+        case removeInFlightRecord
         /// One exchange with the token endpoint for these tokens (the grant decides what it presents).
         case presentRefreshToken(TokenSet)
         /// Write these tokens to the store; answer with `persisted` or `persistFailed`.
@@ -165,8 +169,10 @@ extension RefreshMachine.Action: Equatable {
         case let (.schedule(a, x), .schedule(b, y)): return a == b && x == y
         case let (.cancel(a), .cancel(b)): return a == b
         case let (.acquireLock(a), .acquireLock(b)): return a == b
-        case (.releaseLock, .releaseLock), (.readStore, .readStore), (.publish, .publish), (.tokenEndpointIdle, .tokenEndpointIdle):
+        case (.releaseLock, .releaseLock), (.readStore, .readStore), (.publish, .publish), (.tokenEndpointIdle, .tokenEndpointIdle),
+             (.removeInFlightRecord, .removeInFlightRecord):
             return true
+        case let (.recordInFlight(a), .recordInFlight(b)): return a == b
         case let (.presentRefreshToken(a), .presentRefreshToken(b)), let (.persist(a), .persist(b)):
             return a.accessToken == b.accessToken && a.refreshToken == b.refreshToken && a.expiresAt == b.expiresAt
         case let (.release(a), .release(b)): return a == b

@@ -42,6 +42,8 @@ struct RefreshMachine {
     private var readingStoreAfterHoldOff = false
     /// The store is being re-read because it is reachable again.
     private var readingStoreAfterOutage = false
+    /// The in-flight record believed to be on disk (ours, or one already taken into account).
+    private var recordOnDisk: RefreshInFlightRecord?
     private var stopped = false
     private var actions: [Action] = []
     /// Why the shared store cannot be reached (fleet mode), or nil.
@@ -92,9 +94,16 @@ struct RefreshMachine {
         if retryWriteInFlight { return true }
         guard case .refreshing(let cycle) = phase else { return false }
         switch cycle.step {
-        case .exchanging, .persisting: return true
+        case .recordingInFlight, .exchanging, .persisting: return true
         case .waiting, .acquiringLock: return false
         }
+    }
+
+    /// The refresh token presentation whose answer has not arrived: what a shutdown that cannot wait
+    /// any longer abandons.
+    var exchangeInFlight: RefreshInFlightRecord? {
+        guard case .refreshing(let cycle) = phase, case .exchanging(_, let record) = cycle.step else { return nil }
+        return record
     }
 
     var degradedReason: String? {
@@ -109,7 +118,9 @@ struct RefreshMachine {
 
     // MARK: - Start
 
-    mutating func start(now: Instant) -> [Action] {
+    /// `inFlight`: the in-flight record as found at start (nil: not looked at).
+    mutating func start(now: Instant, inFlight: RefreshInFlightRead? = nil) -> [Action] {
+        if let inFlight { consider(inFlight, lockHeld: false, now) }
         scheduleProactiveRefresh(now)
         if tokens.accessToken.isEmpty { startCycle(.reactive, .noToken, now) }
         return drain()
@@ -246,7 +257,11 @@ struct RefreshMachine {
 
     /// Under the lock, the store as it is now. Race it prevents: another process rotated the tokens
     /// while we waited; presenting our (burnt) refresh token would be reuse. Its tokens are adopted instead.
-    mutating func lockAcquired(store: StoreRead?, lockValidUntil: Double? = nil, now: Instant) -> [Action] {
+    ///
+    /// `inFlight` is the in-flight record as it is now. Race it prevents: another process sharing the
+    /// token file presented this very refresh token and was killed before the answer; its lock is gone
+    /// with it, but the server may still be working on that presentation (`consider`).
+    mutating func lockAcquired(store: StoreRead?, lockValidUntil: Double? = nil, inFlight: RefreshInFlightRead? = nil, now: Instant) -> [Action] {
         guard case .refreshing(var cycle) = phase, case .acquiringLock = cycle.step else {
             emit(.releaseLock)
             return drain()
@@ -259,10 +274,17 @@ struct RefreshMachine {
         }
         if case .tokens(let stored)? = store, isNewToUs(stored) {
             adopt(stored, now)
+            if let inFlight { consider(inFlight, lockHeld: true, now) }
             emit(.count(.adoptedRotation))
             log(.info, "adopted tokens rotated by another process", ["generation": "\(generation)"])
             emit(.releaseLock)
             endCycle(.renewed(generation: generation), description: "adopted from token file", now)
+            return drain()
+        }
+        if let inFlight { consider(inFlight, lockHeld: true, now) }
+        if let holdOff {
+            emit(.releaseLock)
+            giveUp(reason: holdOff.reason, now)
             return drain()
         }
         if cycle.settings.needsRefreshToken && tokens.refreshToken == nil {
@@ -283,17 +305,54 @@ struct RefreshMachine {
                              lockHeld: true, now)
             return drain()
         }
-        if cycle.attempt == 0 && cycle.trigger == .unauthorized { reactiveRefreshTimes.append(now.monotonic) }
         cycle.attempt += 1
-        cycle.step = .exchanging(sentAt: now.monotonic)
+        // A shared store's lock is its in-flight record: it outlives the exchange (checked above), so a
+        // relay killed mid-refresh keeps everyone, itself restarted included, from presenting again.
+        guard cycle.settings.needsRefreshToken, !cycle.settings.sharedStore, let refreshToken = tokens.refreshToken else {
+            phase = .refreshing(cycle)
+            present(now)
+            return drain()
+        }
+        // Durably first (rule in `recordInFlight`), then the refresh token leaves.
+        cycle.step = .recordingInFlight(RefreshInFlightRecord(refreshToken: refreshToken, sentAt: now.wall))
+        phase = .refreshing(cycle)
+        emit(.recordInFlight(RefreshInFlightRecord(refreshToken: refreshToken, sentAt: now.wall)))
+        return drain()
+    }
+
+    /// Rule (the race it prevents: this process is killed while the server works on its presentation,
+    /// and the next start presents the same refresh token again; a rotation server then sees a burnt
+    /// token and revokes the whole session): no refresh token leaves before a record of it is on disk
+    /// (`RefreshInFlightMarker`). The record stays until the answer is handled and saved, or, after an
+    /// unknown outcome, until the refresh token it names is no longer the one in service.
+    mutating func inFlightRecorded(now: Instant) -> [Action] {
+        guard case .refreshing(let cycle) = phase, case .recordingInFlight(let record) = cycle.step else { return drain() }
+        recordOnDisk = record
+        present(now)
+        return drain()
+    }
+
+    /// Nothing left: a transient failure (retried with backoff), never a presentation without a record.
+    mutating func inFlightRecordFailed(_ error: String, now: Instant) -> [Action] {
+        guard case .refreshing(let cycle) = phase, case .recordingInFlight = cycle.step else { return drain() }
+        log(.error, "could not record the refresh in flight; the refresh token was not sent", ["error": error])
+        transientFailure("could not record the refresh in flight (\(error))", outcomeUnknown: false, retryAfter: 0, lockHeld: true, now)
+        return drain()
+    }
+
+    /// Present the refresh token: once per attempt, and never by anyone but this cycle.
+    private mutating func present(_ now: Instant) {
+        guard case .refreshing(var cycle) = phase else { return }
+        let record: RefreshInFlightRecord?
+        if case .recordingInFlight(let recorded) = cycle.step { record = recorded } else { record = nil }
+        if cycle.attempt == 1 && cycle.trigger == .unauthorized { reactiveRefreshTimes.append(now.monotonic) }
+        cycle.step = .exchanging(sentAt: now.monotonic, record: record)
         phase = .refreshing(cycle)
         refreshCount += 1
         if cycle.settings.needsRefreshToken, let refreshToken = tokens.refreshToken {
             spentRefreshTokens = Array((spentRefreshTokens + [refreshToken]).suffix(16))
         }
-        // Present the refresh token: once per attempt, and never by anyone but this cycle.
         emit(.presentRefreshToken(tokens))
-        return drain()
     }
 
     private func isNewToUs(_ candidate: TokenSet) -> Bool {
@@ -305,7 +364,7 @@ struct RefreshMachine {
     // MARK: - 5. The token endpoint answers
 
     mutating func tokenEndpointAnswered(_ result: TokenEndpointResult, retryAfter: Double?, now: Instant) -> [Action] {
-        guard case .refreshing(let cycle) = phase, case .exchanging(let sentAt) = cycle.step else { return drain() }
+        guard case .refreshing(let cycle) = phase, case .exchanging(let sentAt, _) = cycle.step else { return drain() }
         emit(.count(.refreshDuration(max(0, now.monotonic - sentAt))))
         if let retryAfter { notBefore = now.monotonic + retryAfter }
         switch result {
@@ -317,11 +376,14 @@ struct RefreshMachine {
             persist(next, lifetime: lifetime, purpose: .renewal, cycle)
         case .rejected(let status, let oauthError):
             emit(.count(.refreshError(code: oauthError ?? "http_\(status)")))
+            removeInFlightRecord()
             emit(.releaseLock)
             reject("refresh rejected; login required", ["status": "\(status)", "error": oauthError ?? "none"], now)
         case .transient(let reason, let outcomeUnknown):
             transientFailure(reason, outcomeUnknown: outcomeUnknown, retryAfter: retryAfter ?? 0, lockHeld: true, now)
         case .unusable(let reason):
+            // Nothing was sent.
+            removeInFlightRecord()
             emit(.releaseLock)
             reject("refresh impossible; login required", ["reason": reason], now)
         case .invalidResponse(let reason, let rotation):
@@ -341,6 +403,8 @@ struct RefreshMachine {
                 emit(.releaseLock)
                 giveUp(reason: reason, now)
             default:
+                // Nothing rotated, and the server is done with it: it answered.
+                removeInFlightRecord()
                 emit(.releaseLock)
                 giveUp(reason: reason, now)
             }
@@ -351,11 +415,14 @@ struct RefreshMachine {
 
     private mutating func transientFailure(_ reason: String, outcomeUnknown: Bool, retryAfter: Double, lockHeld: Bool, _ now: Instant) {
         guard case .refreshing(var cycle) = phase else { return }
+        // A definite failure (a 5xx or 429 answer, a refused connection, a record that could not be
+        // written): nothing is in progress at the server. An unknown outcome keeps its record.
+        if !outcomeUnknown && lockHeld { removeInFlightRecord() }
         if lockHeld { emit(.releaseLock) }
         emit(.count(.refreshOutcome("transient_failure")))
         var metadata = ["reason": reason, "attempt": "\(cycle.attempt)"]
         if outcomeUnknown { metadata["outcome"] = "unknown" }
-        if outcomeUnknown && cycle.settings.needsRefreshToken, case .exchanging(let sentAt) = cycle.step {
+        if outcomeUnknown && cycle.settings.needsRefreshToken, case .exchanging(let sentAt, _) = cycle.step {
             // Unknown outcome: the server may have rotated the refresh token and may still be working on
             // it. End the cycle and hold off (`startHoldOff`).
             refreshTokenInDoubt = true
@@ -463,7 +530,8 @@ struct RefreshMachine {
         if changed { log(.error, "token store unreachable; serving with the current access token while it lasts, no refresh", ["reason": reason]) }
         if case .refreshing(let cycle) = phase {
             switch cycle.step {
-            case .waiting, .acquiringLock:
+            case .waiting, .acquiringLock, .recordingInFlight:
+                // Nothing has left yet (a shared store keeps no in-flight record: its lock is the record).
                 emit(.releaseLock)
                 giveUp(reason: "token store unreachable (\(reason)); no relay may refresh without it", now)
             case .exchanging, .persisting: break
@@ -503,6 +571,9 @@ struct RefreshMachine {
         if retryWriteInFlight {
             retryWriteInFlight = false
             if let error { markUnsaved(error, now) } else { markSaved() }
+            // The record of the exchange whose answer this saves names a refresh token no longer in the
+            // file: stale, removed under the lock by the next cycle (not here: without the lock it could
+            // be another process's record by now).
             // A cycle's write that queued behind it goes now, before anyone hears "idle".
             if case .refreshing(var cycle) = phase, case .persisting(let next, let lifetime, let purpose, true) = cycle.step {
                 cycle.step = .persisting(next, lifetime: lifetime, purpose: purpose, queued: false)
@@ -514,8 +585,9 @@ struct RefreshMachine {
         }
         guard case .refreshing(let cycle) = phase, case .persisting(let next, let lifetime, let purpose, false) = cycle.step else { return }
         // Serving beats failing: the new tokens are used even if they could not be written, but the
-        // state is loud (`markUnsaved`).
-        if let error { markUnsaved(error, now) } else { markSaved() }
+        // state is loud (`markUnsaved`). The in-flight record goes once the answer is saved; while the
+        // token file still holds the presented (burnt) refresh token, it keeps holding a restart off.
+        if let error { markUnsaved(error, now) } else { markSaved(); removeInFlightRecord() }
         switch purpose {
         case .renewal:
             adopt(next, lifetime: lifetime, now)
@@ -582,14 +654,90 @@ struct RefreshMachine {
     /// with each unknown outcome in a row. Meanwhile requests that need a new token get 503 with
     /// `Retry-After`, and a forced refresh cannot lift it.
     private mutating func startHoldOff(sentAt: Double, reason: String, _ now: Instant) {
+        let until = sentAt + nextHoldOffLength()
+        let readable = Timestamp.format(now.wall.addingTimeInterval(until - now.monotonic))
+        holdOff(until: until, reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again before \(readable)")
+    }
+
+    /// The cycle's attempt wrote (or is writing) an in-flight record.
+    private var cycleHasRecordOut: Bool {
+        guard case .refreshing(let cycle) = phase else { return false }
+        switch cycle.step {
+        case .recordingInFlight, .persisting: return true
+        case .exchanging(_, let record): return record != nil
+        case .waiting, .acquiringLock: return false
+        }
+    }
+
+    /// `refreshTimeout` plus the backoff for one more unknown outcome in a row.
+    private mutating func nextHoldOffLength() -> Double {
         unknownOutcomes += 1
         let exponent = Double(min(unknownOutcomes - 1, 20))
-        let backoff = min(settings.backoffSeconds * pow(2, exponent), Self.maximumHoldOffBackoff)
-        let until = sentAt + settings.refreshTimeout + backoff
-        let readable = Timestamp.format(now.wall.addingTimeInterval(until - now.monotonic))
-        holdOff = HoldOff(until: until, reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again before \(readable)")
+        return settings.refreshTimeout + min(settings.backoffSeconds * pow(2, exponent), Self.maximumHoldOffBackoff)
+    }
+
+    private mutating func holdOff(until: Double, reason: String) {
+        holdOff = HoldOff(until: until, reason: reason)
         emit(.schedule(.holdOff, at: until))
         emit(.publish)
+    }
+
+    /// The same rule across restarts and processes, from the in-flight record (`inFlightRecorded`): a
+    /// record for the refresh token in service whose exchange may still be in progress at the server
+    /// (sent less than `refreshTimeout` plus the backoff ago) starts the hold-off; one whose time has
+    /// passed leaves the refresh token in doubt (presented again only when needed, which replaces the
+    /// record). The wall clock may have jumped: the hold-off never lasts longer than it would from now.
+    /// A record for another refresh token is stale: removed, but only under the lock (`lockHeld`), or
+    /// it could be the record of a process that rotated and presented again meanwhile; elsewhere it is
+    /// ignored. An unreadable record (ours are written atomically, so not ours) counts as one for the
+    /// refresh token in service, sent when the file was last written.
+    private mutating func consider(_ read: RefreshInFlightRead, lockHeld: Bool, _ now: Instant) {
+        let inService = settings.needsRefreshToken ? tokens.refreshToken.map(TokenFingerprint.of) : nil
+        let record: RefreshInFlightRecord
+        switch read {
+        case .none:
+            recordOnDisk = nil
+            return
+        case .unreadable(let error, let writtenAt):
+            guard inService != nil else { return }
+            record = RefreshInFlightRecord(fingerprint: "unreadable", sentAt: writtenAt)
+            if record != recordOnDisk { log(.error, "in-flight refresh marker unreadable; treating it as a refresh of the refresh token in service", ["error": error]) }
+        case .record(let found):
+            guard let inService, found.fingerprint == inService else {
+                recordOnDisk = nil
+                if lockHeld {
+                    log(.info, "removed a stale in-flight refresh marker (it names another refresh token)", ["refresh_token": found.fingerprint])
+                    emit(.removeInFlightRecord)
+                }
+                return
+            }
+            record = found
+        }
+        // Ours, or one already taken into account: the hold-off it started covers it.
+        guard record != recordOnDisk, holdOff == nil else { return }
+        recordOnDisk = record
+        refreshTokenInDoubt = true
+        let length = nextHoldOffLength()
+        let remaining = min(record.sentAt.addingTimeInterval(length).timeIntervalSince(now.wall), length)
+        let metadata = ["refresh_token": record.fingerprint, "sent_at": Timestamp.format(record.sentAt)]
+        guard remaining > 0 else {
+            log(.warning, "a refresh sent by a previous run ended with an unknown outcome; the refresh token may have been rotated", metadata)
+            if case .idle = phase { scheduleProactiveRefresh(now) }
+            return
+        }
+        let readable = Timestamp.format(now.wall.addingTimeInterval(remaining))
+        log(.warning, "a refresh sent by a previous run may still be in progress; holding the refresh token back",
+            metadata.merging(["until": readable]) { kept, _ in kept })
+        holdOff(until: now.monotonic + remaining,
+                reason: "a refresh sent by a previous run may still be in progress (refresh token \(record.fingerprint), sent at "
+                    + "\(Timestamp.format(record.sentAt))); the refresh token is not presented again before \(readable)")
+    }
+
+    /// Only while holding the lock: without it, the file may be another process's record by now.
+    private mutating func removeInFlightRecord() {
+        guard cycleHasRecordOut else { return }
+        recordOnDisk = nil
+        emit(.removeInFlightRecord)
     }
 
     private func holdOffRetryAfter(_ now: Instant) -> Int? {
@@ -702,12 +850,23 @@ struct RefreshMachine {
 
     mutating func savedAtExit() { unsaved = nil }
 
+    /// The answer whose write was still under way when the loop stopped (a second signal, the drain's
+    /// last grace): the driver writes it synchronously at exit. Race it prevents: the process ending
+    /// while a helper thread writes, leaving the token file with the refresh token the answer burnt.
+    var answerBeingSaved: TokenSet? {
+        guard case .refreshing(let cycle) = phase, case .persisting(let next, _, _, _) = cycle.step else { return nil }
+        return next
+    }
+
     // MARK: - 12. Tokens from the store
 
     /// The store changed under us (an operator seeding tokens after "login required", `token import`,
     /// another process's rotation) or was re-read at the end of a hold-off. Not during a cycle: the
     /// cycle re-reads it under the lock itself, and its own write must not look like someone else's.
-    mutating func storeRead(_ read: StoreRead, now: Instant) -> [Action] {
+    ///
+    /// `inFlight`, the in-flight record read with it, is considered for the tokens in service afterwards
+    /// (`consider`): the process that wrote them may have been killed while presenting their refresh token.
+    mutating func storeRead(_ read: StoreRead, inFlight: RefreshInFlightRead? = nil, now: Instant) -> [Action] {
         let afterHoldOff = readingStoreAfterHoldOff
         readingStoreAfterHoldOff = false
         let afterOutage = readingStoreAfterOutage
@@ -740,6 +899,7 @@ struct RefreshMachine {
         if case .tokens(let stored) = read, isNewToUs(stored) {
             let previous = state
             adopt(stored, now)
+            if let inFlight { consider(inFlight, lockHeld: false, now) }
             emit(.count(.adoptedRotation))
             log(.info, "adopted tokens written to the token file", ["generation": "\(generation)", "previous_state": previous.rawValue])
             emit(.publish)
@@ -750,8 +910,9 @@ struct RefreshMachine {
             log(.error, afterHoldOff ? "could not re-read the token file after the refresh hold-off" : "ignoring changed token file",
                 ["error": error])
         }
+        if let inFlight { consider(inFlight, lockHeld: false, now) }
         // Nothing new after the hold-off: the proactive timer (at expiry while in doubt) takes over again.
-        if afterHoldOff { scheduleProactiveRefresh(now) }
+        if afterHoldOff && holdOff == nil { scheduleProactiveRefresh(now) }
         if afterOutage, case .idle = phase {
             scheduleProactiveRefresh(now)
             // Nothing to serve with (a first start with Redis down, a token refused meanwhile): fetch now.

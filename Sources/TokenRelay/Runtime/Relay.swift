@@ -89,7 +89,7 @@ public final class Relay {
         relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
-        try relay.coordinator.saveUnsavedTokensAtExit()
+        try relay.coordinator.finishAtExit()
     }
 
     func announce() {

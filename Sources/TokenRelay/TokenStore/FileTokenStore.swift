@@ -1,11 +1,13 @@
 import Foundation
 
-/// The token file with its advisory lock (`<file>.lock`): the store a single host shares among the
-/// tokenrelay processes on it, and with `token import` and `login`.
+/// The token file with its advisory lock (`<file>.lock`) and its in-flight refresh marker
+/// (`<file>.refreshing`): the store a single host shares among the tokenrelay processes on it, and with
+/// `token import` and `login`.
 final class FileTokenStore: TokenStore {
     let file: TokenFile
     private let lock: TokenFileLock
     private let loop: EventLoop
+    private let marker: RefreshInFlightMarker
     /// The file as last seen (or written) by us: a different `stat` means someone else wrote it.
     private var knownSignature: TokenFile.Signature?
 
@@ -13,6 +15,7 @@ final class FileTokenStore: TokenStore {
         self.file = file
         self.lock = lock
         self.loop = loop
+        marker = RefreshInFlightMarker(tokenFilePath: file.path)
         knownSignature = file.signature()
     }
 
@@ -77,4 +80,10 @@ final class FileTokenStore: TokenStore {
     func writeAtExit(_ tokens: TokenSet) throws {
         try file.write(tokens)
     }
+
+    func readInFlightRecord() -> RefreshInFlightRead { marker.read() }
+
+    func inFlightRecordWriter(for record: RefreshInFlightRecord) throws -> @Sendable () throws -> Void { try marker.writer(for: record) }
+
+    func removeInFlightRecord() throws { try marker.remove() }
 }

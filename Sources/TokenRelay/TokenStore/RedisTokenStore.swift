@@ -341,6 +341,14 @@ final class RedisTokenStore: TokenStore {
         if lockHolder == ownerID { lockHolder = nil }
     }
 
+    // The in-flight refresh record: a relay that dies during a refresh leaves its Redis lock behind, and
+    // the lock lives at least refresh_seconds plus a margin (`lock_seconds`), so nobody in the fleet, the
+    // restarted relay included, presents the refresh token while that exchange may still be in progress.
+    // The lock is the fleet's record; nothing more is written.
+    func readInFlightRecord() -> RefreshInFlightRead { .none }
+    func inFlightRecordWriter(for record: RefreshInFlightRecord) throws -> @Sendable () throws -> Void { {} }
+    func removeInFlightRecord() throws {}
+
     /// At exit the loop has stopped: a short loop of our own carries one compare-and-set.
     func writeAtExit(_ tokens: TokenSet) throws {
         let data = try TokenFile.encode(tokens)

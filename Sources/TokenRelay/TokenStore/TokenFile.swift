@@ -4,7 +4,13 @@ import Glibc
 /// A problem with the token file, naming the file and the cause; never containing a token.
 public struct TokenFileError: Error, CustomStringConvertible {
     public let description: String
-    init(_ path: String, _ reason: String) { description = "token file \(path): \(reason)" }
+    /// The cause alone, without the file's name.
+    let reason: String
+    /// `kind` names what the file is for (the in-flight refresh marker is written the same way).
+    init(_ path: String, _ reason: String, kind: String = "token file") {
+        self.reason = reason
+        description = "\(kind) \(path): \(reason)"
+    }
 }
 
 /// Reads and writes the token file (public format: `access_token`, `refresh_token`, optional

@@ -35,6 +35,12 @@ protocol TokenStore: AnyObject {
     func release()
     /// At exit, after the event loop stopped: one last write, blocking.
     func writeAtExit(_ tokens: TokenSet) throws
+
+    /// The in-flight refresh record (`RefreshInFlightMarker`): read, written (safe to run off the loop; it
+    /// fsyncs) and removed by the refresh driver; the refresh machine decides when.
+    func readInFlightRecord() -> RefreshInFlightRead
+    func inFlightRecordWriter(for record: RefreshInFlightRecord) throws -> @Sendable () throws -> Void
+    func removeInFlightRecord() throws
 }
 
 enum TokenStoreWrite {
