@@ -8,7 +8,7 @@ struct ssl_st;
 struct ssl_ctx_st;
 
 /// HTTP minor version of a request. libevent 2.1 has no getter for it, and the proxy needs it
-/// to frame responses for HTTP/1.0 clients correctly (see shared notes, P16).
+/// to frame responses for HTTP/1.0 clients correctly (docs/evhttp.md, http10-framing).
 int tr_evhttp_request_minor(struct evhttp_request *req);
 /// HTTP major version of a request (evhttp accepts any 1.x and would answer HTTP/1.2 in kind).
 int tr_evhttp_request_major(struct evhttp_request *req);

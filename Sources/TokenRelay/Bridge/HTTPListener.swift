@@ -4,7 +4,7 @@ import Glibc
 /// An evhttp server bound to one address, handing each complete request to `handler`.
 ///
 /// Binding without SO_REUSEPORT is deliberate: a second tokenrelay on the same address must fail at start
-/// instead of silently splitting traffic between two token managers (shared notes, P18).
+/// instead of silently splitting traffic between two token managers (docs/evhttp.md, reuseport).
 final class HTTPListener {
     let http: OpaquePointer
     let handler: (OpaquePointer) -> Void
@@ -24,14 +24,14 @@ final class HTTPListener {
         self.http = http
         self.handler = handler
         self.loop = loop
-        // Every method evhttp can parse (its default omits OPTIONS, PATCH, TRACE, CONNECT; notes P12).
+        // Every method evhttp can parse (its default omits OPTIONS, PATCH, TRACE, CONNECT; docs/evhttp.md, methods).
         let all = EVHTTP_REQ_GET.rawValue | EVHTTP_REQ_POST.rawValue | EVHTTP_REQ_HEAD.rawValue
             | EVHTTP_REQ_PUT.rawValue | EVHTTP_REQ_DELETE.rawValue | EVHTTP_REQ_OPTIONS.rawValue
             | EVHTTP_REQ_TRACE.rawValue | EVHTTP_REQ_CONNECT.rawValue | EVHTTP_REQ_PATCH.rawValue
         evhttp_set_allowed_methods(http, UInt16(all))
-        // A proxy must not invent a Content-Type (notes P13); nil also avoids the stored-pointer trap (P10).
+        // A proxy must not invent a Content-Type (docs/evhttp.md, content-type); nil also avoids the stored-pointer trap.
         evhttp_set_default_content_type(http, nil)
-        // Lets an over-limit client read our 413 instead of seeing a reset (notes P15).
+        // Lets an over-limit client read our 413 instead of seeing a reset (docs/evhttp.md, lingering-close).
         evhttp_set_flags(http, Int32(EVHTTP_SERVER_LINGERING_CLOSE))
         evhttp_set_gencb(http, listenerRequestTrampoline, unretainedContext(self))
         guard let socket = evhttp_bind_socket_with_handle(http, host, UInt16(port)) else {

@@ -48,7 +48,7 @@ protocol OutgoingRequestDelegate: AnyObject {
 final class OutgoingRequest {
     weak var delegate: OutgoingRequestDelegate?
     private var request: OpaquePointer?
-    /// Kept to read the TLS cause of a failure (evhttp has detached the request from it by then, P20).
+    /// Kept to read the TLS cause of a failure (evhttp has detached the request from it by then: docs/evhttp.md, detached-request).
     private var connection: OpaquePointer?
     private var reportedError: evhttp_request_error?
     private(set) var headersReceived = false

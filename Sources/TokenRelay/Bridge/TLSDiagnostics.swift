@@ -10,7 +10,7 @@ struct TLSFailure: Equatable {
 
 /// Reads the real cause of a failed request from its connection's TLS state.
 ///
-/// evhttp reports every bufferevent error as a plain EOF (shared notes, P19). The cause survives in two
+/// evhttp reports every bufferevent error as a plain EOF (docs/evhttp.md, tls-errors). The cause survives in two
 /// places that evhttp's connection reset leaves alone: the verification result of the connection's
 /// `SSL`, and the few OpenSSL errors libevent keeps per bufferevent. Both are read, and the latter
 /// drained, so that a later failure on the same connection does not repeat a stale cause.

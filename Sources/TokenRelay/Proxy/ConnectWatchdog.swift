@@ -1,6 +1,6 @@
 /// A connect timeout separate from the response timeout.
 ///
-/// evhttp 2.1 has a single timeout per connection for connect, send and read (shared notes §6; separate
+/// evhttp 2.1 has a single timeout per connection for connect, send and read (docs/evhttp.md, one-timeout; separate
 /// ones exist only in libevent master). A dead upstream host should fail in seconds, while a slow API
 /// may legitimately take a minute to answer, so the connect phase gets its own timer: if the connection
 /// has no established TCP connection when it fires, the request is given up. A TLS handshake that

@@ -245,11 +245,11 @@ final class Exchange: OutgoingRequestDelegate {
             headers.add("Host", route.upstream.authority)
             if !passthrough { headers.add(injection.header, authorization) }
             let length = EvBuffer.length(body)
-            // evhttp adds Content-Length only for POST and PUT (notes P14); framing is ours.
+            // evhttp adds Content-Length only for POST and PUT (docs/evhttp.md, content-length); framing is ours.
             if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {
                 headers.add("Content-Length", String(length))
             }
-            // Referenced, not copied; never reference an empty buffer (libevent bug, notes P22).
+            // Referenced, not copied; never reference an empty buffer (docs/evhttp.md, empty-reference).
             if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
         }
         if started {
@@ -448,7 +448,7 @@ final class Exchange: OutgoingRequestDelegate {
     }
 
     /// An HTTP/1.0 keep-alive client cannot be sent a body of unknown length: evhttp would announce
-    /// `Content-Length: 0` and then send the body (notes P16). Forgetting the client's keep-alive wish
+    /// `Content-Length: 0` and then send the body (docs/evhttp.md, http10-framing). Forgetting the client's keep-alive wish
     /// makes evhttp close after the body instead. While draining, every client is told to go away.
     private func prepareClientFraming(hasLength: Bool) {
         if isHTTP10 && !hasLength {
@@ -461,7 +461,7 @@ final class Exchange: OutgoingRequestDelegate {
     }
 
     /// Moves a piece of the upstream body to the client. evhttp has no flow control of its own: when the
-    /// client falls behind, stop reading the upstream until the client has drained (notes P21).
+    /// client falls behind, stop reading the upstream until the client has drained (docs/evhttp.md, flow-control).
     private func relay(_ input: OpaquePointer) {
         guard let clientConnection, let connection else { return }
         let backlog = EvBuffer.length(bufferevent_get_output(evhttp_connection_get_bufferevent(clientConnection)))

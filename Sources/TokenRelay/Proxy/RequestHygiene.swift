@@ -4,7 +4,7 @@
 /// tokenrelay re-frames every request (an exact Content-Length, headers re-emitted one per line), so the
 /// upstream always sees one unambiguous message; but *which* message that is must not depend on a
 /// guess. evhttp (2.1.12 with Debian's patches) already answers 400 for CL together with TE, a
-/// non-final `chunked`, and CR/LF inside a value. It still accepts, among others (shared notes §6):
+/// non-final `chunked`, and CR/LF inside a value. It still accepts, among others (docs/evhttp.md, limits-it-does-not-have):
 /// a duplicate Content-Length (the first wins), `+3` as a length, an empty header name, and
 /// `Transfer-Encoding` values it does not understand. Those are refused here.
 ///

@@ -3,7 +3,7 @@ import CLibevent
 /// When a request that failed before any response byte may be sent once more, on a fresh connection.
 ///
 /// The classic keep-alive race: the upstream closes an idle connection just as we send on it (its
-/// keep-alive timeout, a restart). evhttp retries only connect failures, not this (shared notes P17).
+/// keep-alive timeout, a restart). evhttp retries only connect failures, not this (docs/evhttp.md, retries).
 /// Resending is safe when nothing can have been processed (the connection was never established) or
 /// when processing twice is harmless by definition (idempotent methods, RFC 9110 §9.2.2). A POST or
 /// PATCH whose bytes went out may have been acted on, so its failure goes to the client as a 502.

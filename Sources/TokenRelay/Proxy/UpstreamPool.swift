@@ -9,7 +9,7 @@ import CLibevent
 /// caller's timer. An idle connection the upstream closed is
 /// reconnected by evhttp on its next use, so connections are never freed before shutdown.
 ///
-/// evhttp has one timeout per connection (connect, send, read, and while idle: shared notes P23), so
+/// evhttp has one timeout per connection (connect, send, read, and while idle: docs/evhttp.md, one-timeout), so
 /// the pool switches it with the connection's phase: the response timeout while a request waits for
 /// headers, the stream idle timeout once a response is flowing (an idle SSE stream must not be cut by
 /// the header timeout), and the pool idle timeout while it sits unused, which closes it before the
