@@ -1,39 +1,16 @@
 import CEventShim
 import CLibevent
 
-/// One client request, from arrival to answer: the proxy path and the 401 path as one state machine.
+/// One client request on the evhttp listener: carries out `RequestLifecycle`'s decisions with evhttp.
 ///
-/// ```
-/// begin ─▶ admit ─┬─ send ─▶ awaitingResponse ─┬─ non-401, or 401 on a replay ─▶ streaming ─▶ done
-///                 │                            ├─ 401 on its first send ─▶ capturing401 ─▶ (coordinator decides)
-///                 │                            │        replay: token already renewed ─▶ send again
-///                 │                            │        hold: refresh started/joined ─▶ held
-///                 │                            │        passThrough: login required ─▶ captured 401 ─▶ done
-///                 │                            └─ failure before a response ─▶ 502 / 504 ─▶ done
-///                 ├─ hold (a refresh is running) ─▶ held ─┬─ renewed ─▶ send (the replay)
-///                 │                                       ├─ rejected ─▶ captured 401, or local 401 ─▶ done
-///                 │                                       └─ unavailable / hold timeout ─▶ 503 ─▶ done
-///                 └─ login required ─▶ local 401 ─▶ done
-/// client hang-up at any point ─▶ cancel the upstream request, drop everything ─▶ done
-/// ```
+/// The rules (when to send, hold, replay, retry, answer 502/503/504) are the machine's, in
+/// `Lifecycle/RequestLifecycle.swift`; this class only turns evhttp's callbacks into the machine's events
+/// and its actions into evhttp calls. The body is kept in our own `evbuffer` until the exchange ends,
+/// because a replay needs it byte for byte.
 ///
-/// A request is replayed at most once after a 401, so a token the upstream keeps rejecting can never
-/// make a loop. The body is kept in our own `evbuffer` until the exchange ends, because a replay needs
-/// it byte for byte.
-///
-/// Lifetime: the exchange retains itself in `begin()` and releases in `finish()`, which runs exactly
-/// once and first removes every libevent registration that points at it.
+/// Lifetime: the exchange retains itself in `begin()` and releases when the machine says `finish`, which
+/// happens exactly once and first removes every libevent registration that points at it.
 final class Exchange: OutgoingRequestDelegate {
-    private enum Phase {
-        case admitted
-        case waitingForConnection
-        case awaitingResponse
-        case capturing401
-        case held
-        case streaming
-        case finished
-    }
-
     /// A client that has not drained this much of the response makes us stop reading the upstream.
     private static let clientBacklogLimit = 256 * 1024
 
@@ -48,39 +25,34 @@ final class Exchange: OutgoingRequestDelegate {
     private let method: evhttp_cmd_type
     private let isHTTP10: Bool
     private var target = "/"
-    /// Forwarded untouched: no token injected, no refresh on its 401.
-    private var passthrough = false
     private var forwardedHeaders: [(name: String, value: String)] = []
     private var body: OpaquePointer?
 
-    private var phase = Phase.admitted
-    private var sends = 0
+    private var lifecycle: RequestLifecycle
+    /// Actions waiting to run: an action that feeds the machine an event (a refused hold, the refresh
+    /// rules' answer) queues the new actions behind the ones still pending, so they run in order.
+    private var pending: [RequestLifecycle.Action] = []
+    private var executing = false
+    private var finished = false
+
     private let arrivedAt = EventLoop.monotonicNow
     private var sentAt = 0.0
-    private var heldSince: Double?
     /// The client's request target, copied only when the access log is on (the request may be freed
     /// before the exchange finishes).
     private var accessLogTarget: String?
-    private var sentGeneration: UInt64 = 0
     private var call: OutgoingRequest?
     private var connection: OpaquePointer?
+    private var waitingForConnection = false
+    /// The response whose head is being reported, valid during `outgoingRequestReceivedHeaders` only.
+    private var arrivingResponse: OpaquePointer?
+    private var timers: [RequestLifecycle.Timer: LoopEvent] = [:]
+    /// evhttp has one timeout for connect, send and read: the connect phase is bounded by a watchdog.
     private var connectWatchdog: ConnectWatchdog?
-    /// Bounds the wait for the response head as a whole: evhttp's own timeout restarts with every byte,
-    /// so an upstream dripping its head one byte at a time would never time out.
-    private var responseHeadTimer: LoopEvent?
-    private var sentOnReusedConnection = false
-    private var retried = false
     private var retryTimer: LoopEvent?
-    private var poolWaitTimer: LoopEvent?
     private var captured: CapturedResponse?
-    private var holdDeadline: Double?
-    private var holdTimer: LoopEvent?
     /// Non-nil exactly while our close callback and EV_CLOSED watcher are registered on the client connection.
     private var hangUpWatcher: LoopEvent?
     private var upstreamReadingPaused = false
-    private var answeredStatus: Int32 = 0
-    /// The answer is the upstream's response (streamed), not one tokenrelay wrote.
-    private var answeredByUpstream = false
     private var selfRetain: Unmanaged<Exchange>?
 
     init(proxy: ProxyServer, request: OpaquePointer) {
@@ -91,6 +63,11 @@ final class Exchange: OutgoingRequestDelegate {
         clientConnection = evhttp_request_get_connection(request)
         method = evhttp_request_get_command(request)
         isHTTP10 = tr_evhttp_request_minor(request) == 0
+        let timeouts = proxy.config.timeouts
+        lifecycle = RequestLifecycle(settings: .init(
+            idempotent: RetryPolicy.isIdempotent(method), holdSeconds: timeouts.holdSeconds,
+            poolWaitSeconds: timeouts.poolWaitSeconds, upstreamSeconds: timeouts.upstreamSeconds,
+            connectSeconds: timeouts.connectSeconds))
     }
 
     // MARK: - Arrival
@@ -142,7 +119,7 @@ final class Exchange: OutgoingRequestDelegate {
         case .success(let target): self.target = target
         case .failure(let refusal): return refuse(refusal.description)
         }
-        passthrough = route.isPassthrough(target)
+        let passthrough = route.isPassthrough(target)
         forwardedHeaders = ForwardingHeaders.apply(
             to: HeaderPolicy.forwardedRequestHeaders(clientHeaders, keepAuthorization: passthrough, injectedHeader: injection.headerKey),
             clientAddress: clientAddress, settings: proxy.config.forwarding)
@@ -152,7 +129,7 @@ final class Exchange: OutgoingRequestDelegate {
             evbuffer_add_buffer(owned, input)
             body = owned
         }
-        admit()
+        execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: EventLoop.monotonicNow))
     }
 
     /// The client's IP address, for `X-Forwarded-For`.
@@ -179,71 +156,113 @@ final class Exchange: OutgoingRequestDelegate {
         input.add("Connection", "close")
         input.add("Proxy-Connection", "close")
         HeaderList(raw: evhttp_request_get_output_headers(clientRequest)).add("Connection", "close")
-        reply(response)
+        execute(lifecycle.refuse(response, now: EventLoop.monotonicNow))
     }
 
-    private func admit() {
-        if passthrough { return acquireConnection() }
-        switch proxy.coordinator.admit() {
-        case .send: acquireConnection()
-        case .hold: hold()
-        case .loginRequired: reply(.loginRequired)
-        case .unavailable(let retryAfter): reply(.refreshOnHold(retryAfter: retryAfter))
+    // MARK: - Carrying out the machine's actions
+
+    private func execute(_ actions: [RequestLifecycle.Action]) {
+        pending += actions
+        guard !executing else { return }
+        executing = true
+        while !pending.isEmpty {
+            let action = pending.removeFirst()
+            if !finished { perform(action) }
         }
+        executing = false
+    }
+
+    private func perform(_ action: RequestLifecycle.Action) {
+        let now = EventLoop.monotonicNow
+        switch action {
+        case .acquireConnection(let admittedEarlier): acquireConnection(admittedEarlier: admittedEarlier)
+        case .cancelConnectionWait:
+            waitingForConnection = false
+            route.pool.cancelWait(for: self)
+        case .acquireFreshConnection: retryOnFreshConnection()
+        case .send(let credential): send(credential)
+        case .cancelUpstream:
+            call?.cancel()
+            call = nil
+        case .releaseConnection: returnConnection()
+        case .schedule(let timer, let seconds): schedule(timer, after: seconds)
+        case .cancel(.connect): connectWatchdog = nil
+        case .cancel(let timer): timers[timer] = nil
+        case .hold:
+            if !proxy.hold(self) { execute(lifecycle.holdRefused(now: now)) }
+        case .unhold: proxy.unhold(self)
+        case .consultRefreshRules(let sentGeneration):
+            execute(lifecycle.refreshRulesDecided(proxy.coordinator.unauthorized(sentGeneration: sentGeneration), now: now))
+        case .captureResponse:
+            if let arrivingResponse { captured = CapturedResponse(response: arrivingResponse) }
+        case .relayResponse:
+            if let arrivingResponse { startStreaming(arrivingResponse) }
+        case .endRelayedResponse: endStreaming()
+        case .respondCaptured: replyCaptured401()
+        case .respond(let response): reply(response)
+        case .abortClient(let flushFirst): abortClient(flushingFirst: flushFirst)
+        case .countReplay(.staleGeneration): proxy.metrics.replaysStaleGeneration.increment()
+        case .countReplay(.afterRefresh): proxy.metrics.replaysAfterRefresh.increment()
+        case .upstreamFailed(let failure): proxy.upstreamFailed(failure)
+        case .retrying(let failure):
+            proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        case .finish(let summary): finish(summary)
+        }
+    }
+
+    private func schedule(_ timer: RequestLifecycle.Timer, after seconds: Double) {
+        if timer == .connect {
+            guard let connection else { return }
+            connectWatchdog = ConnectWatchdog(loop: proxy.loop, connection: connection, seconds: seconds) { [unowned self] in
+                self.execute(self.lifecycle.timerFired(.connect, now: EventLoop.monotonicNow))
+            }
+            return
+        }
+        let event = LoopEvent(loop: proxy.loop) { [unowned self] _ in
+            self.timers[timer] = nil
+            self.execute(self.lifecycle.timerFired(timer, now: EventLoop.monotonicNow))
+        }
+        event.schedule(after: seconds)
+        timers[timer] = event
     }
 
     // MARK: - Sending
 
-    /// A request waits for a pooled connection only so long, and only so many wait: a stalled upstream
-    /// must turn into quick 503s, not into an unbounded queue of clients.
-    private func acquireConnection() {
-        phase = .waitingForConnection
-        // A request that was held has been admitted already (limits.max_held_requests): when a refresh
-        // releases a thousand at once they queue for connections in order, none is refused by the
-        // waiter bound meant for new arrivals.
-        let acquisition = route.pool.acquire(for: self, admittedBefore: heldSince != nil) { [unowned self] connection in
-            self.poolWaitTimer = nil
-            self.send(on: connection)
+    private func acquireConnection(admittedEarlier: Bool) {
+        let acquisition = route.pool.acquire(for: self, admittedBefore: admittedEarlier) { [unowned self] connection in
+            self.waitingForConnection = false
+            self.connectionAcquired(connection)
         }
         switch acquisition {
-        case .ready(let connection):
-            send(on: connection)
+        case .ready(let connection): connectionAcquired(connection)
         case .queued:
-            let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
-                self.poolWaitTimer = nil
-                self.route.pool.cancelWait(for: self)
-                self.reply(.poolExhausted("timed out waiting for a free upstream connection"))
-            }
-            timer.schedule(after: proxy.config.timeouts.poolWaitSeconds)
-            poolWaitTimer = timer
-        case .full:
-            reply(.poolExhausted("too many requests are waiting for an upstream connection"))
+            waitingForConnection = true
+            execute(lifecycle.connectionQueued())
+        case .full: execute(lifecycle.connectionRefused(now: EventLoop.monotonicNow))
         }
     }
 
-    /// Sends with the token current *now*: a refresh may have finished while we waited for a connection.
-    private func send(on connection: OpaquePointer) {
-        let admission = passthrough ? .send(generation: 0, authorization: "") : proxy.coordinator.admit()
-        guard phase == .waitingForConnection, case .send(let generation, let authorization) = admission else {
-            route.pool.release(connection)
-            if phase == .waitingForConnection { admit() }
-            return
-        }
+    /// The token is read now, not at arrival: a refresh may have finished while we waited.
+    private func connectionAcquired(_ connection: OpaquePointer) {
         self.connection = connection
-        let reused = route.pool.willSend(on: connection)
-        sentOnReusedConnection = reused
-        sends += 1
+        let admission = lifecycle.passthrough ? nil : proxy.coordinator.admit()
+        var willSend = true
+        if let admission, case .send = admission {} else if admission != nil { willSend = false }
+        let reused = willSend ? route.pool.willSend(on: connection) : false
+        execute(lifecycle.connectionAcquired(reused: reused, admission: admission, now: EventLoop.monotonicNow))
+    }
+
+    private func send(_ credential: RequestLifecycle.Credential) {
+        guard let connection else { return }
         sentAt = EventLoop.monotonicNow
-        sentGeneration = generation
         captured = nil
-        phase = .awaitingResponse
         let call = OutgoingRequest(delegate: self)
         self.call = call
         let started = call.start(on: connection, method: method, target: target) { request in
             let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
             for header in forwardedHeaders { headers.add(header.name, header.value) }
             headers.add("Host", route.upstream.authority)
-            if !passthrough { headers.add(injection.header, authorization) }
+            if case .token(_, let authorization) = credential { headers.add(injection.header, authorization) }
             let length = EvBuffer.length(body)
             // evhttp adds Content-Length only for POST and PUT (docs/evhttp.md, content-length); framing is ours.
             if length > 0 || method == EVHTTP_REQ_POST || method == EVHTTP_REQ_PUT || method == EVHTTP_REQ_PATCH {
@@ -252,68 +271,44 @@ final class Exchange: OutgoingRequestDelegate {
             // Referenced, not copied; never reference an empty buffer (docs/evhttp.md, empty-reference).
             if length > 0, let body { evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(request), body) }
         }
-        if started {
-            let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in self.responseHeadTimedOut() }
-            timer.schedule(after: proxy.config.timeouts.upstreamSeconds)
-            responseHeadTimer = timer
-        }
-        if started && !reused {
-            connectWatchdog = ConnectWatchdog(loop: proxy.loop, connection: connection, seconds: proxy.config.timeouts.connectSeconds) {
-                [unowned self] in self.connectTimedOut()
-            }
-        }
         if !started {
             self.call = nil
-            self.connection = nil
-            route.pool.release(connection)
-            upstreamFailed(OutgoingFailure(kind: .connect, afterResponseStarted: false))
+            execute(lifecycle.upstreamFailed(.init(kind: .connect, responseStarted: false, description: "could not connect"),
+                                             now: EventLoop.monotonicNow))
         }
     }
 
     // MARK: - Upstream response
 
     func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
-        connectWatchdog = nil
-        responseHeadTimer = nil
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         if let connection { route.pool.responseStarted(on: connection) }
-        if sends == 1 && !passthrough && RefreshTrigger.indicatesExpiredToken(
+        let expired = RefreshTrigger.indicatesExpiredToken(
             status: Int(evhttp_request_get_response_code(response)),
             challenges: HeaderList(raw: evhttp_request_get_input_headers(response)).values("WWW-Authenticate"),
-            triggerStatuses: proxy.config.refresh.triggerStatuses) {
-            phase = .capturing401
-            captured = CapturedResponse(response: response)
-        } else {
-            startStreaming(response)
-        }
+            triggerStatuses: proxy.config.refresh.triggerStatuses)
+        arrivingResponse = response
+        execute(lifecycle.responseHead(status: Int(evhttp_request_get_response_code(response)), indicatesExpiredToken: expired))
+        arrivingResponse = nil
     }
 
     func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
         let input = evhttp_request_get_input_buffer(response)!
-        switch phase {
-        case .capturing401: captured?.append(from: input)
-        case .streaming: relay(input)
+        switch lifecycle.phase {
+        case .capturing: captured?.append(from: input)
+        case .relaying: relay(input)
         default: evbuffer_drain(input, EvBuffer.length(input))
         }
     }
 
     func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
         self.call = nil
-        connectWatchdog = nil
-        responseHeadTimer = nil
-        if case .failure(let failure) = result, phase == .awaitingResponse, !retried,
-           RetryPolicy.mayRetry(failure, method: method, sentOnReusedConnection: sentOnReusedConnection) {
-            return retryOnFreshConnection(after: failure)
-        }
-        returnConnection()
-        switch (result, phase) {
-        case (.success, .capturing401): unauthorized()
-        case (.success, _): endStreaming()
-        case (.failure(let failure), .streaming):
-            // Headers are out: a truncated response is the honest answer.
-            proxy.upstreamFailed(failure)
-            abortClient(flushingFirst: true)
-        case (.failure(let failure), _): upstreamFailed(failure)
+        let now = EventLoop.monotonicNow
+        switch result {
+        case .success: execute(lifecycle.responseEnded(now: now))
+        case .failure(let failure):
+            execute(lifecycle.upstreamFailed(.init(kind: RequestLifecycle.UpstreamFailure.Kind(rawValue: failure.kind.rawValue) ?? .connectionLost,
+                                                   responseStarted: failure.afterResponseStarted, description: "\(failure)"), now: now))
         }
     }
 
@@ -329,122 +324,32 @@ final class Exchange: OutgoingRequestDelegate {
 
     /// evhttp has already reset the failed connection, so its next request connects afresh: the retry
     /// goes out on it (not on another idle connection that may be just as stale), from a timer rather
-    /// than inside the connection's own callback. It does not count as a send for the 401 rules.
-    private func retryOnFreshConnection(after failure: OutgoingFailure) {
-        retried = true
-        sends -= 1
-        phase = .waitingForConnection
-        proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+    /// than inside the connection's own callback.
+    private func retryOnFreshConnection() {
         let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
             self.retryTimer = nil
             guard let connection = self.connection else { return }
-            self.connection = nil
-            self.send(on: connection)
+            self.connectionAcquired(connection)
         }
         timer.schedule(after: 0)
         retryTimer = timer
     }
 
-    /// No complete response head within `timeouts.upstream_seconds` of sending: 504, and the connection
-    /// is reset by the cancel (never reused with a half-read head in it).
-    private func responseHeadTimedOut() {
-        responseHeadTimer = nil
-        connectWatchdog = nil
-        call?.cancel()
-        call = nil
-        returnConnection()
-        upstreamFailed(OutgoingFailure(kind: .timeout, afterResponseStarted: false))
-    }
-
-    /// No TCP connection within `timeouts.connect_seconds`: give the request up (the cancel also stops
-    /// evhttp's connect attempt).
-    private func connectTimedOut() {
-        connectWatchdog = nil
-        responseHeadTimer = nil
-        call?.cancel()
-        call = nil
-        returnConnection()
-        upstreamFailed(OutgoingFailure(kind: .connectTimeout, afterResponseStarted: false))
-    }
-
-    private func upstreamFailed(_ failure: OutgoingFailure) {
-        proxy.upstreamFailed(failure)
-        let timedOut = failure.kind == .timeout || failure.kind == .connectTimeout
-        reply(timedOut ? .gatewayTimeout : .badGateway("upstream \(failure)"))
-    }
-
-    // MARK: - The 401 path
-
-    private func unauthorized() {
-        switch proxy.coordinator.unauthorized(sentGeneration: sentGeneration) {
-        case .replay:
-            proxy.metrics.replaysStaleGeneration.increment()
-            acquireConnection()
-        case .hold:
-            hold()
-        case .passThrough:
-            replyCaptured401()
-        case .unavailable(let retryAfter):
-            reply(.refreshOnHold(retryAfter: retryAfter))
-        }
-    }
-
-    private func hold() {
-        guard proxy.hold(self) else { return reply(.tooManyHeld) }
-        phase = .held
-        let now = EventLoop.monotonicNow
-        if heldSince == nil { heldSince = now }
-        let deadline = holdDeadline ?? now + proxy.config.timeouts.holdSeconds
-        holdDeadline = deadline
-        let timer = LoopEvent(loop: proxy.loop) { [unowned self] _ in
-            self.reply(.unavailable("timed out waiting for a token refresh"))
-        }
-        timer.schedule(after: max(0, deadline - now))
-        holdTimer = timer
-    }
-
-    /// Hold duration runs from the first hold to the answer (not to the end of the refresh), so a slow
-    /// replay or a 503 after the hold shows in it, labelled by how the request ended.
-    private func recordHoldEnded() {
-        guard let since = heldSince else { return }
-        heldSince = nil
-        let outcome: RelayMetrics.HoldOutcome = switch answeredStatus {
-        case 0: .clientGone
-        case _ where answeredByUpstream: .replayed
-        case 503: .unavailable
-        case 401: .unauthorized
-        default: .other
-        }
-        proxy.metrics.recordHold(seconds: EventLoop.monotonicNow - since, outcome: outcome)
-    }
-
     /// Called by the proxy for every held exchange when a refresh cycle ends.
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
-        guard phase == .held else { return }
-        holdTimer = nil
-        switch outcome {
-        case .renewed:
-            if sends > 0 { proxy.metrics.replaysAfterRefresh.increment() }
-            acquireConnection()
-        case .rejected:
-            if captured != nil { replyCaptured401() } else { reply(.loginRequired) }
-        case .unavailable:
-            reply(.unavailable("no valid access token could be obtained; try again later"))
-        }
+        execute(lifecycle.refreshFinished(outcome, now: EventLoop.monotonicNow))
     }
 
     // MARK: - Streaming to the client
 
     private func startStreaming(_ response: OpaquePointer) {
-        phase = .streaming
-        answeredByUpstream = true
-        answeredStatus = evhttp_request_get_response_code(response)
+        let status = evhttp_request_get_response_code(response)
         let upstreamHeaders = HeaderList(raw: evhttp_request_get_input_headers(response)).entries
         let output = HeaderList(raw: evhttp_request_get_output_headers(clientRequest))
         for header in HeaderPolicy.forwardedResponseHeaders(upstreamHeaders) { output.add(header.name, header.value) }
         prepareClientFraming(hasLength: upstreamHeaders.contains { HTTPSyntax.isField($0.name, "content-length") })
         let reason = evhttp_request_get_response_code_line(response).map { String(cString: $0) } ?? ""
-        evhttp_send_reply_start(clientRequest, answeredStatus, reason)
+        evhttp_send_reply_start(clientRequest, status, reason)
     }
 
     /// An HTTP/1.0 keep-alive client cannot be sent a body of unknown length: evhttp would announce
@@ -488,7 +393,6 @@ final class Exchange: OutgoingRequestDelegate {
         detachFromClient()
         proxy.willSendFinalResponse(clientRequest)
         evhttp_send_reply_end(clientRequest)
-        finish()
     }
 
     // MARK: - Answers
@@ -511,7 +415,6 @@ final class Exchange: OutgoingRequestDelegate {
     }
 
     private func send(status: Int32, reason: String, body: [UInt8]) {
-        answeredStatus = status
         prepareClientFraming(hasLength: true)
         detachFromClient()
         let buffer = evbuffer_new()!
@@ -519,28 +422,30 @@ final class Exchange: OutgoingRequestDelegate {
         proxy.willSendFinalResponse(clientRequest)
         evhttp_send_reply(clientRequest, status, reason, method == EVHTTP_REQ_HEAD ? nil : buffer)
         evbuffer_free(buffer)
-        finish()
     }
 
     // MARK: - Client going away
 
     /// EV_CLOSED on the client's socket: nobody is left to answer.
     private func clientHungUp() {
-        guard phase != .finished else { return }
+        guard !finished else { return }
         detachFromClient()
-        if let clientConnection { evhttp_connection_free(clientConnection) }  // also frees the request
-        finish()
+        let connection = clientConnection
+        withExtendedLifetime(self) {
+            execute(lifecycle.clientGone(now: EventLoop.monotonicNow))
+            if let connection { evhttp_connection_free(connection) }  // also frees the request
+        }
     }
 
     /// evhttp is freeing the client connection (hang-up noticed on a write, or a timeout); called by
     /// `ClientConnections`, which owns the connection's close callback.
     func clientConnectionClosed() {
-        guard phase != .finished else { return }
+        guard !finished else { return }
         hangUpWatcher = nil  // the connection is being freed: nothing left to unregister
         // A request evhttp detached from its failed connection is ours to free; one still attached is
         // freed by evhttp right after this callback.
         if evhttp_request_get_connection(clientRequest) == nil { evhttp_request_free(clientRequest) }
-        finish()
+        execute(lifecycle.clientGone(now: EventLoop.monotonicNow))
     }
 
     /// The upstream died after we started the response: cut the client's connection so it sees a
@@ -557,7 +462,6 @@ final class Exchange: OutgoingRequestDelegate {
             }
             evhttp_connection_free(clientConnection)
         }
-        finish()
     }
 
     /// Removes our registrations on the client connection; must precede anything that may free it, and
@@ -568,29 +472,28 @@ final class Exchange: OutgoingRequestDelegate {
         proxy.clientConnections.detach(from: clientConnection)
     }
 
-    private func finish() {
-        guard phase != .finished else { return }
-        let wasHeld = phase == .held
-        phase = .finished
+    /// Frees everything the exchange still holds; the machine's last action, exactly once.
+    private func finish(_ summary: RequestLifecycle.Summary) {
+        finished = true
         detachFromClient()
         call?.cancel()
         call = nil
         connectWatchdog = nil
-        responseHeadTimer = nil
+        timers.removeAll()
         retryTimer = nil
-        // Only a request still queued for a connection has its wait timer (granting or timing out clears
-        // it); the others need no O(waiters) search when a released burst finishes.
-        if poolWaitTimer != nil { route.pool.cancelWait(for: self) }
-        poolWaitTimer = nil
+        // Only a request still queued for a connection needs the O(waiters) search.
+        if waitingForConnection { route.pool.cancelWait(for: self) }
+        waitingForConnection = false
         returnConnection()
-        holdTimer = nil
-        if wasHeld { proxy.unhold(self) }
-        recordHoldEnded()
+        if let hold = summary.hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
+            proxy.metrics.recordHold(seconds: hold.seconds, outcome: outcome)
+        }
         if let body { evbuffer_free(body) }
         body = nil
-        proxy.exchangeFinished(self, status: answeredStatus, summary: AccessLogEntry(
-            method: method, target: accessLogTarget, status: answeredStatus,
-            seconds: EventLoop.monotonicNow - arrivedAt, attempts: sends, generation: sentGeneration))
+        let status = Int32(clamping: summary.status)
+        proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
+            method: method, target: accessLogTarget, status: status,
+            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))
         let retained = selfRetain
         selfRetain = nil
         retained?.release()
@@ -598,11 +501,6 @@ final class Exchange: OutgoingRequestDelegate {
 
     /// Used at shutdown when the drain deadline passes.
     func abandon() {
-        guard phase != .finished else { return }
-        if phase == .streaming {
-            abortClient()
-        } else {
-            reply(.unavailable("tokenrelay is shutting down"))
-        }
+        execute(lifecycle.abandon(now: EventLoop.monotonicNow))
     }
 }

@@ -130,7 +130,7 @@ final class ProxyServer {
 
     // MARK: - Accounting
 
-    func upstreamFailed(_ failure: OutgoingFailure) {
+    func upstreamFailed(_ failure: RequestLifecycle.UpstreamFailure) {
         metrics.countUpstreamError(kind: failure.kind.rawValue)
         logger.warning("upstream request failed", metadata: ["reason": "\(failure)"])
     }

@@ -1,0 +1,340 @@
+/// One client request, from arrival to answer: the proxy path and the 401 path as a pure state machine.
+///
+/// ```
+/// start ─▶ admission ─┬─ send ─▶ waitingForConnection ─▶ awaitingResponse ─┬─ any other answer, or any answer to a replay ─▶ relaying ─▶ done
+///                     │                                                     ├─ refresh-triggering answer to the first send ─▶ capturing
+///                     │                                                     │       └─ (refresh rules decide)
+///                     │                                                     │            replay: the token was renewed meanwhile ─▶ send again
+///                     │                                                     │            hold: a refresh started or runs ─▶ held
+///                     │                                                     │            passThrough: login required ─▶ the captured answer ─▶ done
+///                     │                                                     └─ failure before an answer ─┬─ may retry ─▶ a fresh connection, once
+///                     │                                                                                   └─ 502 / 504 ─▶ done
+///                     ├─ hold (a refresh is running) ─▶ held ─┬─ renewed ─▶ send (the replay)
+///                     │                                      ├─ rejected ─▶ the captured 401, or tokenrelay's 401 ─▶ done
+///                     │                                      └─ unavailable / hold deadline ─▶ 503 ─▶ done
+///                     ├─ login required ─▶ 401 ─▶ done
+///                     └─ refresh on hold-off ─▶ 503 ─▶ done
+/// client gone at any point ─▶ done (the driver cancels whatever is under way)
+/// ```
+///
+/// Rules that keep clients and the session safe:
+/// - A request is replayed at most once after a refresh-triggering answer, so an upstream that keeps
+///   refusing a fresh token can never make a loop.
+/// - The token is read when the connection is in hand, not at arrival: a refresh may have finished while
+///   the request waited in the pool's queue, and sending the old token would cost a needless 401.
+/// - A failure before any response byte is retried on a fresh connection at most once, and only when the
+///   upstream cannot have acted on it (never connected) or acting twice is harmless (an idempotent method
+///   on a reused connection: the keep-alive race where the upstream closes just as we send).
+/// - Once a response has started reaching the client it cannot be replaced: an upstream failure then cuts
+///   the client's connection (a truncated response, never a clean end).
+///
+/// Pure: no I/O, no clock of its own (`now` comes with each event), no transport import. The driver
+/// (`Exchange` on evhttp, `RelayedExchange` on HTTPTransport) feeds it events and carries out its actions
+/// in order.
+struct RequestLifecycle {
+    enum Phase: Equatable {
+        case arrived
+        case waitingForConnection
+        case awaitingResponse
+        case capturing
+        case held
+        case relaying
+        case finished
+    }
+
+    typealias Admission = RefreshCoordinator.Admission
+    typealias RefreshRulesDecision = RefreshMachine.UnauthorizedDecision
+    typealias RefreshOutcome = RefreshMachine.Outcome
+
+    let settings: Settings
+    private(set) var phase = Phase.arrived
+    /// Forwarded untouched: no token injected, no refresh on its 401 (`passthrough_paths`).
+    private(set) var passthrough = false
+    /// Sends that reached the point of waiting for an answer (a retried failure does not count): the
+    /// refresh rules apply to the first one only.
+    private(set) var attempts = 0
+    private(set) var sentGeneration: UInt64 = 0
+    private var retried = false
+    private var sentOnReusedConnection = false
+    private var heldSince: Double?
+    private var holdDeadline: Double?
+    /// The current hold is the request's first: if the list of held requests refuses it, the request
+    /// was never held at all (no hold duration is recorded for it).
+    private var holdIsFirst = false
+    private var capturedStatus: Int?
+    private var answeredStatus = 0
+    private var answeredByUpstream = false
+    /// A body that is streamed (not kept) can be sent only once: after its first byte has gone, a
+    /// refresh-triggering answer is passed to the client as it is.
+    private var bodyIsReplayable = true
+
+    init(settings: Settings) {
+        self.settings = settings
+    }
+
+    var isFinished: Bool { phase == .finished }
+
+    // MARK: - Arrival
+
+    /// `admission`: the refresh rules' answer for a request arriving now (nil for passthrough requests).
+    mutating func start(admission: Admission?, now: Double) -> [Action] {
+        guard phase == .arrived else { return [] }
+        if case nil = admission { passthrough = true }
+        return admit(admission, now: now)
+    }
+
+    /// A request refused before anything was forwarded (smuggling probes, foreign hosts, TRACE).
+    mutating func refuse(_ response: LocalResponse, now: Double) -> [Action] {
+        guard phase == .arrived else { return [] }
+        return respond(response, now: now)
+    }
+
+    private mutating func admit(_ admission: Admission?, now: Double) -> [Action] {
+        switch admission {
+        case nil, .send:
+            phase = .waitingForConnection
+            return [.acquireConnection(admittedEarlier: heldSince != nil)]
+        case .hold:
+            return hold(now: now)
+        case .loginRequired:
+            return respond(.loginRequired, now: now)
+        case .unavailable(let retryAfter):
+            return respond(.refreshOnHold(retryAfter: retryAfter), now: now)
+        }
+    }
+
+    // MARK: - Waiting for a connection
+
+    /// The pool has no free connection; the request waits in its queue, but only so long: a stalled
+    /// upstream must turn into quick 503s, not an unbounded queue of clients.
+    mutating func connectionQueued() -> [Action] {
+        guard phase == .waitingForConnection else { return [] }
+        return [.schedule(.poolWait, after: settings.poolWaitSeconds)]
+    }
+
+    /// The pool's queue is full.
+    mutating func connectionRefused(now: Double) -> [Action] {
+        guard phase == .waitingForConnection else { return [] }
+        return respond(.poolExhausted("too many requests are waiting for an upstream connection"), now: now)
+    }
+
+    /// A connection is in hand. `admission`: the refresh rules' answer *now* (nil for passthrough): a
+    /// refresh may have started or finished while the request waited.
+    mutating func connectionAcquired(reused: Bool, admission: Admission?, now: Double) -> [Action] {
+        guard phase == .waitingForConnection else { return [.releaseConnection] }
+        var actions: [Action] = [.cancel(.poolWait)]
+        let credential: Credential
+        switch admission {
+        case nil: credential = .none
+        case .send(let generation, let authorization): credential = .token(generation: generation, authorization: authorization)
+        case let other?:
+            actions.append(.releaseConnection)
+            return actions + admit(other, now: now)
+        }
+        attempts += 1
+        sentOnReusedConnection = reused
+        if case .token(let generation, _) = credential { sentGeneration = generation }
+        capturedStatus = nil
+        phase = .awaitingResponse
+        actions.append(.send(credential))
+        actions.append(.schedule(.responseHead, after: settings.upstreamSeconds))
+        if !reused { actions.append(.schedule(.connect, after: settings.connectSeconds)) }
+        return actions
+    }
+
+    /// The transport reports the connection established (TCP, and TLS if any).
+    mutating func connected() -> [Action] {
+        [.cancel(.connect)]
+    }
+
+    /// The first byte of a streamed request body has left for the upstream.
+    mutating func streamedBodyStarted() {
+        bodyIsReplayable = false
+    }
+
+    // MARK: - The upstream's answer
+
+    /// The response head is in. `indicatesExpiredToken`: the status and challenge say the token is no
+    /// longer accepted (see `RefreshTrigger`).
+    mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> [Action] {
+        guard phase == .awaitingResponse else { return [] }
+        var actions: [Action] = [.cancel(.connect), .cancel(.responseHead)]
+        if attempts == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
+            phase = .capturing
+            capturedStatus = status
+            actions.append(.captureResponse)
+        } else {
+            phase = .relaying
+            answeredStatus = status
+            answeredByUpstream = true
+            actions.append(.relayResponse)
+        }
+        return actions
+    }
+
+    /// The response is complete (its body too).
+    mutating func responseEnded(now: Double) -> [Action] {
+        switch phase {
+        case .capturing:
+            return [.releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration)]
+        case .relaying:
+            return [.releaseConnection, .endRelayedResponse] + finish(now: now)
+        default:
+            return []
+        }
+    }
+
+    /// The upstream connection failed, or the driver refused its answer (invalid, too large).
+    mutating func upstreamFailed(_ failure: UpstreamFailure, now: Double) -> [Action] {
+        switch phase {
+        case .awaitingResponse, .capturing:
+            var actions: [Action] = [.cancel(.connect), .cancel(.responseHead)]
+            if phase == .awaitingResponse && mayRetry(failure) {
+                retried = true
+                attempts -= 1
+                phase = .waitingForConnection
+                return actions + [.retrying(after: failure), .acquireFreshConnection]
+            }
+            actions += [.releaseConnection, .upstreamFailed(failure)]
+            return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
+        case .relaying:
+            // The head is out: a truncated response is the honest answer.
+            return [.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true)] + finish(now: now)
+        default:
+            return []
+        }
+    }
+
+    private func mayRetry(_ failure: UpstreamFailure) -> Bool {
+        guard !retried, !failure.responseStarted, bodyIsReplayable else { return false }
+        switch failure.kind {
+        case .connect: return true
+        case .connectionLost: return sentOnReusedConnection && settings.idempotent
+        case .connectTimeout, .timeout, .invalidResponse, .tooLarge, .tls: return false
+        }
+    }
+
+    // MARK: - The refresh path
+
+    /// The refresh rules' answer to `consultRefreshRules`.
+    mutating func refreshRulesDecided(_ decision: RefreshRulesDecision, now: Double) -> [Action] {
+        guard phase == .capturing else { return [] }
+        switch decision {
+        case .replay:
+            phase = .waitingForConnection
+            return [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: heldSince != nil)]
+        case .hold:
+            return hold(now: now)
+        case .passThrough:
+            return respondCaptured(now: now)
+        case .unavailable(let retryAfter):
+            return respond(.refreshOnHold(retryAfter: retryAfter), now: now)
+        }
+    }
+
+    /// The hold deadline runs from the first hold: a request held, replayed, and held again does not
+    /// get a second full wait.
+    private mutating func hold(now: Double) -> [Action] {
+        phase = .held
+        holdIsFirst = heldSince == nil
+        if holdIsFirst { heldSince = now }
+        let deadline = holdDeadline ?? now + settings.holdSeconds
+        holdDeadline = deadline
+        return [.hold, .schedule(.hold, after: max(0, deadline - now))]
+    }
+
+    /// The list of held requests is full (`limits.max_held_requests`).
+    mutating func holdRefused(now: Double) -> [Action] {
+        guard phase == .held else { return [] }
+        if holdIsFirst { heldSince = nil }
+        return [.cancel(.hold)] + respond(.tooManyHeld, now: now)
+    }
+
+    /// A refresh cycle ended. After `renewed` the replay reads the token when its connection is in hand.
+    mutating func refreshFinished(_ outcome: RefreshOutcome, now: Double) -> [Action] {
+        guard phase == .held else { return [] }
+        let leave: [Action] = [.cancel(.hold), .unhold]
+        switch outcome {
+        case .renewed:
+            phase = .waitingForConnection
+            let replay: [Action] = attempts > 0 ? [.countReplay(.afterRefresh)] : []
+            return leave + replay + [.acquireConnection(admittedEarlier: true)]
+        case .rejected:
+            return leave + (capturedStatus != nil ? respondCaptured(now: now) : respond(.loginRequired, now: now))
+        case .unavailable:
+            return leave + respond(.unavailable("no valid access token could be obtained; try again later"), now: now)
+        }
+    }
+
+    // MARK: - Deadlines
+
+    mutating func timerFired(_ timer: Timer, now: Double) -> [Action] {
+        switch (timer, phase) {
+        case (.poolWait, .waitingForConnection):
+            return [.cancelConnectionWait] + respond(.poolExhausted("timed out waiting for a free upstream connection"), now: now)
+        case (.connect, .awaitingResponse):
+            // The cancel also stops the connect attempt.
+            return [.cancel(.responseHead), .cancelUpstream, .releaseConnection]
+                + [.upstreamFailed(UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time"))]
+                + respond(.gatewayTimeout, now: now)
+        case (.responseHead, .awaitingResponse):
+            // The connection is closed by the cancel: never reused with half a head in it.
+            return [.cancel(.connect), .cancelUpstream, .releaseConnection]
+                + [.upstreamFailed(UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out"))]
+                + respond(.gatewayTimeout, now: now)
+        case (.hold, .held):
+            return [.unhold] + respond(.unavailable("timed out waiting for a token refresh"), now: now)
+        default:
+            return []
+        }
+    }
+
+    // MARK: - The client, and shutdown
+
+    /// The client hung up (or its connection failed): nobody is left to answer.
+    mutating func clientGone(now: Double) -> [Action] {
+        guard phase != .finished else { return [] }
+        let wasHeld = phase == .held
+        return [.cancelUpstream] + (wasHeld ? [.unhold] : []) + finish(now: now)
+    }
+
+    /// The drain deadline passed at shutdown.
+    mutating func abandon(now: Double) -> [Action] {
+        switch phase {
+        case .finished: return []
+        case .relaying: return [.cancelUpstream, .abortClient(flushFirst: false)] + finish(now: now)
+        case .held: return [.unhold, .cancel(.hold)] + respond(.unavailable("tokenrelay is shutting down"), now: now)
+        default: return [.cancelUpstream] + respond(.unavailable("tokenrelay is shutting down"), now: now)
+        }
+    }
+
+    // MARK: - Answers
+
+    private mutating func respond(_ response: LocalResponse, now: Double) -> [Action] {
+        answeredStatus = Int(response.status)
+        answeredByUpstream = false
+        return [.respond(response)] + finish(now: now)
+    }
+
+    private mutating func respondCaptured(now: Double) -> [Action] {
+        answeredStatus = capturedStatus ?? 401
+        answeredByUpstream = false
+        return [.respondCaptured] + finish(now: now)
+    }
+
+    private mutating func finish(now: Double) -> [Action] {
+        phase = .finished
+        var summary = Summary(status: answeredStatus, attempts: attempts, generation: sentGeneration)
+        if let since = heldSince {
+            let outcome: HoldOutcome = switch answeredStatus {
+            case 0: .clientGone
+            case _ where answeredByUpstream: .replayed
+            case 503: .unavailable
+            case 401: .unauthorized
+            default: .other
+            }
+            summary.hold = (max(0, now - since), outcome)
+        }
+        return [.finish(summary)]
+    }
+}

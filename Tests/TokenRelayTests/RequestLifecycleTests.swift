@@ -1,0 +1,242 @@
+import XCTest
+@testable import TokenRelay
+
+/// The request lifecycle in-process: events in, actions out, time passed by hand. No sockets.
+final class RequestLifecycleTests: XCTestCase {
+    typealias Machine = RequestLifecycle
+    private let settings = Machine.Settings(idempotent: true, holdSeconds: 10, poolWaitSeconds: 2, upstreamSeconds: 30, connectSeconds: 5)
+    private let token1 = Machine.Admission.send(generation: 1, authorization: "Bearer one")
+    private let token2 = Machine.Admission.send(generation: 2, authorization: "Bearer two")
+
+    private func lost(started: Bool = false) -> Machine.UpstreamFailure {
+        .init(kind: .connectionLost, responseStarted: started, description: "connection closed before a response")
+    }
+
+    private func summary(_ actions: [Machine.Action]) -> Machine.Summary? {
+        guard case .finish(let summary)? = actions.last else { return nil }
+        return summary
+    }
+
+    /// Sent and answered without trouble.
+    func testAPlainRequestIsSentRelayedAndFinished() {
+        var machine = Machine(settings: settings)
+        XCTAssertEqual(machine.start(admission: token1, now: 0), [.acquireConnection(admittedEarlier: false)])
+        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token1, now: 0), [
+            .cancel(.poolWait), .send(.token(generation: 1, authorization: "Bearer one")),
+            .schedule(.responseHead, after: 30), .schedule(.connect, after: 5),
+        ])
+        XCTAssertEqual(machine.connected(), [.cancel(.connect)])
+        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
+        let end = machine.responseEnded(now: 1)
+        XCTAssertEqual(Array(end.prefix(2)), [.releaseConnection, .endRelayedResponse])
+        XCTAssertEqual(summary(end), Machine.Summary(status: 200, attempts: 1, generation: 1))
+        XCTAssertTrue(machine.isFinished)
+    }
+
+    /// A reused keep-alive connection is established already: no connect deadline.
+    func testAReusedConnectionGetsNoConnectDeadline() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        XCTAssertFalse(machine.connectionAcquired(reused: true, admission: token1, now: 0).contains(.schedule(.connect, after: 5)))
+    }
+
+    /// The 401 answered a token that was replaced meanwhile: sent again at once, without a refresh.
+    func testA401ToAStaleTokenIsReplayedWithoutARefresh() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
+        XCTAssertEqual(machine.responseEnded(now: 1), [.releaseConnection, .consultRefreshRules(sentGeneration: 1)])
+        XCTAssertEqual(machine.refreshRulesDecided(.replay, now: 1), [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: false)])
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1)[1], .send(.token(generation: 2, authorization: "Bearer two")))
+        // The replay's own 401 goes to the client: a request is replayed at most once.
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
+        XCTAssertEqual(summary(machine.responseEnded(now: 2)), Machine.Summary(status: 401, attempts: 2, generation: 2))
+    }
+
+    /// The 401 starts (or joins) a refresh: held, then replayed with the new token.
+    func testA401IsHeldForTheRefreshAndReplayedAfterIt() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        _ = machine.responseHead(status: 401, indicatesExpiredToken: true)
+        _ = machine.responseEnded(now: 1)
+        XCTAssertEqual(machine.refreshRulesDecided(.hold, now: 1), [.hold, .schedule(.hold, after: 10)])
+        XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 3), [
+            .cancel(.hold), .unhold, .countReplay(.afterRefresh), .acquireConnection(admittedEarlier: true),
+        ])
+        _ = machine.connectionAcquired(reused: true, admission: token2, now: 3)
+        _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
+        let done = summary(machine.responseEnded(now: 4))
+        XCTAssertEqual(done?.status, 200)
+        XCTAssertEqual(done?.hold?.outcome, .replayed)
+        XCTAssertEqual(done?.hold?.seconds, 3)
+    }
+
+    /// The refresh token was rejected: the client gets the upstream's own 401, as if tokenrelay were absent.
+    func testARejectedRefreshAnswersTheCaptured401() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        _ = machine.responseHead(status: 401, indicatesExpiredToken: true)
+        _ = machine.responseEnded(now: 0)
+        _ = machine.refreshRulesDecided(.hold, now: 0)
+        let actions = machine.refreshFinished(.rejected, now: 1)
+        XCTAssertEqual(Array(actions.prefix(3)), [.cancel(.hold), .unhold, .respondCaptured])
+        XCTAssertEqual(summary(actions)?.status, 401)
+        XCTAssertEqual(summary(actions)?.hold?.outcome, .unauthorized)
+    }
+
+    /// Held at arrival (never sent) and the refresh is rejected: tokenrelay's own "login required".
+    func testAHeldArrivalGetsLoginRequiredWhenTheRefreshIsRejected() {
+        var machine = Machine(settings: settings)
+        XCTAssertEqual(machine.start(admission: .hold, now: 0), [.hold, .schedule(.hold, after: 10)])
+        XCTAssertEqual(machine.refreshFinished(.rejected, now: 1)[2], .respond(.loginRequired))
+    }
+
+    /// The hold deadline runs from the first hold: held, released, and held again by the next refresh,
+    /// a request waits only what is left of its first deadline.
+    func testASecondHoldKeepsTheFirstDeadline() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: .hold, now: 0)
+        _ = machine.refreshFinished(.renewed(generation: 2), now: 4)
+        let actions = machine.connectionAcquired(reused: true, admission: .hold, now: 4)
+        XCTAssertEqual(actions, [.cancel(.poolWait), .releaseConnection, .hold, .schedule(.hold, after: 6)])
+        let timedOut = machine.timerFired(.hold, now: 10)
+        XCTAssertEqual(timedOut[0], .unhold)
+        XCTAssertEqual(timedOut[1], .respond(.unavailable("timed out waiting for a token refresh")))
+        XCTAssertEqual(summary(timedOut)?.hold?.outcome, .unavailable)
+    }
+
+    /// The list of held requests is full: 503 at once, and the request never counts as held.
+    func testAFullHoldListAnswers503() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: .hold, now: 0)
+        let actions = machine.holdRefused(now: 0)
+        XCTAssertEqual(actions[1], .respond(.tooManyHeld))
+        XCTAssertNil(summary(actions)?.hold)
+    }
+
+    /// The keep-alive race: the upstream closed an idle connection just as an idempotent request went out
+    /// on it. Sent once more, on a fresh connection; a second failure is the client's 502.
+    func testAnIdempotentRequestLostOnAReusedConnectionIsRetriedOnce() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        XCTAssertEqual(machine.upstreamFailed(lost(), now: 0), [.cancel(.connect), .cancel(.responseHead), .retrying(after: lost()), .acquireFreshConnection])
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        let failed = machine.upstreamFailed(lost(), now: 1)
+        XCTAssertTrue(failed.contains(.respond(.badGateway("upstream connection closed before a response"))))
+        XCTAssertEqual(summary(failed)?.attempts, 1)
+    }
+
+    /// A POST whose bytes went out may have been acted on: never sent twice.
+    func testANonIdempotentRequestIsNotRetriedAfterItsBytesWentOut() {
+        var machine = Machine(settings: .init(idempotent: false, holdSeconds: 10, poolWaitSeconds: 2, upstreamSeconds: 30, connectSeconds: 5))
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        XCTAssertFalse(machine.upstreamFailed(lost(), now: 0).contains(.acquireFreshConnection))
+    }
+
+    /// A connection that never connected cannot have delivered anything: any method is retried.
+    func testAConnectFailureIsRetriedForAnyMethod() {
+        var machine = Machine(settings: .init(idempotent: false, holdSeconds: 10, poolWaitSeconds: 2, upstreamSeconds: 30, connectSeconds: 5))
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        let failure = Machine.UpstreamFailure(kind: .connect, responseStarted: false, description: "could not connect")
+        XCTAssertEqual(machine.upstreamFailed(failure, now: 0).last, .acquireFreshConnection)
+    }
+
+    /// No complete head in time: 504, and the connection is closed (never reused with half a head in it).
+    func testAResponseHeadDeadlineAnswers504() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        let actions = machine.timerFired(.responseHead, now: 30)
+        XCTAssertEqual(Array(actions.prefix(3)), [.cancel(.connect), .cancelUpstream, .releaseConnection])
+        XCTAssertTrue(actions.contains(.respond(.gatewayTimeout)))
+        XCTAssertEqual(summary(actions)?.status, 504)
+    }
+
+    /// The upstream died mid-body: the client sees a truncated response, never a clean end.
+    func testAFailureWhileRelayingCutsTheClient() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
+        let actions = machine.upstreamFailed(lost(started: true), now: 1)
+        XCTAssertEqual(Array(actions.prefix(3)), [.releaseConnection, .upstreamFailed(lost(started: true)), .abortClient(flushFirst: true)])
+        XCTAssertEqual(summary(actions)?.status, 200)
+    }
+
+    /// The client hung up while its request was held: taken off the list, nothing answered.
+    func testAClientGoneWhileHeldIsUnheld() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: .hold, now: 0)
+        let actions = machine.clientGone(now: 2)
+        XCTAssertEqual(Array(actions.prefix(2)), [.cancelUpstream, .unhold])
+        XCTAssertEqual(summary(actions)?.status, 0)
+        XCTAssertEqual(summary(actions)?.hold?.outcome, .clientGone)
+        XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 3), [])
+    }
+
+    /// Passthrough paths: nothing injected, and their 401 is the client's business.
+    func testAPassthroughRequestCarriesNoTokenAndIsNeverHeld() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: nil, now: 0)
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: nil, now: 0)[1], .send(.none))
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
+    }
+
+    /// A streamed upload cannot be sent twice: once its body started to leave, a 401 is the client's.
+    func testA401AfterAStreamedBodyLeftIsPassedThrough() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        machine.streamedBodyStarted()
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
+    }
+
+    /// A stalled upstream turns queued requests into quick 503s.
+    func testAQueuedRequestGivesUpAfterThePoolWait() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        XCTAssertEqual(machine.connectionQueued(), [.schedule(.poolWait, after: 2)])
+        let actions = machine.timerFired(.poolWait, now: 2)
+        XCTAssertEqual(actions.first, .cancelConnectionWait)
+        XCTAssertEqual(summary(actions)?.status, 503)
+        // A connection granted after the answer goes straight back.
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token1, now: 3), [.releaseConnection])
+    }
+
+    /// The refresh rules' hold-off: no refresh may start, so no wait either.
+    func testTheRefreshHoldOffAnswers503WithRetryAfter() {
+        var machine = Machine(settings: settings)
+        let actions = machine.start(admission: .unavailable(retryAfter: 7), now: 0)
+        XCTAssertEqual(actions.first, .respond(.refreshOnHold(retryAfter: 7)))
+    }
+
+    /// Shutdown: a held request gets 503, a relayed one is cut.
+    func testAbandonAnswersHeldAndCutsRelayed() {
+        var held = Machine(settings: settings)
+        _ = held.start(admission: .hold, now: 0)
+        XCTAssertEqual(held.abandon(now: 1)[2], .respond(.unavailable("tokenrelay is shutting down")))
+        var relaying = Machine(settings: settings)
+        _ = relaying.start(admission: token1, now: 0)
+        _ = relaying.connectionAcquired(reused: true, admission: token1, now: 0)
+        _ = relaying.responseHead(status: 200, indicatesExpiredToken: false)
+        XCTAssertEqual(Array(relaying.abandon(now: 1).prefix(2)), [.cancelUpstream, .abortClient(flushFirst: false)])
+    }
+
+    /// Nothing happens twice: every event after the end yields nothing.
+    func testAFinishedRequestIgnoresLateEvents() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: .loginRequired, now: 0)
+        XCTAssertTrue(machine.isFinished)
+        XCTAssertEqual(machine.timerFired(.hold, now: 1), [])
+        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [])
+        XCTAssertEqual(machine.upstreamFailed(lost(), now: 1), [])
+        XCTAssertEqual(machine.clientGone(now: 1), [])
+        XCTAssertEqual(machine.abandon(now: 1), [])
+    }
+}
