@@ -12,7 +12,6 @@ import Glibc
 /// not permitted.
 final class FleetNetworkPartitionTests: RelayTestCase {
     private let key = "tokenrelay:fleet-partition"
-    private var redisDirectory: URL!
 
     func testAHostCutOffFromRedisBehavesAsUnreachableWhileOthersCarryOn() throws {
         try RedisServerProcess.requireInstalled()
@@ -95,7 +94,6 @@ final class FleetNetworkPartitionTests: RelayTestCase {
             waitUntil(timeout: 10) { !process.isRunning }
             try? FileManager.default.removeItem(at: directory)
         }
-        redisDirectory = directory
         guard waitUntil(timeout: 10, { (try? self.redisCLI(socketPath, ["PING"])) == "PONG" || !process.isRunning }), process.isRunning else {
             let log = ["redis.log", "stderr.log"].map { (try? String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8)) ?? "" }.joined()
             throw TestSupportError("redis-server in \(namespace.name) did not answer PING; log:\n\(log.suffix(2000))")
