@@ -160,10 +160,18 @@ public final class HTTPClientConnection {
 
     public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
 
+    /// The connection is established: some byte has gone through it (a connect in progress moves none).
+    public var isConnected: Bool { stream.hasMovedBytes }
+
+    /// Requests started on this connection; above 1, the current one went out on a reused connection,
+    /// which the upstream may have closed just as we sent (the keep-alive race).
+    public private(set) var requestsStarted = 0
+
     /// Sends a request head. `target` is sent byte for byte. Framing fields are written by the transport.
     public func startRequest(method: String, target: [UInt8], fields: [(name: String, value: String)], body: BodyLength) {
         guard !hasEnded, case .idle = state else { return }
         requestMethod = HTTPMethod(name: method)
+        requestsStarted += 1
         state = .awaitingHead
         responseStarted = false
         rearmSilence()

@@ -20,7 +20,8 @@ public final class HTTPServer {
     private let limits: HTTPWireLimits
     private let inputCapacity: Int
     private let headTimeout: Double
-    private let onConnection: (HTTPServerConnection) -> Void
+    /// Called with each accepted connection (settable after init, for owners that create the server in theirs).
+    public var onConnection: (HTTPServerConnection) -> Void
     private var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
 
     /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]"); port 0 picks a free port
@@ -91,13 +92,19 @@ public final class HTTPServer {
         }
     }
 
-    /// Stops accepting and closes every open connection.
-    public func close() {
+    /// Stops accepting (the listening socket is closed, so new clients are refused by the kernel); open
+    /// connections carry on.
+    public func stopAccepting() {
         if let acceptEvent {
             event_free(acceptEvent)
             self.acceptEvent = nil
             Glibc.close(fd)
         }
+    }
+
+    /// Stops accepting and closes every open connection.
+    public func close() {
+        stopAccepting()
         for connection in Array(connections.values) { connection.close() }
         connections.removeAll()
     }

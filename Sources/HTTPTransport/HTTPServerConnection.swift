@@ -25,6 +25,9 @@ public final class HTTPServerConnection {
     public weak var handler: HTTPServerConnectionHandler?
     /// Pending output above which `canSendMore` is false (the sender should wait for `connectionCanSendMore`).
     public var sendBufferLimit = 1 << 20
+    /// Close the connection after the response now being started (a refusal after which the next
+    /// request's start cannot be trusted, or a server that is shutting down).
+    public var closeAfterResponse = false
 
     let stream: SocketStream
     private var parser: HeadParser
@@ -125,7 +128,7 @@ public final class HTTPServerConnection {
         case .lengthBody, .chunkedBody: bodyUnread = true
         default: break
         }
-        responseCloses = !requestKeepAlive || framing == .closeDelimited || bodyUnread
+        responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread
         responseFraming = framing
         if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
         let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)

@@ -27,6 +27,8 @@ final class SocketStream {
     private var writeEvent: OpaquePointer?
     private var readingPaused = false
     private var writeArmed = false
+    /// Some byte has gone through the socket: a connecting socket's connect has completed.
+    private(set) var hasMovedBytes = false
     /// Bytes accepted by `write` that the socket has not taken yet, from `outputStart`.
     private var output: [UInt8] = []
     private var outputStart = 0
@@ -79,6 +81,7 @@ final class SocketStream {
         }
         while true {
             let n = Glibc.read(fd, input.end, input.spaceAtEnd)
+            if n > 0 { hasMovedBytes = true }
             if n > 0 {
                 input.didFill(n)
                 owner?.streamReceived(self)
@@ -134,6 +137,7 @@ final class SocketStream {
             }
             while true {
                 let n = writev(fd, vectors, Int32(vectors.count))
+                if n > 0 { hasMovedBytes = true }
                 if n >= 0 {
                     written = n
                     break
@@ -187,6 +191,7 @@ final class SocketStream {
         var offset = 0
         while offset < bytes.count {
             let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n > 0 { hasMovedBytes = true }
             if n > 0 {
                 offset += n
                 continue

@@ -68,6 +68,24 @@ public final class UpstreamPool {
         return ticket
     }
 
+    /// Like `acquire`, but never an idle connection: after a request failed on a reused connection the
+    /// others idle beside it are likely as stale (the upstream restarted, or its keep-alive timeout ran out
+    /// for all of them at once). A fresh one is opened if the limit allows, otherwise the caller waits.
+    @discardableResult
+    public func acquireFresh(_ ready: @escaping (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void) -> Ticket {
+        let ticket = Ticket(ready)
+        if openCount < settings.maxConnections {
+            deliver(open(), to: ticket)
+        } else if let stale = idle.popLast() {
+            // At the limit with idle connections: close one to make room for the fresh one.
+            stale.close()
+            if openCount < settings.maxConnections { deliver(open(), to: ticket) } else { waiters.append(ticket) }
+        } else {
+            waiters.append(ticket)
+        }
+        return ticket
+    }
+
     /// Takes back a connection after its response. A reusable one goes to the first waiter or to the idle
     /// list; anything else is closed (which lets a waiter open a fresh one).
     public func release(_ connection: HTTPClientConnection) {

@@ -3,6 +3,15 @@
 public enum HTTPMethod: UInt8, Sendable, Equatable {
     case get, head, post, put, delete, connect, options, trace, patch, other
 
+    /// Processing it twice is harmless by definition (RFC 9110 §9.2.2), so it may be sent again after
+    /// the connection died under it.
+    public var isIdempotent: Bool {
+        switch self {
+        case .get, .head, .options, .put, .delete, .trace: return true
+        case .post, .connect, .patch, .other: return false
+        }
+    }
+
     /// Classifies the method token in `bytes[range]` (case-sensitive, as methods are).
     @inlinable
     static func classify(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> HTTPMethod {

@@ -27,6 +27,13 @@ class RelayTestCase: XCTestCase {
 
     override func tearDownWithError() throws {
         relays.forEach { $0.stop() }
+        // A failed test shows the end of each relay's log: CI keeps nothing else of the work directory.
+        if let run = testRun, run.failureCount + run.unexpectedExceptionCount > 0 {
+            for relay in relays {
+                let log = (try? String(contentsOf: relay.workDir.appendingPathComponent("stderr.log"), encoding: .utf8)) ?? ""
+                print("--- relay log (\(relay.workDir.lastPathComponent)), last 30 lines:\n" + log.split(separator: "\n").suffix(30).joined(separator: "\n"))
+            }
+        }
         relays = []
         rawUpstreams.forEach { $0.stop() }
         rawUpstreams = []

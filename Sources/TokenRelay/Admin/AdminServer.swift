@@ -102,8 +102,8 @@ final class AdminServer {
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,
             "active_requests": proxy.activeCount,
-            "upstream_waiters": proxy.pool.waiterCount,
-            "client_connections": proxy.clientConnections.openCount,
+            "upstream_waiters": proxy.upstreamWaiterCount,
+            "client_connections": proxy.clientConnectionCount,
             "draining": proxy.isDraining,
             "started_at": Timestamp.format(startedAt),
         ]

@@ -18,6 +18,15 @@ public struct Config: Sendable {
     /// `text` (logfmt, for people and grep) or `json` (one object per line, for collectors).
     public var logFormat = LogFormat.text
     public var accessLog = AccessLog()
+    /// Which HTTP engine carries the proxied port (`data_plane`).
+    public var dataPlane = DataPlane.evhttp
+
+    public enum DataPlane: String, Sendable {
+        /// libevent's evhttp (the engine tokenrelay started on).
+        case evhttp
+        /// tokenrelay's own HTTP/1.1 transport on libevent's event API (`Sources/HTTPTransport`).
+        case transport
+    }
 
     /// One log line per client request (`log.access`), the query string only on request.
     public struct AccessLog: Sendable {

@@ -28,7 +28,7 @@ public enum ConfigLoader {
     }
 
     private static func readRoot(_ root: JSONObjectReader) throws -> Config {
-        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log"])
+        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane"])
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstreamObject = try root.object("upstream")
@@ -81,6 +81,10 @@ public enum ConfigLoader {
             config.timeouts = try readTimeouts(timeouts)
         }
         try config.tokens.redis?.validateLock(refreshSeconds: config.timeouts.refreshSeconds)
+        if let engine = try root.optionalString("data_plane") {
+            guard let parsed = Config.DataPlane(rawValue: engine) else { throw ConfigError("data_plane", "must be evhttp or transport") }
+            config.dataPlane = parsed
+        }
         if let forwarding = try root.optionalObject("forwarding") {
             config.forwarding = try readForwarding(forwarding)
         }

@@ -4,7 +4,7 @@ import Logging
 /// One access-log line per client request: method, path (query left out by default: it often carries
 /// identifiers or credentials of its own; an absolute-form authority, with any user:pass@, never logged), status, duration, upstream attempts and token generation.
 struct AccessLogEntry {
-    let method: evhttp_cmd_type
+    let method: String
     let target: String?
     let status: Int32
     let seconds: Double
@@ -19,7 +19,7 @@ struct AccessLogEntry {
         }
         if !includeQuery, let question = path.firstIndex(of: "?") { path = String(path[..<question]) }
         logger.info("request", metadata: [
-            "method": "\(Self.name(of: method))",
+            "method": "\(method)",
             "path": "\(path)",
             "status": "\(status)",
             "duration_ms": "\(Int((seconds * 1000).rounded()))",
@@ -28,7 +28,7 @@ struct AccessLogEntry {
         ])
     }
 
-    private static func name(of method: evhttp_cmd_type) -> String {
+    static func name(of method: evhttp_cmd_type) -> String {
         switch method {
         case EVHTTP_REQ_GET: return "GET"
         case EVHTTP_REQ_POST: return "POST"

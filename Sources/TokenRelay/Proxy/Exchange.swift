@@ -10,7 +10,7 @@ import CLibevent
 ///
 /// Lifetime: the exchange retains itself in `begin()` and releases when the machine says `finish`, which
 /// happens exactly once and first removes every libevent registration that points at it.
-final class Exchange: OutgoingRequestDelegate {
+final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
     /// A client that has not drained this much of the response makes us stop reading the upstream.
     private static let clientBacklogLimit = 256 * 1024
 
@@ -492,7 +492,7 @@ final class Exchange: OutgoingRequestDelegate {
         body = nil
         let status = Int32(clamping: summary.status)
         proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
-            method: method, target: accessLogTarget, status: status,
+            method: AccessLogEntry.name(of: method), target: accessLogTarget, status: status,
             seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))
         let retained = selfRetain
         selfRetain = nil

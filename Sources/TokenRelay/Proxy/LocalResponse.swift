@@ -67,6 +67,10 @@ struct LocalResponse {
         status: 431, reason: "Request Header Fields Too Large", error: "header_too_large",
         message: "the request head is larger than limits.max_header_bytes")
 
+    static let bodyTooLarge = LocalResponse(
+        status: 413, reason: "Payload Too Large", error: "body_too_large",
+        message: "the request body is larger than limits.max_body_bytes")
+
     static let versionNotSupported = LocalResponse(
         status: 505, reason: "HTTP Version Not Supported", error: "http_version_not_supported", message: "only HTTP/1.0 and HTTP/1.1 are supported")
 

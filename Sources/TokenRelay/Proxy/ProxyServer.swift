@@ -16,10 +16,13 @@ final class ProxyServer {
     let metrics: RelayMetrics
     let logger: Logger
     var pool: UpstreamPool { route.pool }
-    private(set) var listener: HTTPListener!
+    /// The proxied port on evhttp (`data_plane: evhttp`).
+    private(set) var listener: HTTPListener?
+    /// The proxied port on HTTPTransport (`data_plane: transport`).
+    private(set) var frontEnd: TransportFrontEnd?
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
-    private var held: [Exchange] = []
-    private var active: [ObjectIdentifier: Exchange] = [:]
+    private var held: [any ProxiedExchange] = []
+    private var active: [ObjectIdentifier: any ProxiedExchange] = [:]
     private(set) var isDraining = false
     /// Final responses handed to evhttp during the drain but not yet written out: exiting before they
     /// are would cut them off.
@@ -37,19 +40,25 @@ final class ProxyServer {
         clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections,
                                               headTimeout: config.timeouts.clientHeaderSeconds, maxHeadBytes: config.limits.maxHeaderBytes,
                                               metrics: metrics, logger: logger)
-        listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
-            self.accept(request)
+        switch config.dataPlane {
+        case .evhttp:
+            let listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
+                self.accept(request)
+            }
+            listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
+                               timeoutSeconds: config.timeouts.clientSeconds)
+            listener.setBacklog(config.limits.listenBacklog)
+            listener.track(clientConnections)
+            self.listener = listener
+        case .transport:
+            frontEnd = try TransportFrontEnd(proxy: self, config: config)
         }
-        listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
-                           timeoutSeconds: config.timeouts.clientSeconds)
-        listener.setBacklog(config.limits.listenBacklog)
-        listener.track(clientConnections)
         route = makeRoute(config, upstreamTLS: upstreamTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
     }
 
     private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
-        let route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: listener.boundPort)
+        let route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort)
         route.pool.onDesyncedConnection = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
@@ -63,8 +72,9 @@ final class ProxyServer {
     /// the old pool is freed as its connections come back.
     func apply(_ config: Config, upstreamTLS: TLSContext?) {
         self.config = config
-        listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
-                           timeoutSeconds: config.timeouts.clientSeconds)
+        listener?.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
+                            timeoutSeconds: config.timeouts.clientSeconds)
+        frontEnd?.apply(config)
         clientConnections.maxConnections = config.limits.maxClientConnections
         clientConnections.headTimeout = config.timeouts.clientHeaderSeconds
         clientConnections.maxHeadBytes = config.limits.maxHeaderBytes
@@ -80,10 +90,24 @@ final class ProxyServer {
         retiredRoutes = []
     }
 
+    /// The port the proxied listener is bound to.
+    var boundPort: Int { listener?.boundPort ?? frontEnd.map { Int($0.port) } ?? 0 }
+
+    /// Open client connections on the proxied port.
+    var clientConnectionCount: Int { frontEnd?.openConnections ?? clientConnections.openCount }
+
+    /// Requests queued for an upstream connection.
+    var upstreamWaiterCount: Int { route.transportPool?.waitingCount ?? route.pool.waiterCount }
+
     private func accept(_ request: OpaquePointer) {
         let exchange = Exchange(proxy: self, request: request)
         active[ObjectIdentifier(exchange)] = exchange
         exchange.begin()
+    }
+
+    /// A request on the transport front end has begun (its head and body are in).
+    func began(_ exchange: any ProxiedExchange) {
+        active[ObjectIdentifier(exchange)] = exchange
     }
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
@@ -104,7 +128,7 @@ final class ProxyServer {
 
     // MARK: - Held requests
 
-    func hold(_ exchange: Exchange) -> Bool {
+    func hold(_ exchange: any ProxiedExchange) -> Bool {
         if held.contains(where: { $0 === exchange }) { return true }
         guard held.count < config.limits.maxHeldRequests else { return false }
         held.append(exchange)
@@ -112,7 +136,7 @@ final class ProxyServer {
         return true
     }
 
-    func unhold(_ exchange: Exchange) {
+    func unhold(_ exchange: any ProxiedExchange) {
         guard let index = held.firstIndex(where: { $0 === exchange }) else { return }
         held.remove(at: index)
         metrics.heldRequests.record(Double(held.count))
@@ -137,7 +161,7 @@ final class ProxyServer {
 
     var activeCount: Int { active.count }
 
-    func exchangeFinished(_ exchange: Exchange, status: Int32, summary: AccessLogEntry) {
+    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, summary: AccessLogEntry) {
         active.removeValue(forKey: ObjectIdentifier(exchange))
         if status > 0 { metrics.countRequest(status: Int(status)) }
         if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
@@ -170,7 +194,8 @@ final class ProxyServer {
         isDraining = true
         coordinator.stopRefreshing()
         coordinator.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
-        listener.stopAccepting()
+        listener?.stopAccepting()
+        frontEnd?.stopAccepting()
         checkDrained()
     }
 

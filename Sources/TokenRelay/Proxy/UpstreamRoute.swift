@@ -1,3 +1,5 @@
+import HTTPTransport
+
 /// Where client requests go under one configuration: the upstream, its connection pool, the mapping of
 /// request targets onto it and the paths passed through untouched.
 ///
@@ -7,7 +9,10 @@
 /// and a connection always goes back to the pool it came from.
 final class UpstreamRoute {
     let upstream: HTTPEndpoint
+    /// evhttp's connections (`data_plane: evhttp`); opens none until asked.
     let pool: UpstreamPool
+    /// HTTPTransport's connections (`data_plane: transport`).
+    let transportPool: HTTPTransport.UpstreamPool?
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
 
@@ -20,6 +25,7 @@ final class UpstreamRoute {
                             maxWaiters: config.limits.maxUpstreamWaiters,
                             timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
                                             idle: config.timeouts.poolIdleSeconds))
+        transportPool = config.dataPlane == .transport ? TransportUpstream.makePool(config: config, loop: loop) : nil
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 

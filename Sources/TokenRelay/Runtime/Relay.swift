@@ -27,7 +27,7 @@ public final class Relay {
     let systemd = SystemdNotifier()
 
     /// Bound proxy port (useful when the config asked for port 0).
-    public var proxyPort: Int { proxy.listener.boundPort }
+    public var proxyPort: Int { proxy.boundPort }
     public var adminPort: Int? { admin?.listener.boundPort }
 
 

@@ -1,0 +1,374 @@
+import HTTPTransport
+import HTTPWire
+
+/// One client request on the transport front end: carries out `RequestLifecycle`'s decisions with
+/// HTTPTransport's connections. The rules are the machine's; this class turns connection callbacks into
+/// its events and its actions into transport calls, and keeps the request (head and body) for a replay.
+///
+/// Lifetime: retained by itself from `begin()` until the machine's `finish`, which runs exactly once and
+/// lets go of every timer, queue place and connection.
+final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
+    private unowned let proxy: ProxyServer
+    /// Strong: the session may end (its client closed after this response) before this exchange's last
+    /// action runs; `finish` tells it, and the reference cycle ends there.
+    private let session: ClientSession
+    private let client: HTTPServerConnection
+    /// The upstream and pool this request uses from arrival to answer, whatever a reload changes meanwhile.
+    private let route: UpstreamRoute
+    /// The token header as of arrival (the client's own copy of it was dropped then).
+    private let injection: InjectSettings
+    private let head: ReceivedRequestHead
+    private let body: [UInt8]
+    private var upstreamTarget: [UInt8] = []
+    private var forwardedFields: [(name: String, value: String)] = []
+
+    private var lifecycle: RequestLifecycle
+    /// Actions waiting to run: an action that feeds the machine an event queues the new actions behind
+    /// the ones still pending, so they run in order.
+    private var pending: [RequestLifecycle.Action] = []
+    private var executing = false
+    private var finished = false
+
+    private let arrivedAt = EventLoop.monotonicNow
+    private var sentAt = 0.0
+    private var upstream: HTTPClientConnection?
+    private var ticket: HTTPTransport.UpstreamPool.Ticket?
+    private var timers: [RequestLifecycle.Timer: TransportTimer] = [:]
+    /// The response head being reported, valid during its callback only.
+    private var arrivingHead: ReceivedResponseHead?
+    private var captured: (head: ReceivedResponseHead, body: [UInt8])?
+    private var upstreamReadingPaused = false
+    private var selfRetain: Unmanaged<RelayedExchange>?
+
+    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: [UInt8]) {
+        self.proxy = proxy
+        self.session = session
+        client = session.connection
+        route = proxy.route
+        injection = proxy.config.inject
+        self.head = head
+        self.body = body
+        let timeouts = proxy.config.timeouts
+        lifecycle = RequestLifecycle(settings: .init(
+            idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
+            upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
+    }
+
+    // MARK: - Arrival
+
+    func begin() {
+        selfRetain = Unmanaged.passRetained(self)
+        proxy.began(self)
+        let now = EventLoop.monotonicNow
+        switch head.method {
+        case .connect: return refuse(.connectRefused, log: "CONNECT")
+        // RFC 9110 §9.3.8: no credentials in a TRACE; an upstream that echoes it would hand out the token.
+        case .trace: return refuse(.traceRefused, log: "TRACE")
+        default: break
+        }
+        let targetBytes = Array(head.target)
+        if let refusal = targetBytes.withUnsafeBufferPointer({ RequestTarget.checkBytes($0) }) {
+            return refuse(.badRequest(refusal.description), log: refusal.description)
+        }
+        var clientFields: [(name: String, value: String)] = []
+        head.forEachField { name, value in
+            clientFields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        }
+        if let violation = RequestHygiene.check(clientFields, isHTTP11: head.version == .http11) {
+            return refuse(.badRequest(violation.description), log: violation.description)
+        }
+        let target: String
+        switch route.targets.upstreamTarget(for: String(decoding: targetBytes, as: UTF8.self)) {
+        case .success(let mapped): target = mapped
+        case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
+        }
+        upstreamTarget = Array(target.utf8)
+        let passthrough = route.isPassthrough(target)
+        forwardedFields = ForwardingHeaders.apply(
+            to: HeaderPolicy.forwardedRequestHeaders(clientFields, keepAuthorization: passthrough, injectedHeader: injection.headerKey),
+            clientAddress: client.peer.host, settings: proxy.config.forwarding)
+        forwardedFields.append(("Host", route.upstream.authority))
+        execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: now))
+    }
+
+    /// Refused before anything was forwarded; the connection closes after the answer (after a message we
+    /// doubt, where the next one starts cannot be known).
+    private func refuse(_ response: LocalResponse, log reason: String) {
+        proxy.refused(reason)
+        client.closeAfterResponse = true
+        execute(lifecycle.refuse(response, now: EventLoop.monotonicNow))
+    }
+
+    // MARK: - Carrying out the machine's actions
+
+    private func execute(_ actions: [RequestLifecycle.Action]) {
+        pending += actions
+        guard !executing else { return }
+        executing = true
+        while !pending.isEmpty {
+            let action = pending.removeFirst()
+            if !finished { perform(action) }
+        }
+        executing = false
+    }
+
+    private func perform(_ action: RequestLifecycle.Action) {
+        let now = EventLoop.monotonicNow
+        switch action {
+        case .acquireConnection: acquireConnection(fresh: false)
+        case .acquireFreshConnection: acquireConnection(fresh: true)
+        case .cancelConnectionWait:
+            ticket?.cancel()
+            ticket = nil
+        case .send(let credential): send(credential)
+        case .cancelUpstream: closeUpstream()
+        case .releaseConnection: releaseUpstream()
+        case .schedule(let timer, let seconds): schedule(timer, after: seconds)
+        case .cancel(let timer): timers[timer]?.cancel()
+        case .hold:
+            if !proxy.hold(self) { execute(lifecycle.holdRefused(now: now)) }
+        case .unhold: proxy.unhold(self)
+        case .consultRefreshRules(let sentGeneration):
+            execute(lifecycle.refreshRulesDecided(proxy.coordinator.unauthorized(sentGeneration: sentGeneration), now: now))
+        case .captureResponse:
+            if let arrivingHead { captured = (arrivingHead, []) }
+        case .relayResponse:
+            if let arrivingHead { startRelaying(arrivingHead) }
+        case .endRelayedResponse: client.finishResponse()
+        case .respondCaptured: respondCaptured()
+        case .respond(let response): respond(response)
+        case .abortClient: client.close()
+        case .countReplay(.staleGeneration): proxy.metrics.replaysStaleGeneration.increment()
+        case .countReplay(.afterRefresh): proxy.metrics.replaysAfterRefresh.increment()
+        case .upstreamFailed(let failure): proxy.upstreamFailed(failure)
+        case .retrying(let failure):
+            proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        case .finish(let summary): finish(summary)
+        }
+    }
+
+    private func schedule(_ timer: RequestLifecycle.Timer, after seconds: Double) {
+        let event = timers[timer] ?? TransportTimer(loop: proxy.loop.transport) { [weak self] in self?.timerFired(timer) }
+        timers[timer] = event
+        event.schedule(after: seconds)
+    }
+
+    private func timerFired(_ timer: RequestLifecycle.Timer) {
+        // The connect deadline bounds the connect only: a connection that is up may take its time to answer.
+        if timer == .connect, upstream?.isConnected ?? true { return }
+        execute(lifecycle.timerFired(timer, now: EventLoop.monotonicNow))
+    }
+
+    // MARK: - Upstream connection
+
+    private func acquireConnection(fresh: Bool) {
+        guard let pool = route.transportPool else { return }
+        let ready: (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void = { [weak self] result in
+            guard let self, !self.finished else {
+                if case .success(let connection) = result { pool.release(connection) }
+                return
+            }
+            self.ticket = nil
+            switch result {
+            case .success(let connection): self.connectionGranted(connection)
+            case .failure(let error):
+                self.execute(self.lifecycle.upstreamFailed(.init(kind: .connect, responseStarted: false, description: error.description),
+                                                           now: EventLoop.monotonicNow))
+            }
+        }
+        let ticket = fresh ? pool.acquireFresh(ready) : pool.acquire(ready)
+        if ticket.isWaiting {
+            self.ticket = ticket
+            execute(lifecycle.connectionQueued())
+        }
+    }
+
+    /// The token is read now, not at arrival: a refresh may have finished while we waited.
+    private func connectionGranted(_ connection: HTTPClientConnection) {
+        upstream = connection
+        let admission = lifecycle.passthrough ? nil : proxy.coordinator.admit()
+        execute(lifecycle.connectionAcquired(reused: connection.requestsStarted > 0, admission: admission, now: EventLoop.monotonicNow))
+    }
+
+    private func send(_ credential: RequestLifecycle.Credential) {
+        guard let upstream else { return }
+        sentAt = EventLoop.monotonicNow
+        captured = nil
+        upstream.handler = self
+        var fields = forwardedFields
+        if case .token(_, let authorization) = credential { fields.append((injection.header, authorization)) }
+        // A POST, PUT or PATCH always says how long its body is, even when it is empty.
+        let announcesLength = !body.isEmpty || head.method == .post || head.method == .put || head.method == .patch
+        upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
+                              body: announcesLength ? .known(body.count) : .none)
+        if !body.isEmpty { upstream.sendBody(body) }
+        upstream.finishRequest()
+    }
+
+    /// Gives the connection back; the pool closes it unless the response left it clean.
+    private func releaseUpstream() {
+        guard let upstream else { return }
+        self.upstream = nil
+        upstream.handler = nil
+        if upstreamReadingPaused {
+            upstreamReadingPaused = false
+            upstream.resumeReading()
+        }
+        route.transportPool?.release(upstream)
+    }
+
+    /// Stops the request in flight: the connection is closed, never reused with half a response in it.
+    private func closeUpstream() {
+        guard let upstream else { return }
+        self.upstream = nil
+        upstream.handler = nil
+        upstream.close()
+    }
+
+    // MARK: - Upstream callbacks
+
+    func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {}
+
+    func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
+        guard connection === upstream else { return }
+        proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
+        var challenges: [String] = []
+        head.forEachField { name, value in
+            if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
+                challenges.append(String(decoding: value, as: UTF8.self))
+            }
+        }
+        let expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
+                                                           triggerStatuses: proxy.config.refresh.triggerStatuses)
+        arrivingHead = head
+        execute(lifecycle.responseHead(status: head.status, indicatesExpiredToken: expired))
+        arrivingHead = nil
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
+        guard connection === upstream else { return }
+        switch lifecycle.phase {
+        case .capturing:
+            let room = CapturedResponse.maxBodyBytes - (captured?.body.count ?? 0)
+            if room > 0 { captured?.body.append(contentsOf: bytes.prefix(room)) }
+        case .relaying:
+            client.sendBody(bytes)
+            // The client is slower than the upstream: stop reading the upstream until it has drained.
+            if !client.canSendMore && !upstreamReadingPaused {
+                upstreamReadingPaused = true
+                connection.pauseReading()
+            }
+        default:
+            break
+        }
+    }
+
+    func connectionReceivedEnd(_ connection: HTTPClientConnection) {
+        guard connection === upstream else { return }
+        execute(lifecycle.responseEnded(now: EventLoop.monotonicNow))
+    }
+
+    func connectionCanSendMore(_ connection: HTTPClientConnection) {}
+
+    func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
+        guard connection === upstream else { return }
+        if ended == .unsolicitedBytes {
+            proxy.metrics.countUpstreamError(kind: "excess_response_bytes")
+            proxy.logger.warning("upstream sent more data than its response; connection closed, not reused")
+        }
+        let failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
+        upstream = nil
+        connection.handler = nil
+        execute(lifecycle.upstreamFailed(failure, now: EventLoop.monotonicNow))
+    }
+
+    // MARK: - Client side
+
+    func clientCanSendMore() {
+        guard upstreamReadingPaused, let upstream else { return }
+        upstreamReadingPaused = false
+        upstream.resumeReading()
+    }
+
+    func clientGone() {
+        execute(lifecycle.clientGone(now: EventLoop.monotonicNow))
+    }
+
+    func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
+        execute(lifecycle.refreshFinished(outcome, now: EventLoop.monotonicNow))
+    }
+
+    func abandon() {
+        execute(lifecycle.abandon(now: EventLoop.monotonicNow))
+    }
+
+    // MARK: - Answers
+
+    private func startRelaying(_ response: ReceivedResponseHead) {
+        var fields: [(name: String, value: String)] = []
+        var declaredLength: Int?
+        response.forEachField { name, value in
+            let fieldName = String(decoding: name, as: UTF8.self)
+            let fieldValue = String(decoding: value, as: UTF8.self)
+            if HTTPSyntax.isField(fieldName, "content-length") { declaredLength = Int(fieldValue) }
+            fields.append((fieldName, fieldValue))
+        }
+        let length: BodyLength
+        switch response.framing {
+        case .none:
+            // To HEAD: the would-be body's length is announced, its bytes never sent.
+            length = head.method == .head ? declaredLength.map { .known($0) } ?? .none : .none
+        case .length(let n): length = .known(n)
+        case .chunked, .untilClose: length = .unknown
+        }
+        if proxy.isDraining { client.closeAfterResponse = true }
+        client.startResponse(HTTPResponseHead(status: response.status, reason: response.reason,
+                                              fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: length)
+    }
+
+    private func respond(_ response: LocalResponse) {
+        if response.status == 503 { proxy.answeredUnavailable(response) }
+        if proxy.isDraining { client.closeAfterResponse = true }
+        client.respond(HTTPResponseHead(status: Int(response.status), reason: response.reason, fields: response.headers),
+                       body: Array(response.body.utf8))
+    }
+
+    private func respondCaptured() {
+        guard let captured else { return respond(.loginRequired) }
+        var fields: [(name: String, value: String)] = []
+        captured.head.forEachField { name, value in
+            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        }
+        if proxy.isDraining { client.closeAfterResponse = true }
+        // The transport writes Content-Length for the kept body, which may be shorter than the original.
+        client.respond(HTTPResponseHead(status: captured.head.status, reason: captured.head.reason,
+                                        fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: captured.body)
+    }
+
+    /// Frees everything the exchange still holds; the machine's last action, exactly once.
+    private func finish(_ summary: RequestLifecycle.Summary) {
+        finished = true
+        ticket?.cancel()
+        ticket = nil
+        timers.values.forEach { $0.cancel() }
+        timers.removeAll()
+        closeUpstreamUnlessReleased()
+        if let hold = summary.hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
+            proxy.metrics.recordHold(seconds: hold.seconds, outcome: outcome)
+        }
+        let status = Int32(clamping: summary.status)
+        let logTarget = proxy.config.accessLog.enabled ? String(decoding: head.target, as: UTF8.self) : nil
+        session.exchangeFinished(self)
+        proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
+            method: head.methodName, target: logTarget, status: status,
+            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))
+        let retained = selfRetain
+        selfRetain = nil
+        retained?.release()
+    }
+
+    /// A connection still held at the end is mid-request (the client went away, or shutdown): closed.
+    private func closeUpstreamUnlessReleased() {
+        closeUpstream()
+    }
+}

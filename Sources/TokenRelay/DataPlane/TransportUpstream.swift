@@ -1,0 +1,44 @@
+import HTTPTransport
+import HTTPWire
+
+/// How the transport engine reaches the upstream: its pool, and how a connection's end reads as a failure
+/// of the request on it.
+enum TransportUpstream {
+    static func makePool(config: Config, loop: EventLoop) -> HTTPTransport.UpstreamPool {
+        let connections = config.limits.maxUpstreamConnections
+        // A response head is bounded like evhttp's path (256 KiB), far above any real API's.
+        let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
+        return HTTPTransport.UpstreamPool(loop: loop.transport, host: config.upstream.url.host, port: UInt16(clamping: config.upstream.url.port),
+                                          settings: .init(maxConnections: connections, maxIdle: connections, limits: limits))
+    }
+
+    /// The failure an upstream connection's end means for the request on it.
+    static func failure(_ end: ConnectionEnd, responseStarted: Bool, connected: Bool) -> RequestLifecycle.UpstreamFailure {
+        switch end {
+        case .failed(let code) where !connected:
+            return .init(kind: .connect, responseStarted: false, description: "could not connect (\(errnoName(code)))")
+        case .peerClosed where !connected:
+            return .init(kind: .connect, responseStarted: false, description: "could not connect")
+        case .protocolError(let error):
+            return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: \(error)")
+        case .unsolicitedBytes:
+            return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: bytes beyond the response")
+        case .timedOut, .headTimeout:
+            return .init(kind: .timeout, responseStarted: responseStarted, description: "timed out")
+        case .failed, .peerClosed, .closedLocally:
+            return .init(kind: .connectionLost, responseStarted: responseStarted,
+                         description: responseStarted ? "connection lost mid-response" : "connection closed before a response")
+        }
+    }
+
+    private static func errnoName(_ code: Int32) -> String {
+        switch code {
+        case 111: return "connection refused"
+        case 104: return "connection reset"
+        case 110: return "timed out"
+        case 113: return "no route to host"
+        case 101: return "network unreachable"
+        default: return "errno \(code)"
+        }
+    }
+}
