@@ -126,8 +126,10 @@ public final class HTTPServerConnection {
         return stream.input.count == 0 && responseFraming == nil && stream.pendingOutput == 0
     }
 
-    /// Schedules the activity timer for the limit the current state is under (none while a request waits
-    /// for its response: how long the handler takes is the handler's business).
+    /// Schedules the activity timer for the limit the current state is under. In other states (a request
+    /// waiting for its response: how long the handler takes is the handler's business; reading paused by
+    /// the handler) a pending expiry is left alone and ignored when it fires, which saves a timer change
+    /// per request; the next state that has a limit re-arms it.
     private func armActivityTimer() {
         guard let activityTimer, !hasEnded else { return }
         let limit: Double
@@ -136,7 +138,6 @@ public final class HTTPServerConnection {
         case .lengthBody where bodyTimeout > 0 && !readingPausedByHandler, .chunkedBody where bodyTimeout > 0 && !readingPausedByHandler:
             limit = bodyTimeout
         default:
-            event_del(activityTimer)
             return
         }
         var tv = clampedTimeval(quietSince + limit - monotonicSeconds())
@@ -446,8 +447,8 @@ public final class HTTPServerConnection {
         var bytes = serializeResponseHead(overLimitResponse, version: .http11, framing: .length(overLimitBody.count), close: true)
         bytes.append(contentsOf: overLimitBody)
         stream.write(bytes)
+        end(.refusedOverLimit)   // before the lingering close, which may see the client's close at once
         stream.closeAfterFlush()
-        end(.refusedOverLimit)
     }
 
     private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd) {
@@ -460,8 +461,10 @@ public final class HTTPServerConnection {
             bytes.append(contentsOf: body)
             stream.write(bytes)
         }
-        stream.closeAfterFlush()
+        // Reported before the lingering close starts: it reads at once, and a client that has already
+        // closed would make that the end reported (closedLocally) instead of the reason.
         end(ending)
+        stream.closeAfterFlush()
     }
 
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
