@@ -99,6 +99,8 @@ public final class HTTPServer {
     public private(set) var isAccepting = true
     /// Told of every action at the connection limit (loop thread).
     public var onLimitEvent: ((LimitEvent) -> Void)?
+    /// Assign on the loop thread (a reload): the connection limit applies at once, the rest to
+    /// connections accepted afterwards.
     public var settings: Settings {
         didSet { limitsChanged() }
     }
