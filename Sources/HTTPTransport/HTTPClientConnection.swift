@@ -43,6 +43,13 @@ public struct ReceivedResponseHead: Sendable {
 
 /// One connection to an upstream, one request at a time (no pipelining), kept alive between requests.
 ///
+/// A request with a body may be sent with `Expect: 100-continue` (`startRequest(..., continueWait:)`):
+/// the head goes out at once and the body is held until the upstream answers `100 Continue`, or until
+/// `continueWait` seconds pass without an answer (an upstream that ignores the expectation gets the body
+/// anyway), or a final response arrives first, in which case the body is never sent (a 401 then costs
+/// nothing to replay) and the connection is not reused (the upstream may still expect the body).
+/// `requestBodyBytesSent` and `bodyBytesSentBeforeResponse` tell the caller whether any of the body left.
+///
 /// A connection is reusable only if the last response was complete, allowed keep-alive, and nothing
 /// followed it: bytes after a complete response (a second response in the same write, or a body on a 304)
 /// would otherwise be read as the answer to the next client's request.
@@ -78,6 +85,35 @@ public final class HTTPClientConnection {
     private var pendingHead: [UInt8]?
     private var responseStarted = false
     private var keepAlive = true
+    /// Framed body bytes (and the end of the body) given while waiting for 100 Continue.
+    private var heldBody: [UInt8] = []
+    private var finishHeld = false
+    /// A final response came before the body was released: the body is never sent.
+    private var bodyAbandoned = false
+    /// The request's body did not match its framing (short, or more than announced): whatever the
+    /// response says, the connection is not reused.
+    private var requestFramingBroken = false
+    private var continueTimer: TransportTimer?
+
+    /// Where the current request stands with `Expect: 100-continue`.
+    public enum ContinueState: Sendable, Equatable {
+        /// Sent without the expectation.
+        case notExpected
+        /// The head is sent; the body is held until an answer or the wait's end.
+        case waiting
+        /// The upstream answered 100 Continue; the body was released.
+        case received
+        /// No answer within `continueWait`; the body was released anyway.
+        case waitExpired
+        /// A final response arrived first; the body was not sent and will not be.
+        case finalResponseFirst
+    }
+    public private(set) var continueState = ContinueState.notExpected
+    /// Body bytes of the current request handed to the socket (bytes held for 100 Continue do not count).
+    public private(set) var requestBodyBytesSent = 0
+    /// `requestBodyBytesSent` when the final response head arrived: 0 means no body byte had left, so a
+    /// streamed body has not been consumed and the request can be sent again (after a 401, say).
+    public private(set) var bodyBytesSentBeforeResponse = 0
     private var hasEnded = false
     private var processing = false
     /// Set by `UpstreamPool`: told once when the socket is closed, whoever holds the connection then.
@@ -158,7 +194,8 @@ public final class HTTPClientConnection {
         return false
     }
 
-    public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
+    /// False while the body is held for 100 Continue: `connectionCanSendMore` follows when it is released.
+    public var canSendMore: Bool { continueState != .waiting && stream.pendingOutput < sendBufferLimit }
 
     /// The connection is established: some byte has gone through it (a connect in progress moves none).
     public var isConnected: Bool { stream.hasMovedBytes }
@@ -168,12 +205,27 @@ public final class HTTPClientConnection {
     public private(set) var requestsStarted = 0
 
     /// Sends a request head. `target` is sent byte for byte. Framing fields are written by the transport.
-    public func startRequest(method: String, target: [UInt8], fields: [(name: String, value: String)], body: BodyLength) {
+    /// `continueWait`: send `Expect: 100-continue` (replacing any Expect field given) and hold the body
+    /// until `100 Continue` or for at most this many seconds; ignored for a request without a body.
+    public func startRequest(method: String, target: [UInt8], fields: [(name: String, value: String)], body: BodyLength,
+                             continueWait: Double? = nil) {
         guard !hasEnded, case .idle = state else { return }
         requestMethod = HTTPMethod(name: method)
         requestsStarted += 1
         state = .awaitingHead
         responseStarted = false
+        heldBody = []
+        finishHeld = false
+        bodyAbandoned = false
+        requestFramingBroken = false
+        requestBodyBytesSent = 0
+        bodyBytesSentBeforeResponse = 0
+        let expectContinue: Bool
+        switch body {
+        case .none, .known(0): expectContinue = false
+        default: expectContinue = continueWait != nil
+        }
+        continueState = expectContinue ? .waiting : .notExpected
         rearmSilence()
         let framing: ResponseFraming
         switch body {
@@ -190,11 +242,13 @@ public final class HTTPClientConnection {
         out.append(contentsOf: target)
         out.append(contentsOf: " HTTP/1.1\r\n".utf8)
         for field in fields where isSendableField(field.name, field.value) {
+            if expectContinue && field.name.lowercased() == "expect" { continue }
             out.append(contentsOf: field.name.utf8)
             out.append(contentsOf: ": ".utf8)
             out.append(contentsOf: field.value.utf8)
             out.append(contentsOf: "\r\n".utf8)
         }
+        if expectContinue { out.append(contentsOf: "Expect: 100-continue\r\n".utf8) }
         switch framing {
         case .length(let n):
             out.append(contentsOf: "Content-Length: \(n)\r\n".utf8)
@@ -204,16 +258,62 @@ public final class HTTPClientConnection {
             break
         }
         out.append(contentsOf: "\r\n".utf8)
-        if framing == .none || framing == .length(0) {
+        if framing == .none || framing == .length(0) || expectContinue {
             stream.write(out)
         } else {
             pendingHead = out
         }
+        if expectContinue, let continueWait {
+            if continueTimer == nil {
+                continueTimer = TransportTimer(loop: loop) { [weak self] in self?.releaseHeldBody(.waitExpired) }
+            }
+            continueTimer?.schedule(after: continueWait)
+        }
+    }
+
+    /// Writes the body held for 100 Continue (and its end, if the request was finished meanwhile).
+    private func releaseHeldBody(_ outcome: ContinueState) {
+        guard continueState == .waiting, !hasEnded else { return }
+        continueTimer?.cancel()
+        continueState = outcome
+        let held = heldBody
+        heldBody = []
+        requestBodyBytesSent = requestBodySent
+        stream.write(held)
+        if finishHeld {
+            finishHeld = false
+            finishRequest()
+        }
+        handler?.connectionCanSendMore(self)
     }
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
-        guard !hasEnded, let framing = requestFraming, bytes.count > 0 else { return }
+        guard !hasEnded, !bodyAbandoned, let framing = requestFraming, bytes.count > 0 else { return }
+        var bytes = bytes
+        if case .length(let n) = framing {
+            // Never more than announced: the upstream would read the excess as the next request.
+            let left = max(0, n - requestBodySent)
+            if bytes.count > left {
+                requestFramingBroken = true
+                bytes = UnsafeRawBufferPointer(rebasing: bytes[0..<left])
+            }
+            if bytes.count == 0 { return }
+        }
         requestBodySent += bytes.count
+        if continueState == .waiting {
+            // Framed now, written when released; the caller was told not to send (`canSendMore`), so
+            // this holds only what it had in hand.
+            if framing == .chunked {
+                heldBody.append(contentsOf: String(bytes.count, radix: 16).utf8)
+                heldBody.append(contentsOf: [0x0D, 0x0A])
+                heldBody.append(contentsOf: bytes)
+                heldBody.append(contentsOf: [0x0D, 0x0A])
+            } else {
+                heldBody.append(contentsOf: bytes)
+            }
+            return
+        }
+        requestBodyBytesSent += bytes.count
         let head = pendingHead ?? []
         pendingHead = nil
         head.withUnsafeBytes { headBytes in
@@ -232,13 +332,17 @@ public final class HTTPClientConnection {
     /// Ends the request. A body shorter or longer than its announced length leaves the connection
     /// unusable for another request (the upstream would read the difference as part of the next one).
     public func finishRequest() {
-        guard !hasEnded, let framing = requestFraming else { return }
+        guard !hasEnded, !bodyAbandoned, let framing = requestFraming else { return }
+        if continueState == .waiting {
+            finishHeld = true
+            return
+        }
         let head = pendingHead ?? []
         pendingHead = nil
         var last: [UInt8] = []
         switch framing {
         case .chunked: last = Array("0\r\n\r\n".utf8)
-        case .length(let n) where n != requestBodySent: keepAlive = false
+        case .length(let n) where n != requestBodySent: requestFramingBroken = true
         default: break
         }
         head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
@@ -285,9 +389,20 @@ public final class HTTPClientConnection {
                 input.consume(head.headLength)
                 if head.isInformational && head.status != 101 {
                     handler?.connection(self, receivedInformational: head.status)
+                    if head.status == 100 { releaseHeldBody(.received) }
                     continue
                 }
-                keepAlive = head.semantics.keepAlive && head.status != 101
+                bodyBytesSentBeforeResponse = requestBodyBytesSent
+                if continueState == .waiting {
+                    // The final answer came before the body was asked for: it is never sent, and the
+                    // upstream may still be waiting for it, so the connection is not reused.
+                    continueTimer?.cancel()
+                    continueState = .finalResponseFirst
+                    heldBody = []
+                    finishHeld = false
+                    bodyAbandoned = true
+                }
+                keepAlive = head.semantics.keepAlive && head.status != 101 && !bodyAbandoned
                 switch head.semantics.framing {
                 case .length(let n): state = n == 0 ? .idle : .lengthBody(remaining: n)
                 case .chunked: state = .chunkedBody; chunked = ChunkedDecoder(limits: limits)
@@ -336,7 +451,7 @@ public final class HTTPClientConnection {
         // when the response came before the request body was all sent (an early 401 or 413): the rest of
         // that body would be read by the upstream as the next request.
         let unsolicited = stream.input.count > 0
-        if unsolicited || requestFraming != nil { keepAlive = false }
+        if unsolicited || requestFraming != nil || requestFramingBroken || bodyAbandoned { keepAlive = false }
         handler?.connectionReceivedEnd(self)
         if unsolicited { end(.unsolicitedBytes) }   // reported before the close, which would say closedLocally
         if !keepAlive { stream.close() }           // idempotent if the handler closed it already
@@ -355,6 +470,7 @@ public final class HTTPClientConnection {
         let started = responseStarted
         state = .ended
         silenceTimer?.cancel()
+        continueTimer?.cancel()
         handler?.connection(self, ended: reason, responseStarted: started)
     }
 }

@@ -72,9 +72,19 @@ public enum ConnectionEnd: Sendable, Equatable {
     /// a 304) or while no request was outstanding: the connection was closed, never reused. Worth
     /// counting and logging: it is either a broken upstream or an attempt at response desync.
     case unsolicitedBytes
-    /// The upstream stayed silent longer than the connection's silence limit while a request was
-    /// outstanding; the connection was closed.
+    /// The peer stayed silent longer than a limit while a message was under way: an upstream past the
+    /// connection's silence limit, or a client whose request body stalled past the server's body timeout
+    /// (answered 408 if no response had started). The connection was closed.
     case timedOut
+    /// A client connection waited for its next request longer than the server's idle timeout and was
+    /// closed without an answer (the ordinary end of an unused keep-alive connection).
+    case idleTimeout
+    /// The server's connection limit left no slot for this connection's request: it was answered with
+    /// the server's over-limit response (503) and closed; the handler never saw the request.
+    case refusedOverLimit
+    /// The request body was larger than the server's hard cap (`HTTPServer.Settings.maxBodyBytes`):
+    /// answered 413 if no response had started, and closed.
+    case bodyTooLarge
 }
 
 func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {

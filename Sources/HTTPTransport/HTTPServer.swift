@@ -7,33 +7,132 @@ import Glibc
 ///
 /// The server accepts itself (no evconnlistener): the peer address comes with `accept4`, sockets are
 /// non-blocking and close-on-exec from the start, and the number of open connections is exact.
+///
+/// The connection limit (`Settings.maxConnections`) works as the evhttp path's does:
+/// 1. At the limit, a connection that has been *idle* (no request in progress, nothing buffered either
+///    way) for `idleGrace` is closed to make room. A server may close an idle connection at any time
+///    (RFC 9112 section 9.5); the grace avoids the moment a keep-alive client is most likely to send.
+/// 2. Otherwise the newcomer is accepted *over the limit* and waits, first come first served, for the
+///    next slot that frees; while anyone waits, responses say `Connection: close` so that slots do free.
+///    If its request head arrives first and still nothing is idle, the transport answers it with
+///    `Settings.overLimitResponse` (503) and closes: the request never reaches the handler.
+/// 3. At most `overLimitAllowance` connections wait at once. Beyond that the server stops accepting (new
+///    connections stay in the kernel's listen backlog) and waiting connections that stay silent past the
+///    grace are closed to let them in. This bounds descriptors and memory.
+/// A sweep runs every half grace while anyone waits or accepting is paused: time passing is what makes a
+/// connection idle, and nothing else would notice it. Every action is reported through `onLimitEvent`.
 public final class HTTPServer {
     public struct ListenError: Error, CustomStringConvertible {
         public let description: String
     }
 
+    /// Limits and timeouts. Changing `HTTPServer.settings` (a configuration reload) applies the limits at
+    /// once and the rest to connections accepted afterwards.
+    public struct Settings: Sendable {
+        public var limits: HTTPWireLimits
+        /// Open client connections within the limit; 0: no limit.
+        public var maxConnections: Int
+        /// Connections that may wait over the limit; nil: an eighth of the limit, at least 16.
+        public var overLimitAllowance: Int?
+        /// How long a connection must have been quiet before it may be closed to make room.
+        public var idleGrace: Double
+        /// Seconds a request head may take from its first byte to its last (0: unbounded).
+        public var headTimeout: Double
+        /// Seconds a keep-alive connection may wait for its next request (from accept, or from the end of
+        /// the last response) before it is closed without an answer (0: unbounded).
+        public var idleTimeout: Double
+        /// Seconds a request body may pause between two reads (0: unbounded). A stalled body is answered
+        /// 408 (if no response has started) and the connection closes. Time while the handler has paused
+        /// reading does not count.
+        public var bodyTimeout: Double
+        /// A hard cap on request bodies (0: none). A larger `Content-Length` is answered 413 before any
+        /// body byte is read; a chunked body that grows past it is answered 413 (or closed, if a response
+        /// has started) when it does. The product streams large bodies, so it leaves this at 0.
+        public var maxBodyBytes: Int
+        /// What an over-limit connection's request gets (`Connection: close` is added).
+        public var overLimitResponse: HTTPResponseHead
+        public var overLimitBody: [UInt8]
+        /// Read buffer per connection (at least the head limit).
+        public var inputCapacity: Int
+
+        public init(limits: HTTPWireLimits = HTTPWireLimits(), maxConnections: Int = 0, overLimitAllowance: Int? = nil,
+                    idleGrace: Double = 1, headTimeout: Double = 10, idleTimeout: Double = 60, bodyTimeout: Double = 60,
+                    maxBodyBytes: Int = 0,
+                    overLimitResponse: HTTPResponseHead = HTTPResponseHead(status: 503, reason: "Service Unavailable",
+                                                                           fields: [("Content-Type", "text/plain"), ("Retry-After", "1")]),
+                    overLimitBody: [UInt8] = Array("too many client connections\n".utf8),
+                    inputCapacity: Int = 64 * 1024) {
+            self.limits = limits
+            self.maxConnections = maxConnections
+            self.overLimitAllowance = overLimitAllowance
+            self.idleGrace = idleGrace
+            self.headTimeout = headTimeout
+            self.idleTimeout = idleTimeout
+            self.bodyTimeout = bodyTimeout
+            self.maxBodyBytes = maxBodyBytes
+            self.overLimitResponse = overLimitResponse
+            self.overLimitBody = overLimitBody
+            self.inputCapacity = inputCapacity
+        }
+
+        /// The allowance in effect.
+        public var effectiveOverLimitAllowance: Int { max(0, overLimitAllowance ?? max(16, maxConnections / 8)) }
+    }
+
+    /// What the connection limit made the server do (for a metric and a rate-limited warning).
+    public enum LimitEvent: Sendable, Equatable {
+        /// A connection was accepted over the limit; it waits for a slot.
+        case acceptedOverLimit
+        /// An over-limit connection's request was answered with `overLimitResponse` and closed.
+        case refused
+        /// An idle connection was closed to make room.
+        case closedIdle
+        /// At the limit plus the allowance: new connections wait in the listen backlog.
+        case pausedAccepting
+    }
+
     public let port: UInt16
+    /// Open connections, those waiting over the limit included (until their socket is closed).
     public var openConnections: Int { connections.count }
+    /// Over-limit connections waiting for a slot.
+    public private(set) var waitingConnections = 0
+    public private(set) var isAccepting = true
+    /// Told of every action at the connection limit (loop thread).
+    public var onLimitEvent: ((LimitEvent) -> Void)?
+    /// Assign on the loop thread (a reload): the connection limit applies at once, the rest to
+    /// connections accepted afterwards.
+    public var settings: Settings {
+        didSet { limitsChanged() }
+    }
+
     private let loop: TransportLoop
     private let fd: Int32
     private var acceptEvent: OpaquePointer?
-    private let limits: HTTPWireLimits
-    private let inputCapacity: Int
-    private let headTimeout: Double
     /// Called with each accepted connection (settable after init, for owners that create the server in theirs).
     public var onConnection: (HTTPServerConnection) -> Void
     private var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
+    private var withinLimit = 0
+    private var overLimit = 0
+    private var nextSequence: UInt64 = 0
+    /// Set while closing an idle connection for a particular newcomer, so its slot goes to that one.
+    private var makingRoom = false
+    private var sweepTimer: TransportTimer?
 
     /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]"); port 0 picks a free port
     /// (see `port`).
     /// `headTimeout`: seconds a request head may take from its first byte to its last (0: unbounded).
-    public init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, limits: HTTPWireLimits = HTTPWireLimits(),
-                inputCapacity: Int = 64 * 1024, headTimeout: Double = 10,
+    public convenience init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, limits: HTTPWireLimits = HTTPWireLimits(),
+                            inputCapacity: Int = 64 * 1024, headTimeout: Double = 10,
+                            onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
+        try self.init(loop: loop, host: host, port: port, backlog: backlog,
+                      settings: Settings(limits: limits, headTimeout: headTimeout, inputCapacity: inputCapacity),
+                      onConnection: onConnection)
+    }
+
+    public init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, settings: Settings,
                 onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
         self.loop = loop
-        self.headTimeout = headTimeout
-        self.limits = limits
-        self.inputCapacity = inputCapacity
+        self.settings = settings
         self.onConnection = onConnection
         guard let address = SocketAddress(host: host, port: port) else {
             throw ListenError(description: "\(host): not an IP address literal")
@@ -57,12 +156,14 @@ public final class HTTPServer {
         self.fd = fd
         acceptEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), serverAcceptTrampoline, Unmanaged.passUnretained(self).toOpaque())
         event_add(acceptEvent, nil)
+        sweepTimer = TransportTimer(loop: loop) { [weak self] in self?.sweep() }
     }
 
     func acceptReady() {
         // Several connections may be waiting; take a bounded batch so one busy listener cannot starve the
         // connections already open.
         for _ in 0..<64 {
+            guard isAccepting, acceptEvent != nil else { return }
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let client = withUnsafeMutablePointer(to: &storage) {
@@ -81,14 +182,15 @@ public final class HTTPServer {
                 Glibc.close(client)
                 continue
             }
-            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, limits: limits, inputCapacity: inputCapacity,
-                                                  headTimeout: headTimeout)
+            nextSequence += 1
+            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, settings: settings, sequence: nextSequence)
             let id = ObjectIdentifier(connection)
             connections[id] = connection
-            connection.onEnded = { [weak self] ended in
-                self?.connections[ObjectIdentifier(ended)] = nil
-            }
+            connection.server = self
+            connection.onEnded = { [weak self] ended in self?.closed(ended) }
+            admit(connection)
             onConnection(connection)
+            updateAccepting()
         }
     }
 
@@ -105,12 +207,152 @@ public final class HTTPServer {
     /// Stops accepting and closes every open connection.
     public func close() {
         stopAccepting()
+        sweepTimer?.cancel()
         for connection in Array(connections.values) { connection.close() }
         connections.removeAll()
     }
 
     deinit {
         close()
+    }
+
+    // MARK: - The connection limit
+
+    private var hasLimit: Bool { settings.maxConnections > 0 }
+
+    /// While a connection waits for a slot, responses close their connection afterwards.
+    var wantsSlotsBack: Bool { waitingConnections > 0 }
+
+    private func admit(_ connection: HTTPServerConnection) {
+        guard hasLimit else {
+            withinLimit += 1
+            return
+        }
+        // Those already waiting come first; an idle slot goes to them in `sweep`.
+        if withinLimit >= settings.maxConnections && waitingConnections == 0 { closeIdleConnection(grace: settings.idleGrace) }
+        if withinLimit < settings.maxConnections {
+            withinLimit += 1
+        } else {
+            connection.isOverLimit = true
+            overLimit += 1
+            waitingConnections += 1
+            onLimitEvent?(.acceptedOverLimit)
+            scheduleSweep()
+        }
+    }
+
+    /// The socket of `connection` is closed.
+    private func closed(_ connection: HTTPServerConnection) {
+        guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
+        if connection.isOverLimit {
+            overLimit -= 1
+            if !connection.isRefusedOverLimit { waitingConnections -= 1 }
+        } else {
+            withinLimit -= 1
+            if !makingRoom { promoteLongestWaiting() }
+        }
+        updateAccepting()
+    }
+
+    /// An over-limit connection has a request head: whether it may be served (it took a slot) or must be
+    /// refused. A request in hand proves a real client, so a connection quiet for half the grace makes
+    /// way for it (the sweep that let this one in may have run a moment before others reached the grace).
+    func admitRequest(on connection: HTTPServerConnection) -> Bool {
+        guard connection.isOverLimit else { return true }
+        closeIdleConnection(grace: settings.idleGrace / 2)
+        if withinLimit < settings.maxConnections || !hasLimit {
+            promote(connection)
+            return true
+        }
+        connection.isRefusedOverLimit = true
+        waitingConnections -= 1
+        onLimitEvent?(.refused)
+        return false
+    }
+
+    private func limitsChanged() {
+        // A lower limit is reached as connections close (none is cut for it); a higher one lets waiting
+        // connections in at once.
+        if !hasLimit {
+            for connection in connections.values where connection.isOverLimit && !connection.isRefusedOverLimit { promote(connection) }
+        }
+        while waitingConnections > 0, withinLimit < settings.maxConnections, promoteLongestWaiting() {}
+        updateAccepting()
+        scheduleSweep()
+    }
+
+    /// Closes the within-limit connection idle the longest, if any; its slot goes to the caller's connection.
+    private func closeIdleConnection(grace: Double) {
+        let now = monotonicSeconds()
+        guard let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) else { return }
+        onLimitEvent?(.closedIdle)
+        makingRoom = true
+        idle.close()   // reports the close synchronously: `closed` frees its slot
+        makingRoom = false
+    }
+
+    private func longestQuiet(now: Double, grace: Double, where condition: (HTTPServerConnection) -> Bool) -> HTTPServerConnection? {
+        var found: HTTPServerConnection?
+        for candidate in connections.values where now - candidate.quietSince >= grace && condition(candidate) {
+            if found.map({ candidate.quietSince < $0.quietSince }) ?? true { found = candidate }
+        }
+        return found
+    }
+
+    @discardableResult
+    private func promoteLongestWaiting() -> Bool {
+        guard waitingConnections > 0, withinLimit < settings.maxConnections || !hasLimit else { return false }
+        var oldest: HTTPServerConnection?
+        for candidate in connections.values where candidate.isOverLimit && !candidate.isRefusedOverLimit {
+            if oldest.map({ candidate.sequence < $0.sequence }) ?? true { oldest = candidate }
+        }
+        guard let oldest else { return false }
+        promote(oldest)
+        return true
+    }
+
+    private func promote(_ connection: HTTPServerConnection) {
+        connection.isOverLimit = false
+        overLimit -= 1
+        waitingConnections -= 1
+        withinLimit += 1
+    }
+
+    /// Runs while connections wait or accepting is paused: frees the slots that time has made idle.
+    private func sweep() {
+        let now = monotonicSeconds()
+        let grace = settings.idleGrace
+        while waitingConnections > 0, withinLimit >= settings.maxConnections,
+              longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) != nil {
+            closeIdleConnection(grace: grace)
+            promoteLongestWaiting()
+        }
+        // At the hard bound, waiting connections that have said nothing make way for the backlog.
+        while !isAccepting, openConnections >= settings.maxConnections + settings.effectiveOverLimitAllowance,
+              let silent = longestQuiet(now: now, grace: grace, where: { $0.isOverLimit && $0.isIdle }) {
+            onLimitEvent?(.closedIdle)
+            silent.close()
+        }
+        scheduleSweep()
+    }
+
+    private func scheduleSweep() {
+        // Not re-armed while pending: a stream of arrivals would otherwise keep pushing it back.
+        guard waitingConnections > 0 || !isAccepting, let sweepTimer, !sweepTimer.isScheduled else { return }
+        sweepTimer.schedule(after: settings.idleGrace / 2)
+    }
+
+    private func updateAccepting() {
+        let shouldAccept = !hasLimit || openConnections < settings.maxConnections + settings.effectiveOverLimitAllowance
+        guard shouldAccept != isAccepting, let acceptEvent else { return }
+        isAccepting = shouldAccept
+        if shouldAccept {
+            event_add(acceptEvent, nil)
+        } else {
+            event_del(acceptEvent)
+            onLimitEvent?(.pausedAccepting)
+            scheduleSweep()
+        }
     }
 }
 

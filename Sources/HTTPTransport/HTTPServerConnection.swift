@@ -20,6 +20,12 @@ public protocol HTTPServerConnectionHandler: AnyObject {
 ///
 /// One request at a time: the head of a pipelined request is parsed only after the previous response is
 /// finished, so responses can never be sent in the wrong order or to the wrong request.
+///
+/// `Expect: 100-continue` is never answered by the transport: the handler decides, and calls
+/// `sendContinue()` when it wants the body (or answers with a final status and the connection closes after
+/// it, since the unread body cannot be told apart from a next request). `pauseReading()` holds the request
+/// body back (an upload relayed to a slower upstream); the socket's receive window then pushes back on
+/// the client.
 public final class HTTPServerConnection {
     public let peer: PeerAddress
     public weak var handler: HTTPServerConnectionHandler?
@@ -35,6 +41,13 @@ public final class HTTPServerConnection {
     private var chunked: ChunkedDecoder
     private let limits: HTTPWireLimits
     var onEnded: ((HTTPServerConnection) -> Void)?
+    /// The server's connection-limit bookkeeping (see `HTTPServer`).
+    weak var server: HTTPServer?
+    let sequence: UInt64
+    var isOverLimit = false
+    var isRefusedOverLimit = false
+    /// When a byte last arrived or the last response was finished: what idleness is measured from.
+    private(set) var quietSince: Double
 
     private enum ReadState {
         case head
@@ -58,27 +71,110 @@ public final class HTTPServerConnection {
     private var bodyOwed = 0
     private var processing = false
     private var hasEnded = false
+    /// The handler asked for no more request bytes until `resumeReading()`.
+    private var readingPausedByHandler = false
+    private var requestExpectsContinue = false
+    private var continueSent = false
+    /// Body bytes of the current request delivered so far (for the hard cap).
+    private var bodyReceived = 0
 
     /// Seconds from the first byte of a request head to its last; 0 = no bound.
     private let headTimeout: Double
     private var headTimer: OpaquePointer?
     private var headTimerArmed = false
+    private let idleTimeout: Double
+    private let bodyTimeout: Double
+    private let maxBodyBytes: Int
+    private let overLimitResponse: HTTPResponseHead
+    private let overLimitBody: [UInt8]
+    /// One timer for the idle keep-alive limit and the body stall limit. Reads only store `quietSince`;
+    /// the timer checks it when it fires and re-arms for the rest, so a busy connection costs no timer
+    /// change per read.
+    private var activityTimer: OpaquePointer?
 
-    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, limits: HTTPWireLimits, inputCapacity: Int, headTimeout: Double) {
+    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, settings: HTTPServer.Settings, sequence: UInt64) {
         self.peer = peer
-        self.limits = limits
-        self.headTimeout = headTimeout
+        self.limits = settings.limits
+        self.sequence = sequence
+        headTimeout = settings.headTimeout
+        idleTimeout = settings.idleTimeout
+        bodyTimeout = settings.bodyTimeout
+        maxBodyBytes = max(0, settings.maxBodyBytes)
+        overLimitResponse = settings.overLimitResponse
+        overLimitBody = settings.overLimitBody
+        quietSince = monotonicSeconds()
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)
-        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
+        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(settings.inputCapacity, limits.maxHeadBytes))
         stream.owner = self
+        let context = Unmanaged.passUnretained(self).toOpaque()
         if headTimeout > 0 {
-            headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, Unmanaged.passUnretained(self).toOpaque())
+            headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, context)
         }
+        if idleTimeout > 0 || bodyTimeout > 0 {
+            activityTimer = event_new(loop.base, -1, 0, activityTimerTrampoline, context)
+        }
+        armActivityTimer()
     }
 
     deinit {
         if let headTimer { event_free(headTimer) }
+        if let activityTimer { event_free(activityTimer) }
+    }
+
+    /// No request in progress, nothing buffered either way: the connection may be closed without losing
+    /// anything (to make room at the connection limit, or after the idle timeout).
+    var isIdle: Bool {
+        guard !hasEnded, !stream.isClosed, case .head = readState else { return false }
+        return stream.input.count == 0 && responseFraming == nil && stream.pendingOutput == 0
+    }
+
+    /// Schedules the activity timer for the limit the current state is under. In other states (a request
+    /// waiting for its response: how long the handler takes is the handler's business; reading paused by
+    /// the handler) a pending expiry is left alone and ignored when it fires, which saves a timer change
+    /// per request; the next state that has a limit re-arms it.
+    private func armActivityTimer() {
+        guard let activityTimer, !hasEnded else { return }
+        let limit: Double
+        switch readState {
+        case .head where idleTimeout > 0: limit = idleTimeout
+        case .lengthBody where bodyTimeout > 0 && !readingPausedByHandler, .chunkedBody where bodyTimeout > 0 && !readingPausedByHandler:
+            limit = bodyTimeout
+        default:
+            return
+        }
+        var tv = clampedTimeval(quietSince + limit - monotonicSeconds())
+        event_add(activityTimer, &tv)
+    }
+
+    func activityTimerFired() {
+        guard !hasEnded else { return }
+        let quiet = monotonicSeconds() - quietSince
+        switch readState {
+        case .head where idleTimeout > 0:
+            if responseFraming != nil || stream.pendingOutput > 0 {
+                // The last answer is still going out: idleness starts when it is gone.
+                quietSince = monotonicSeconds()
+            } else if stream.input.count > 0 && headTimeout > 0 {
+                return   // a head in progress: the head timeout bounds it
+            } else if quiet >= idleTimeout {
+                readState = .ended
+                disarmHeadTimer()
+                end(.idleTimeout)
+                stream.close()
+                return
+            }
+            armActivityTimer()
+        case .lengthBody, .chunkedBody:
+            guard bodyTimeout > 0, !readingPausedByHandler else { return }
+            if quiet >= bodyTimeout {
+                refuse(status: 408, reason: "Request Timeout", message: "request body stalled", end: .timedOut)
+                return
+            }
+            armActivityTimer()
+        default:
+            return
+        }
     }
 
     /// The whole head must arrive within `headTimeout` of its first byte, however the bytes trickle in: a
@@ -107,6 +203,45 @@ public final class HTTPServerConnection {
     /// Whether a response is being sent (started and not finished).
     public var isResponding: Bool { responseFraming != nil }
 
+    /// The current request asked for `100 Continue` and has not had it (nor a final response).
+    public var awaitsContinue: Bool {
+        guard requestExpectsContinue, !continueSent, responseFraming == nil, !hasEnded else { return false }
+        switch readState {
+        case .lengthBody, .chunkedBody: return true
+        default: return false
+        }
+    }
+
+    /// Writes `HTTP/1.1 100 Continue` once, and only while `awaitsContinue`: the handler has decided it
+    /// wants the body (RFC 9110 section 10.1.1). An HTTP/1.0 request never expects it.
+    public func sendContinue() {
+        guard awaitsContinue else { return }
+        continueSent = true
+        stream.write(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+    }
+
+    /// Stops delivering request bytes (body pieces, and the next request of a pipeline) until
+    /// `resumeReading()`: the socket is no longer read, so the client is held back by TCP flow control.
+    /// At most what one read had already buffered is still delivered. Time while paused does not count
+    /// towards the body timeout.
+    public func pauseReading() {
+        guard !readingPausedByHandler, !hasEnded else { return }
+        readingPausedByHandler = true
+        stream.pauseReading()
+        armActivityTimer()
+    }
+
+    public func resumeReading() {
+        guard readingPausedByHandler, !hasEnded else { return }
+        readingPausedByHandler = false
+        quietSince = monotonicSeconds()
+        stream.resumeReading()
+        process()
+        armActivityTimer()
+    }
+
+    public var isReadingPaused: Bool { readingPausedByHandler }
+
     public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
 
     // MARK: - Sending
@@ -128,7 +263,8 @@ public final class HTTPServerConnection {
         case .lengthBody, .chunkedBody: bodyUnread = true
         default: break
         }
-        responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread
+        // And while connections wait over the limit, so that a slot frees.
+        responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread || (server?.wantsSlotsBack ?? false)
         responseFraming = framing
         if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
         let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
@@ -185,8 +321,10 @@ public final class HTTPServerConnection {
         }
         if case .awaitingResponse = readState {
             readState = .head
-            stream.resumeReading()
+            quietSince = monotonicSeconds()
+            if !readingPausedByHandler { stream.resumeReading() }
             process()
+            armActivityTimer()
         }
     }
 
@@ -210,7 +348,7 @@ public final class HTTPServerConnection {
         guard !processing else { return }
         processing = true
         defer { processing = false }
-        while !hasEnded {
+        while !hasEnded && !readingPausedByHandler {
             let input = stream.input
             switch readState {
             case .ended, .awaitingResponse:
@@ -233,11 +371,25 @@ public final class HTTPServerConnection {
                 requestVersion = head.semantics.version
                 requestKeepAlive = head.semantics.keepAlive
                 requestIsHead = head.method == .head
+                requestExpectsContinue = head.expectsContinue && head.semantics.version == .http11
+                continueSent = false
+                bodyReceived = 0
+                if let server, !server.admitRequest(on: self) {
+                    refuseOverLimit()
+                    return
+                }
+                if maxBodyBytes > 0, case .length(let n) = head.semantics.framing, n > maxBodyBytes {
+                    // At once, before any body byte: a client waiting for 100 Continue must not wait for
+                    // a timeout to learn that the body will not be taken.
+                    refuse(status: 413, reason: "Content Too Large", message: "request body larger than the limit", end: .bodyTooLarge)
+                    return
+                }
                 switch head.semantics.framing {
-                case .length(let n): readState = .lengthBody(remaining: n)
+                case .length(let n): readState = n == 0 ? .awaitingResponse : .lengthBody(remaining: n)
                 case .chunked: readState = .chunkedBody; chunked = ChunkedDecoder(limits: limits)
                 case .none, .untilClose: readState = .awaitingResponse
                 }
+                armActivityTimer()
                 handler?.connection(self, receivedHead: ReceivedRequestHead(bytes: headBytes, parsed: head))
                 if case .awaitingResponse = readState { handler?.connectionReceivedEnd(self) }
             case .lengthBody(let remaining):
@@ -255,12 +407,23 @@ public final class HTTPServerConnection {
             case .chunkedBody:
                 guard input.count > 0 else { return }
                 let used: Int
+                var overCap = false
                 do {
                     used = try chunked.decode(UnsafeRawBufferPointer(input.unconsumed)) { piece in
+                        guard !overCap else { return }
+                        if maxBodyBytes > 0 && piece.count > maxBodyBytes - bodyReceived {
+                            overCap = true
+                            return
+                        }
+                        bodyReceived += piece.count
                         handler?.connection(self, receivedBody: piece)
                     }
                 } catch {
                     refuse(error)
+                    return
+                }
+                if overCap {
+                    refuse(status: 413, reason: "Content Too Large", message: "request body larger than the limit", end: .bodyTooLarge)
                     return
                 }
                 input.consume(used)
@@ -280,6 +443,17 @@ public final class HTTPServerConnection {
         refuse(status: status, reason: reason, message: error.reason, end: .protocolError(error))
     }
 
+    /// The server's connection limit leaves no slot for this request: the configured answer, then close.
+    private func refuseOverLimit() {
+        readState = .ended
+        disarmHeadTimer()
+        var bytes = serializeResponseHead(overLimitResponse, version: .http11, framing: .length(overLimitBody.count), close: true)
+        bytes.append(contentsOf: overLimitBody)
+        stream.write(bytes)
+        end(.refusedOverLimit)   // before the lingering close, which may see the client's close at once
+        stream.closeAfterFlush()
+    }
+
     private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd) {
         readState = .ended
         disarmHeadTimer()
@@ -290,8 +464,10 @@ public final class HTTPServerConnection {
             bytes.append(contentsOf: body)
             stream.write(bytes)
         }
-        stream.closeAfterFlush()
+        // Reported before the lingering close starts: it reads at once, and a client that has already
+        // closed would make that the end reported (closedLocally) instead of the reason.
         end(ending)
+        stream.closeAfterFlush()
     }
 
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
@@ -300,6 +476,7 @@ public final class HTTPServerConnection {
         guard !hasEnded else { return }
         hasEnded = true
         readState = .ended
+        if let activityTimer { event_del(activityTimer) }
         handler?.connection(self, ended: reason)
         if stream.isClosed { releaseFromServer() }
     }
@@ -313,6 +490,7 @@ public final class HTTPServerConnection {
 
 extension HTTPServerConnection: SocketStreamOwner {
     func streamReceived(_ stream: SocketStream) {
+        quietSince = monotonicSeconds()
         process()
         if !hasEnded, stream.input.spaceAtEnd == 0, stream.input.count == stream.input.capacity {
             // Full of bytes nobody may consume yet (a pipeline behind a slow response): stop reading until
@@ -348,6 +526,12 @@ extension HTTPServerConnection: SocketStreamOwner {
             end(.closedLocally)
         }
     }
+}
+
+let activityTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+    guard let context else { return }
+    let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
+    withExtendedLifetime(connection) { connection.activityTimerFired() }
 }
 
 let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in

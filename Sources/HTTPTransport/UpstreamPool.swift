@@ -1,7 +1,16 @@
 import HTTPWire
 
 /// Connections to one upstream address, reused while `isReusable`, at most `maxConnections` open; when
-/// all are busy, requests wait in arrival order (first come, first served) instead of being refused.
+/// all are busy, requests wait for the next free one instead of being refused.
+///
+/// Waiting is in two lanes, each first come, first served:
+/// - `.admitted`: requests that were admitted under another bound already (requests held during a token
+///   refresh and released together). They are served before any newcomer and are never refused: a refresh
+///   that releases a thousand held requests must not turn most of them into 503s.
+/// - `.arriving`: new requests. At most `maxWaiters` of them wait; one more is refused at once
+///   (`tooManyWaiters`), so the caller answers 503 while the client is still there to read it.
+/// A wait can be bounded (`waitLimit`, failing with `waitTimedOut`) and given up (`Ticket.cancel()`, a
+/// client that went away); either way the waiter is out of the count at once.
 ///
 /// The pool only manages connections. What to do with a request whose connection failed (retry on a
 /// fresh one, answer 502) is the caller's decision; `responseStarted` in the connection's end report
@@ -12,35 +21,100 @@ public final class UpstreamPool {
         /// Idle connections kept for reuse; more are closed when released.
         public var maxIdle: Int
         public var limits: HTTPWireLimits
+        /// Requests of the `.arriving` lane that may wait for a connection (0: none may wait).
+        public var maxWaiters: Int
+        /// Seconds an unused connection is kept before it is closed (0: kept until the upstream closes
+        /// it). Shorter than the upstream's own keep-alive timeout avoids sending on a connection the
+        /// upstream is closing at the same moment.
+        public var idleTimeout: Double
 
-        public init(maxConnections: Int = 128, maxIdle: Int = 64, limits: HTTPWireLimits = HTTPWireLimits()) {
+        public init(maxConnections: Int = 128, maxIdle: Int = 64, limits: HTTPWireLimits = HTTPWireLimits(),
+                    maxWaiters: Int = 4096, idleTimeout: Double = 0) {
             self.maxConnections = max(1, maxConnections)
             self.maxIdle = max(0, maxIdle)
             self.limits = limits
+            self.maxWaiters = max(0, maxWaiters)
+            self.idleTimeout = idleTimeout.isFinite ? max(0, idleTimeout) : 0
         }
     }
 
-    /// A place in the queue; `cancel()` gives it up (a client that went away while waiting).
-    public final class Ticket {
-        fileprivate var ready: ((Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void)?
-        fileprivate init(_ ready: @escaping (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void) {
-            self.ready = ready
+    public enum Lane: Sendable {
+        /// A new request: waits only while fewer than `maxWaiters` do.
+        case arriving
+        /// A request admitted earlier (released after a refresh): served first, never refused.
+        case admitted
+    }
+
+    public enum AcquireFailure: Error, Equatable, Sendable, CustomStringConvertible {
+        /// Opening a new connection failed at once.
+        case connectFailed(String)
+        /// Every connection is busy and `maxWaiters` requests of the arriving lane already wait.
+        case tooManyWaiters
+        /// The wait lasted `waitLimit` seconds.
+        case waitTimedOut
+        /// The pool was retired (a reload replaced it): it takes no new requests.
+        case retired
+
+        public var description: String {
+            switch self {
+            case .connectFailed(let reason): return reason
+            case .tooManyWaiters: return "every upstream connection is busy and the wait queue is full"
+            case .waitTimedOut: return "no upstream connection became free in time"
+            case .retired: return "the upstream pool was replaced"
+            }
         }
-        public func cancel() { ready = nil }
+    }
+
+    public typealias Grant = (Result<HTTPClientConnection, AcquireFailure>) -> Void
+
+    /// A place in the queue; `cancel()` gives it up (a client that went away while waiting). Loop thread.
+    public final class Ticket {
+        fileprivate var ready: Grant?
+        fileprivate let lane: Lane
+        fileprivate weak var pool: UpstreamPool?
+        fileprivate var timer: TransportTimer?
+
+        fileprivate init(_ ready: @escaping Grant, lane: Lane, pool: UpstreamPool) {
+            self.ready = ready
+            self.lane = lane
+            self.pool = pool
+        }
+
+        /// Leaves the queue; the grant is never called afterwards. A no-op once it was called.
+        public func cancel() {
+            guard ready != nil else { return }
+            ready = nil
+            timer?.cancel()
+            timer = nil
+            pool?.left(lane)
+        }
+
         public var isWaiting: Bool { ready != nil }
     }
 
     public let host: String
     public let port: UInt16
-    public let settings: Settings
+    /// A reload may change the limits: a higher `maxConnections` or `maxWaiters` applies to the next
+    /// acquire and release, a lower one is reached as connections come back.
+    public var settings: Settings
     public private(set) var openCount = 0
     public var idleCount: Int { idle.count }
-    public var waitingCount: Int { waiters.filter(\.isWaiting).count }
+    /// Connections out with a request (`openCount - idleCount`).
+    public var busyCount: Int { openCount - idle.count }
+    /// Requests waiting, both lanes.
+    public var waitingCount: Int { waitingArriving + waitingAdmitted }
+    public func waitingCount(_ lane: Lane) -> Int { lane == .arriving ? waitingArriving : waitingAdmitted }
+    public private(set) var isRetired = false
+    /// Called once when a retired pool has no connection left open and nobody waiting.
+    public var onDrained: (() -> Void)?
 
     private let loop: TransportLoop
-    private var idle: [HTTPClientConnection] = []
-    private var waiters: [Ticket] = []
-    private var waitersStart = 0
+    private var idle: [(connection: HTTPClientConnection, since: Double)] = []
+    private var arriving = WaitQueue()
+    private var admitted = WaitQueue()
+    private var waitingArriving = 0
+    private var waitingAdmitted = 0
+    private var idleTimer: TransportTimer?
 
     public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings = Settings()) {
         self.loop = loop
@@ -50,11 +124,16 @@ public final class UpstreamPool {
     }
 
     /// Calls `ready` with a connection: before returning when one is idle or may be opened, later (from
-    /// `release` or a close) when all are busy. The connection is the caller's until `release`.
+    /// `release`, a close, or the wait limit) when all are busy. A refusal (`tooManyWaiters`, `retired`)
+    /// is also reported before returning. The connection is the caller's until `release`.
     @discardableResult
-    public func acquire(_ ready: @escaping (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void) -> Ticket {
-        let ticket = Ticket(ready)
-        if pendingWaiters == 0 {
+    public func acquire(lane: Lane, waitLimit: Double? = nil, _ ready: @escaping Grant) -> Ticket {
+        let ticket = Ticket(ready, lane: lane, pool: self)
+        if isRetired {
+            deliver(.failure(.retired), to: ticket)
+            return ticket
+        }
+        if waitingCount == 0 {
             if let connection = takeIdle() {
                 deliver(.success(connection), to: ticket)
                 return ticket
@@ -64,30 +143,58 @@ public final class UpstreamPool {
                 return ticket
             }
         }
-        waiters.append(ticket)
+        switch lane {
+        case .arriving:
+            guard waitingArriving < settings.maxWaiters else {
+                deliver(.failure(.tooManyWaiters), to: ticket)
+                return ticket
+            }
+            waitingArriving += 1
+            arriving.append(ticket)
+        case .admitted:
+            waitingAdmitted += 1
+            admitted.append(ticket)
+        }
+        if let waitLimit {
+            let timer = TransportTimer(loop: loop) { [weak ticket] in
+                guard let ticket, let ready = ticket.ready else { return }
+                ticket.cancel()
+                ready(.failure(.waitTimedOut))
+            }
+            timer.schedule(after: waitLimit)
+            ticket.timer = timer
+        }
         return ticket
     }
 
     /// Like `acquire`, but never an idle connection: after a request failed on a reused connection the
     /// others idle beside it are likely as stale (the upstream restarted, or its keep-alive timeout ran out
-    /// for all of them at once). A fresh one is opened if the limit allows, otherwise the caller waits.
+    /// for all of them at once). A fresh one is opened if the limit allows (closing an idle one to make
+    /// room), otherwise the caller waits like any other.
     @discardableResult
-    public func acquireFresh(_ ready: @escaping (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void) -> Ticket {
-        let ticket = Ticket(ready)
-        if openCount < settings.maxConnections {
-            deliver(open(), to: ticket)
-        } else if let stale = idle.popLast() {
-            // At the limit with idle connections: close one to make room for the fresh one.
-            stale.close()
-            if openCount < settings.maxConnections { deliver(open(), to: ticket) } else { waiters.append(ticket) }
-        } else {
-            waiters.append(ticket)
+    public func acquireFresh(lane: Lane, waitLimit: Double? = nil, _ ready: @escaping Grant) -> Ticket {
+        if !isRetired && openCount >= settings.maxConnections, let stale = idle.popLast() {
+            stale.connection.close()
         }
-        return ticket
+        if !isRetired && openCount < settings.maxConnections {
+            let ticket = Ticket(ready, lane: lane, pool: self)
+            deliver(open(), to: ticket)
+            return ticket
+        }
+        return acquire(lane: lane, waitLimit: waitLimit, ready)
+    }
+
+    /// The earlier form: the `.admitted` lane (never refused, no wait limit), failures as `ConnectError`.
+    @discardableResult
+    public func acquire(_ ready: @escaping (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void) -> Ticket {
+        acquire(lane: .admitted) { result in
+            ready(result.mapError { HTTPClientConnection.ConnectError(description: $0.description) })
+        }
     }
 
     /// Takes back a connection after its response. A reusable one goes to the first waiter or to the idle
-    /// list; anything else is closed (which lets a waiter open a fresh one).
+    /// list; anything else is closed (which lets a waiter open a fresh one). A retired pool closes it
+    /// unless someone queued before the retirement still waits.
     public func release(_ connection: HTTPClientConnection) {
         connection.handler = nil
         guard connection.isReusable else {
@@ -96,8 +203,9 @@ public final class UpstreamPool {
         }
         if let ticket = nextWaiter() {
             deliver(.success(connection), to: ticket)
-        } else if idle.count < settings.maxIdle {
-            idle.append(connection)
+        } else if !isRetired && idle.count < settings.maxIdle && openCount <= settings.maxConnections {
+            idle.append((connection, monotonicSeconds()))
+            scheduleIdleCheck()
         } else {
             connection.close()
         }
@@ -107,76 +215,147 @@ public final class UpstreamPool {
     public func closeIdle() {
         let closing = idle
         idle.removeAll()
-        for connection in closing { connection.close() }
+        idleTimer?.cancel()
+        for entry in closing { entry.connection.close() }
+    }
+
+    /// After a reload replaced this pool: no new requests (`retired`), idle connections closed now, busy
+    /// ones closed when released. Requests already waiting are still served. `onDrained` tells when
+    /// nothing is left.
+    public func retire() {
+        guard !isRetired else { return }
+        isRetired = true
+        closeIdle()
+        checkDrained()
     }
 
     // MARK: -
 
-    private var pendingWaiters: Int {
-        while waitersStart < waiters.count, !waiters[waitersStart].isWaiting { waitersStart += 1 }
-        compactWaiters()
-        return waiters.count - waitersStart
+    fileprivate func left(_ lane: Lane) {
+        switch lane {
+        case .arriving:
+            waitingArriving -= 1
+            arriving.pruneIfSparse(waiting: waitingArriving)
+        case .admitted:
+            waitingAdmitted -= 1
+            admitted.pruneIfSparse(waiting: waitingAdmitted)
+        }
+        checkDrained()
     }
 
+    /// The first waiting ticket: the admitted lane before the arriving one. It is out of the count.
     private func nextWaiter() -> Ticket? {
-        while waitersStart < waiters.count {
-            let ticket = waiters[waitersStart]
-            waitersStart += 1
-            if ticket.isWaiting {
-                compactWaiters()
-                return ticket
-            }
+        if let ticket = admitted.popWaiting() {
+            waitingAdmitted -= 1
+            return ticket
         }
-        compactWaiters()
+        if let ticket = arriving.popWaiting() {
+            waitingArriving -= 1
+            return ticket
+        }
         return nil
-    }
-
-    /// Drops served tickets from the front once they are many (amortised O(1) per ticket).
-    private func compactWaiters() {
-        if waitersStart > 64 && waitersStart * 2 > waiters.count {
-            waiters.removeFirst(waitersStart)
-            waitersStart = 0
-        } else if waitersStart == waiters.count {
-            waiters.removeAll(keepingCapacity: true)
-            waitersStart = 0
-        }
     }
 
     /// The most recently used idle connection that is still usable (the upstream may have closed others).
     private func takeIdle() -> HTTPClientConnection? {
-        while let connection = idle.popLast() {
-            if connection.isReusable { return connection }
-            connection.close()
+        while let entry = idle.popLast() {
+            if entry.connection.isReusable { return entry.connection }
+            entry.connection.close()
         }
         return nil
     }
 
-    private func open() -> Result<HTTPClientConnection, HTTPClientConnection.ConnectError> {
+    private func open() -> Result<HTTPClientConnection, AcquireFailure> {
         do {
             let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits)
             openCount += 1
             connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
             return .success(connection)
         } catch {
-            return .failure(error)
+            return .failure(.connectFailed(error.description))
         }
     }
 
     private func closed(_ connection: HTTPClientConnection) {
         openCount -= 1
-        idle.removeAll { $0 === connection }
+        idle.removeAll { $0.connection === connection }
         // A slot is free: the first waiter gets a fresh connection.
         if openCount < settings.maxConnections, let ticket = nextWaiter() {
             deliver(open(), to: ticket)
         }
+        checkDrained()
     }
 
-    private func deliver(_ result: Result<HTTPClientConnection, HTTPClientConnection.ConnectError>, to ticket: Ticket) {
+    private func deliver(_ result: Result<HTTPClientConnection, AcquireFailure>, to ticket: Ticket) {
         guard let ready = ticket.ready else {
             if case .success(let connection) = result { release(connection) }
             return
         }
         ticket.ready = nil
+        ticket.timer?.cancel()
+        ticket.timer = nil
         ready(result)
+    }
+
+    private func checkDrained() {
+        guard isRetired, openCount == 0, waitingCount == 0, let drained = onDrained else { return }
+        onDrained = nil
+        drained()
+    }
+
+    // MARK: - Idle timeout
+
+    private func scheduleIdleCheck() {
+        guard settings.idleTimeout > 0, let oldest = idle.first else { return }
+        if idleTimer == nil { idleTimer = TransportTimer(loop: loop) { [weak self] in self?.closeExpiredIdle() } }
+        guard let idleTimer, !idleTimer.isScheduled else { return }
+        idleTimer.schedule(after: oldest.since + settings.idleTimeout - monotonicSeconds())
+    }
+
+    /// Closes connections idle for `idleTimeout` (the oldest are at the front: `takeIdle` reuses the
+    /// most recent), then waits for the next to expire.
+    private func closeExpiredIdle() {
+        let now = monotonicSeconds()
+        while let oldest = idle.first, now - oldest.since >= settings.idleTimeout {
+            idle.removeFirst()
+            oldest.connection.close()
+        }
+        scheduleIdleCheck()
+    }
+}
+
+/// A FIFO of tickets; cancelled ones are skipped when they reach the front (amortised O(1) per ticket).
+private struct WaitQueue {
+    private var tickets: [UpstreamPool.Ticket] = []
+    private var start = 0
+
+    mutating func append(_ ticket: UpstreamPool.Ticket) { tickets.append(ticket) }
+
+    mutating func popWaiting() -> UpstreamPool.Ticket? {
+        defer { compact() }
+        while start < tickets.count {
+            let ticket = tickets[start]
+            start += 1
+            if ticket.isWaiting { return ticket }
+        }
+        return nil
+    }
+
+    /// Drops given-up tickets once they outnumber the waiting ones: while every connection stays busy
+    /// (long streams), clients that time out and go away would otherwise pile up behind the front.
+    mutating func pruneIfSparse(waiting: Int) {
+        guard tickets.count - start > 2 * waiting + 64 else { return }
+        tickets = tickets[start...].filter(\.isWaiting)
+        start = 0
+    }
+
+    private mutating func compact() {
+        if start == tickets.count {
+            tickets.removeAll(keepingCapacity: true)
+            start = 0
+        } else if start > 64 && start * 2 > tickets.count {
+            tickets.removeFirst(start)
+            start = 0
+        }
     }
 }

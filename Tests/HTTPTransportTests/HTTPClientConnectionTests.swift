@@ -172,6 +172,17 @@ final class HTTPClientConnectionTests: XCTestCase {
         loopThread.sync { connection?.close() }
     }
 
+    /// Issue 14 item 11, response side: chunk extensions are valid and dropped, not an empty reply.
+    func testChunkExtensionsInAResponseAreAccepted() throws {
+        let upstream = CannedUpstream(answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;foo=bar\r\nhello\r\n1 ; q=\"x y\"\r\n!\r\n0;end\r\n\r\n")
+        defer { upstream.stop() }
+        let (recorder, connection) = request(port: upstream.port, target: "/a")
+        XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
+        XCTAssertEqual(String(decoding: recorder.body, as: UTF8.self), "hello!")
+        XCTAssertEqual(recorder.reusableAtEnd, [true])
+        loopThread.sync { connection?.close() }
+    }
+
     func testRefusedConnectFailsBeforeAnyResponse() throws {
         // A port that was just free: bind, read it, close.
         let probe = CannedUpstream(answer: "")

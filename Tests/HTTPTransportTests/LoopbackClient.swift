@@ -47,6 +47,11 @@ final class LoopbackClient: @unchecked Sendable {
         pending = []
         let status = Int(head.split(separator: " ")[1]) ?? 0
         let lower = head.lowercased()
+        if (100..<200).contains(status) {
+            // An interim response has no body; the final one follows.
+            pending = rest
+            return (status, head, [])
+        }
         if let range = lower.range(of: "content-length: ") {
             let length = Int(lower[range.upperBound...].prefix { $0.isNumber })!
             while rest.count < length { guard try readMore(into: &rest) else { throw ClientError("closed in the body") } }
@@ -84,6 +89,17 @@ final class LoopbackClient: @unchecked Sendable {
         if n < 0 { throw ClientError("read: \(String(cString: strerror(errno)))") }
         if n == 0 { return false }
         buffer.append(contentsOf: chunk[0..<n])
+        return true
+    }
+
+    /// Whether any byte arrives within `seconds` (for "nothing was sent" checks; a byte read here is kept).
+    func hasBytes(within seconds: Double) -> Bool {
+        if !pending.isEmpty { return true }
+        var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&poller, 1, Int32(seconds * 1000)) > 0 else { return false }
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n > 0 { pending = Array(chunk[0..<n]) }
         return true
     }
 

@@ -8,10 +8,23 @@ import HTTPWire
 ///   /stream?N      200, N bytes of a repeating pattern sent with unknown length (chunked to 1.1)
 ///                  in 64 KiB pieces, only while the connection can take more (backpressure)
 ///   /known?N       the same with a known length
+///   /hold          no answer until `answerHeld()` (a busy connection)
+///   /continue      sends 100 Continue when the head arrives (the handler decides), then echoes
+///   /early         answers 401 as soon as the head arrives, without reading the body
+///   /paused        pauses reading when the head arrives; `resumePaused()` resumes, then echoes
+/// Every other path echoes; no path sends 100 Continue by itself.
 final class TransportTestServer: @unchecked Sendable {
     let port: UInt16
     private let loop: TransportLoop
-    private var server: HTTPServer!
+    private(set) var server: HTTPServer!
+    private var queue: [() -> Void] = []
+    private var _limitEvents: [HTTPServer.LimitEvent] = []
+    private var _received: [String] = []
+    /// Limit events in order (any thread).
+    var limitEvents: [HTTPServer.LimitEvent] { lock.withLock { _limitEvents } }
+    /// "head /path", "body N" and "end" per request, in order (any thread).
+    var received: [String] { lock.withLock { _received } }
+    func note(_ event: String) { lock.withLock { _received.append(event) } }
     private var handlers: [ObjectIdentifier: EchoHandler] = [:]
     private let thread: Thread
     private let stopped = DispatchSemaphore(value: 0)
@@ -30,16 +43,21 @@ final class TransportTestServer: @unchecked Sendable {
         return ends.last
     }
 
-    init(host: String = "127.0.0.1", headTimeout: Double = 10) throws {
+    convenience init(host: String = "127.0.0.1", headTimeout: Double = 10) throws {
+        try self.init(host: host, settings: HTTPServer.Settings(headTimeout: headTimeout))
+    }
+
+    init(host: String = "127.0.0.1", settings: HTTPServer.Settings) throws {
         let loop = try TransportLoop()
         self.loop = loop
         let box = ServerBox()
-        server = try HTTPServer(loop: loop, host: host, port: 0, headTimeout: headTimeout) { connection in
+        server = try HTTPServer(loop: loop, host: host, port: 0, settings: settings) { connection in
             let handler = EchoHandler(owner: box)
             box.server?.keep(handler, for: connection)
             connection.handler = handler
         }
         port = server.port
+        server.onLimitEvent = { event in box.server?.lock.withLock { box.server?._limitEvents.append(event) } }
         let handle = TransportLoopHandle(loop)
         let done = stopped
         thread = Thread {
@@ -47,9 +65,37 @@ final class TransportTestServer: @unchecked Sendable {
             done.signal()
         }
         box.server = self
-        loop.onWake { [unowned loop] in loop.stop() }
+        loop.onWake { [unowned self] in
+            let work = self.lock.withLock { () -> [() -> Void] in
+                defer { self.queue.removeAll() }
+                return self.queue
+            }
+            for item in work { item() }
+        }
         thread.start()
     }
+
+    /// Runs `work` on the loop thread and waits (bounded) for its result.
+    func sync<T>(_ work: @escaping (TransportTestServer) -> T) -> T {
+        let done = DispatchSemaphore(value: 0)
+        let box = ResultBox<T>()
+        lock.withLock { queue.append { box.value = work(self); done.signal() } }
+        loop.wake()
+        _ = done.wait(timeout: .now() + 10)
+        return box.value!
+    }
+
+    /// Answers every request to /hold so far (loop thread does it; this waits).
+    func answerHeld() {
+        sync { server in for handler in server.handlers.values { handler.answerHold() } }
+    }
+
+    /// Resumes reading on every connection paused by /paused.
+    func resumePaused() {
+        sync { server in for handler in server.handlers.values { handler.resume() } }
+    }
+
+    var openConnections: Int { sync { $0.server.openConnections } }
 
     func keep(_ handler: EchoHandler, for connection: HTTPServerConnection) {
         handlers[ObjectIdentifier(connection)] = handler
@@ -63,6 +109,7 @@ final class TransportTestServer: @unchecked Sendable {
     /// Stops the loop thread, then closes the listener and its connections (the loop is no longer running,
     /// so this thread may touch them) before the loop itself can be freed.
     func stop() {
+        lock.withLock { queue.append { [loop] in loop.stop() } }
         loop.wake()
         _ = stopped.wait(timeout: .now() + 10)
         server.close()
@@ -81,24 +128,60 @@ final class EchoHandler: HTTPServerConnectionHandler {
     private var body: [UInt8] = []
     private var streamRemaining = 0
     private var streaming = false
+    private weak var current: HTTPServerConnection?
+    private var holding = false
+    private var answered = false
 
     init(owner: ServerBox) { self.owner = owner }
+
+    private func path(of head: ReceivedRequestHead) -> String {
+        let target = String(decoding: head.target, as: UTF8.self)
+        return target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target
+    }
 
     func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {
         self.head = head
         body = []
+        current = connection
+        answered = false
+        owner.server?.note("head \(path(of: head))")
+        switch path(of: head) {
+        case "/continue":
+            connection.sendContinue()
+            connection.sendContinue()   // once only
+        case "/early":
+            answered = true
+            connection.respond(HTTPResponseHead(status: 401, reason: "Unauthorized"), body: Array("no\n".utf8))
+        case "/paused":
+            connection.pauseReading()
+        default:
+            break
+        }
     }
 
     func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {
         body.append(contentsOf: bytes)
+        owner.server?.note("body \(bytes.count)")
     }
+
+    func answerHold() {
+        guard holding, let current else { return }
+        holding = false
+        current.respond(HTTPResponseHead(status: 200, reason: "OK"), body: Array("held\n".utf8))
+    }
+
+    func resume() { current?.resumeReading() }
 
     func connectionReceivedEnd(_ connection: HTTPServerConnection) {
         guard let head else { return }
+        owner.server?.note("end")
+        guard !answered else { return }
         let target = String(decoding: head.target, as: UTF8.self)
-        let path = target.split(separator: "?", maxSplits: 1).first.map(String.init) ?? target
+        let path = path(of: head)
         let query = target.split(separator: "?", maxSplits: 1).dropFirst().first.flatMap { Int($0) } ?? 0
         switch path {
+        case "/hold":
+            holding = true
         case "/overlong":
             // Says 3 bytes, tries to send 9: the extra must never reach the client.
             connection.startResponse(HTTPResponseHead(status: 200, reason: "OK"), body: .known(3))

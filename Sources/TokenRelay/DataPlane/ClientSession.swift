@@ -24,7 +24,9 @@ final class ClientSession: HTTPServerConnectionHandler {
         self.head = head
         body = []
         refusedBody = false
-        if case .length(let length) = head.framing, length > frontEnd.maxBodyBytes { refuseBody() }
+        if case .length(let length) = head.framing, length > frontEnd.maxBodyBytes { return refuseBody() }
+        // The body is kept whole for a replay, so it is wanted at once: the client may send it.
+        if connection.awaitsContinue { connection.sendContinue() }
     }
 
     func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {

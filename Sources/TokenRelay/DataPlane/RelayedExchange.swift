@@ -59,6 +59,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     func begin() {
         selfRetain = Unmanaged.passRetained(self)
         proxy.began(self)
+        route.requestBegan()
         let now = EventLoop.monotonicNow
         switch head.method {
         case .connect: return refuse(.connectRefused, log: "CONNECT")
@@ -115,8 +116,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func perform(_ action: RequestLifecycle.Action) {
         let now = EventLoop.monotonicNow
         switch action {
-        case .acquireConnection: acquireConnection(fresh: false)
-        case .acquireFreshConnection: acquireConnection(fresh: true)
+        case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
+        case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
         case .cancelConnectionWait:
             ticket?.cancel()
             ticket = nil
@@ -161,22 +162,25 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     // MARK: - Upstream connection
 
-    private func acquireConnection(fresh: Bool) {
+    /// `lane`: a request released by a refresh was admitted already and queues in order, never refused
+    /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
+    private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
         guard let pool = route.transportPool else { return }
-        let ready: (Result<HTTPClientConnection, HTTPClientConnection.ConnectError>) -> Void = { [weak self] result in
+        let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in
             guard let self, !self.finished else {
                 if case .success(let connection) = result { pool.release(connection) }
                 return
             }
             self.ticket = nil
+            let now = EventLoop.monotonicNow
             switch result {
             case .success(let connection): self.connectionGranted(connection)
-            case .failure(let error):
-                self.execute(self.lifecycle.upstreamFailed(.init(kind: .connect, responseStarted: false, description: error.description),
-                                                           now: EventLoop.monotonicNow))
+            case .failure(.tooManyWaiters): self.execute(self.lifecycle.connectionRefused(now: now))
+            case .failure(let failure):
+                self.execute(self.lifecycle.upstreamFailed(.init(kind: .connect, responseStarted: false, description: failure.description), now: now))
             }
         }
-        let ticket = fresh ? pool.acquireFresh(ready) : pool.acquire(ready)
+        let ticket = fresh ? pool.acquireFresh(lane: lane, ready) : pool.acquire(lane: lane, ready)
         if ticket.isWaiting {
             self.ticket = ticket
             execute(lifecycle.connectionQueued())
@@ -359,6 +363,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         let status = Int32(clamping: summary.status)
         let logTarget = proxy.config.accessLog.enabled ? String(decoding: head.target, as: UTF8.self) : nil
         session.exchangeFinished(self)
+        route.requestEnded()
         proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
             method: head.methodName, target: logTarget, status: status,
             seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))

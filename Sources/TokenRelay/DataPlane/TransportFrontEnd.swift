@@ -17,18 +17,41 @@ final class TransportFrontEnd {
         maxBodyBytes = config.limits.maxBodyBytes
         do {
             server = try HTTPServer(loop: proxy.loop.transport, host: config.listen.host, port: UInt16(clamping: config.listen.port),
-                                    backlog: Int32(clamping: config.limits.listenBacklog),
-                                    limits: HTTPWireLimits(maxHeadBytes: config.limits.maxHeaderBytes),
-                                    headTimeout: config.timeouts.clientHeaderSeconds) { _ in }
+                                    backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
         } catch {
             throw ConfigError("listen", "cannot listen on \(config.listen): \(error.description)")
         }
         server.onConnection = { [unowned self] connection in self.accepted(connection) }
+        server.onLimitEvent = { [unowned self] event in self.limitReached(event) }
     }
 
-    /// A reload: limits that apply per request take effect for the next one.
+    /// The server's limits and timeouts from the config. Over the connection limit a request is answered
+    /// with the same 503 as on the evhttp engine.
+    private static func settings(_ config: Config) -> HTTPServer.Settings {
+        let overLimit = LocalResponse.tooManyConnections
+        return HTTPServer.Settings(
+            limits: HTTPWireLimits(maxHeadBytes: config.limits.maxHeaderBytes), maxConnections: config.limits.maxClientConnections,
+            headTimeout: config.timeouts.clientHeaderSeconds, idleTimeout: config.timeouts.clientSeconds,
+            bodyTimeout: config.timeouts.clientSeconds,
+            overLimitResponse: HTTPResponseHead(status: Int(overLimit.status), reason: overLimit.reason, fields: overLimit.headers),
+            overLimitBody: Array(overLimit.body.utf8))
+    }
+
+    /// A reload: the connection limit applies at once, timeouts to new connections, the body limit to the
+    /// next request.
     func apply(_ config: Config) {
         maxBodyBytes = config.limits.maxBodyBytes
+        server.settings = Self.settings(config)
+    }
+
+    private func limitReached(_ event: HTTPServer.LimitEvent) {
+        switch event {
+        case .refused:
+            proxy.metrics.countRequest(status: Int(LocalResponse.tooManyConnections.status))
+            proxy.answeredUnavailable(.tooManyConnections)
+        case .acceptedOverLimit, .closedIdle, .pausedAccepting:
+            break
+        }
     }
 
     func stopAccepting() {

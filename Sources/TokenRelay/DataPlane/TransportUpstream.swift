@@ -9,7 +9,9 @@ enum TransportUpstream {
         // A response head is bounded like evhttp's path (256 KiB), far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
         return HTTPTransport.UpstreamPool(loop: loop.transport, host: config.upstream.url.host, port: UInt16(clamping: config.upstream.url.port),
-                                          settings: .init(maxConnections: connections, maxIdle: connections, limits: limits))
+                                          settings: .init(maxConnections: connections, maxIdle: connections, limits: limits,
+                                                          maxWaiters: config.limits.maxUpstreamWaiters,
+                                                          idleTimeout: config.timeouts.poolIdleSeconds))
     }
 
     /// The failure an upstream connection's end means for the request on it.
@@ -23,9 +25,9 @@ enum TransportUpstream {
             return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: \(error)")
         case .unsolicitedBytes:
             return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: bytes beyond the response")
-        case .timedOut, .headTimeout:
+        case .timedOut, .headTimeout, .idleTimeout:
             return .init(kind: .timeout, responseStarted: responseStarted, description: "timed out")
-        case .failed, .peerClosed, .closedLocally:
+        case .failed, .peerClosed, .closedLocally, .refusedOverLimit, .bodyTooLarge:
             return .init(kind: .connectionLost, responseStarted: responseStarted,
                          description: responseStarted ? "connection lost mid-response" : "connection closed before a response")
         }

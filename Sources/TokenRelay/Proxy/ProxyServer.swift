@@ -80,6 +80,7 @@ final class ProxyServer {
         clientConnections.maxHeadBytes = config.limits.maxHeaderBytes
         retiredRoutes.removeAll { $0.pool.busyCount == 0 && $0.pool.waiterCount == 0 }
         route.pool.retire()
+        route.retireTransportPool()
         retiredRoutes.append(route)
         route = makeRoute(config, upstreamTLS: upstreamTLS)
     }

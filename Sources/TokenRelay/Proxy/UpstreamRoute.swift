@@ -29,6 +29,24 @@ final class UpstreamRoute {
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 
+    /// Requests on the transport engine that use this route. A reload retires the route's pool only once
+    /// the last of them has ended: a held request replays on the route it arrived under.
+    private(set) var requestsInFlight = 0
+    private var isRetiring = false
+
+    func requestBegan() { requestsInFlight += 1 }
+
+    func requestEnded() {
+        requestsInFlight -= 1
+        if isRetiring && requestsInFlight == 0 { transportPool?.retire() }
+    }
+
+    /// A reload replaced this route: its transport pool takes no new requests once its own have ended.
+    func retireTransportPool() {
+        isRetiring = true
+        if requestsInFlight == 0 { transportPool?.retire() }
+    }
+
     /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on
     /// a segment boundary: `/public` covers `/public` and `/public/x`, never `/publicity`.
     func isPassthrough(_ target: String) -> Bool {
