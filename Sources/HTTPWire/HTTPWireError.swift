@@ -62,7 +62,7 @@ public enum HTTPWireError: Error, Equatable, Sendable {
         case .invalidHost: return "invalid Host header field value"
         case .invalidContentLength: return "Content-Length is not a non-negative decimal number"
         case .duplicateContentLength: return "Content-Length given more than once"
-        case .conflictingContentLength: return "Content-Length values differ"
+        case .conflictingContentLength: return "conflicting Content-Length values"
         case .contentLengthTooLarge: return "Content-Length too large"
         case .contentLengthWithTransferEncoding: return "both Content-Length and Transfer-Encoding"
         case .unsupportedTransferEncoding: return "Transfer-Encoding other than chunked"

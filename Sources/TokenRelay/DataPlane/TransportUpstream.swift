@@ -22,7 +22,7 @@ enum TransportUpstream {
         case .peerClosed where !connected:
             return .init(kind: .connect, responseStarted: false, description: "could not connect")
         case .protocolError(let error):
-            return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: \(error)")
+            return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: \(error.reason)")
         case .unsolicitedBytes:
             return .init(kind: .invalidResponse, responseStarted: responseStarted, description: "invalid HTTP response: bytes beyond the response")
         case .timedOut, .headTimeout, .idleTimeout:

@@ -4,7 +4,8 @@
 /// Everything applies live except what is bound or opened once at start: the listen addresses (the
 /// sockets stay bound; rebinding while clients are connected is what a restart is for), the token file
 /// (its lock and the tokens in memory belong to it), the token file watch interval (a timer set at
-/// start) and the log format (the log handler is installed once per process). Those keep their running
+/// start), the HTTP engine of the proxied port (its listener is bound at start) and the log format (the
+/// log handler is installed once per process). Those keep their running
 /// value, each named in one log line; the rest of the reload still applies.
 struct ConfigReload {
     /// A change that needs a restart: the field, what runs, and what the file asks for.
@@ -38,6 +39,7 @@ struct ConfigReload {
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }
+        keep("data_plane", running.dataPlane.rawValue, loaded.dataPlane.rawValue) { $0.dataPlane = running.dataPlane }
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
         needsRestart = deferred
