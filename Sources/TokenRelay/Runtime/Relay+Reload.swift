@@ -73,6 +73,12 @@ extension Relay {
         for deferred in plan.needsRestart {
             logger.warning("config reload: \(deferred)")
         }
+        do {
+            try plan.validate()
+        } catch {
+            metrics.countConfigReload(outcome: "invalid")
+            return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error) (with the running values kept)"])
+        }
         apply(plan.effective, preflight: preflight)
         metrics.countConfigReload(outcome: plan.needsRestart.isEmpty ? "applied" : "needs_restart")
         logger.info("config reloaded", metadata: [
@@ -95,7 +101,8 @@ extension Relay {
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
         reconfigureTokenEndpoint()
         coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
-                          lockTimeout: RefreshCoordinator.lockTimeout(for: next))
+                          lockTimeout: RefreshCoordinator.lockTimeout(for: next),
+                          lockLifetime: next.tokens.redis?.effectiveLockSeconds(refreshSeconds: next.timeouts.refreshSeconds))
         watchClientSecret()
     }
 
