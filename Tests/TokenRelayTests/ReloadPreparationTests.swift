@@ -147,4 +147,18 @@ final class ReloadPreparationTests: RelayTestCase {
         XCTAssertTrue(lines(relay, containing: "msg=\"config reloaded\"").isEmpty, relay.stderrText)
         XCTAssertEqual(other.requestCount, 0)
     }
+
+    /// A preparation stuck on a file (a hung network file system) does not hold up the exit: the drain
+    /// ends, the process exits 0, and the helper thread goes with it.
+    func testAPreparationStuckOnAFileDoesNotHoldUpTheExit() throws {
+        let fifo = try makeFIFO()
+        let relay = try startRelay()
+        try write(configReadingCA(from: fifo, [:]), to: relay.configURL)
+        relay.signal(SIGHUP)
+        let writer = try awaitReader(fifo, relay)
+        defer { close(writer) }
+        relay.signal(SIGTERM)
+        XCTAssertEqual(relay.waitForExit(timeout: 10), 0, relay.stderrText)
+        XCTAssertTrue(relay.stderrText.contains("drained; exiting"), relay.stderrText)
+    }
 }
