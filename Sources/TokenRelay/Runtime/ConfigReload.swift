@@ -35,7 +35,7 @@ struct ConfigReload {
         }
         keep("tokens.file", running.tokens.file ?? "none", loaded.tokens.file ?? "none") { $0.tokens.file = running.tokens.file }
         keep("tokens.redis", running.tokens.redis?.restartOnlyDescription ?? "none", loaded.tokens.redis?.restartOnlyDescription ?? "none") {
-            // lock_seconds still applies (the next lock taken lives that long), unless the store itself stays.
+            // lock_seconds still applies when both configs use Redis: the next lock taken lives that long.
             let lockSeconds = $0.tokens.redis?.lockSeconds
             $0.tokens.redis = running.tokens.redis
             if running.tokens.redis != nil && loaded.tokens.redis != nil { $0.tokens.redis?.lockSeconds = lockSeconds }
