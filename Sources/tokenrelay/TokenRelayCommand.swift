@@ -25,6 +25,8 @@ struct Run: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
+        // First, before the preflight builds TLS contexts: reloads build them on helper threads.
+        OpenSSLProcessState.keepUntilExit()
         let preflight = try failOnError { try Preflight.run(configPath: options.config) }
         let redactor = SecretRedactor()
         let logLevel = LogLevelControl(Logger.Level(rawValue: preflight.config.logLevel) ?? .info)

@@ -60,6 +60,50 @@ final class ConfigReloadPlanTests: XCTestCase {
         XCTAssertEqual(plan.effective.upstream.url.port, 9500, "the rest of the reload still applies")
     }
 
+    private func fleet(_ redis: [String: Any], refreshSeconds: Double = 60) -> (inout [String: Any]) -> Void {
+        { object in
+            var settings: [String: Any] = ["url": "redis://127.0.0.1:6379/0", "key": "tokenrelay:app"]
+            settings.merge(redis) { _, new in new }
+            object["tokens"] = ["redis": settings]
+            object["timeouts"] = ["refresh_seconds": refreshSeconds]
+        }
+    }
+
+    /// The lock's life follows the reload (the next lock taken uses it); the connection settings of the
+    /// Redis store need a restart, and are named.
+    func testRedisLockSecondsApplyLiveAndConnectionSettingsNeedARestart() throws {
+        let running = try config(fleet(["lock_seconds": 70]))
+        let longer = ConfigReload(running: running, loaded: try config(fleet(["lock_seconds": 100], refreshSeconds: 90)))
+        XCTAssertEqual(longer.needsRestart, [])
+        XCTAssertEqual(longer.effective.tokens.redis?.lockSeconds, 100)
+        XCTAssertNoThrow(try longer.validate())
+
+        let derived = ConfigReload(running: running, loaded: try config(fleet([:], refreshSeconds: 90)))
+        XCTAssertEqual(derived.effective.tokens.redis?.effectiveLockSeconds(refreshSeconds: derived.effective.timeouts.refreshSeconds), 100,
+                       "without lock_seconds the life derives from the reloaded refresh_seconds (90 + 5 × 2)")
+
+        let moved = ConfigReload(running: running, loaded: try config(fleet(["lock_seconds": 80, "command_timeout_seconds": 1,
+                                                                              "url": "redis://10.0.0.2:6379/0"])))
+        XCTAssertEqual(moved.needsRestart.map(\.field), ["tokens.redis"])
+        let line = moved.needsRestart.first?.description ?? ""
+        XCTAssertTrue(line.contains("running 127.0.0.1:6379/0 key tokenrelay:app username none no password command_timeout_seconds 2"), line)
+        XCTAssertTrue(line.contains("config file says 10.0.0.2:6379/0 key"), line)
+        XCTAssertEqual(moved.effective.tokens.redis?.url, "127.0.0.1:6379/0")
+        XCTAssertEqual(moved.effective.tokens.redis?.commandTimeoutSeconds, 2)
+        XCTAssertEqual(moved.effective.tokens.redis?.lockSeconds, 80, "lock_seconds applies even when the rest waits")
+    }
+
+    /// A lock_seconds that is valid with the new command timeout but too short with the running one
+    /// (which waits for a restart) is refused with the field named.
+    func testReloadedLockTooShortForTheRunningCommandTimeoutIsRefused() throws {
+        let running = try config(fleet(["command_timeout_seconds": 5, "lock_seconds": 80]))
+        let plan = ConfigReload(running: running, loaded: try config(fleet(["command_timeout_seconds": 1, "lock_seconds": 62])))
+        XCTAssertEqual(plan.needsRestart.map(\.field), ["tokens.redis"])
+        XCTAssertThrowsError(try plan.validate()) { error in
+            XCTAssertTrue("\(error)".hasPrefix("tokens.redis.lock_seconds: must be at least"), "\(error)")
+        }
+    }
+
     func testRemovingTheAdminListenerNeedsARestart() throws {
         let plan = ConfigReload(running: try config(), loaded: try config { $0.removeValue(forKey: "admin") })
         XCTAssertEqual(plan.needsRestart, [.init(field: "admin.listen", running: "127.0.0.1:8081", requested: "none")])

@@ -7,8 +7,8 @@ import Glibc
 /// Fleet mode end to end: real tokenrelay processes sharing one identity through a real redis-server,
 /// against the fake token server that rotates refresh tokens and revokes the family on reuse.
 class FleetTestCase: RelayTestCase {
-    fileprivate var redis: RedisServerProcess!
-    fileprivate let key = "tokenrelay:fleet-test"
+    var redis: RedisServerProcess!
+    let key = "tokenrelay:fleet-test"
     /// Whether the test's redis-server also listens on a 127.0.0.1 port (a replica connects over TCP).
     var redisListensOnTCP: Bool { false }
 
@@ -23,7 +23,7 @@ class FleetTestCase: RelayTestCase {
         redis = nil
     }
 
-    fileprivate func fleetConfig(_ redisOverrides: [String: Any] = [:], cache: Bool = false) -> [String: Any] {
+    func fleetConfig(_ redisOverrides: [String: Any] = [:], cache: Bool = false) -> [String: Any] {
         var redisSettings: [String: Any] = ["url": redis.url, "key": key, "command_timeout_seconds": 0.5, "poll_interval_seconds": 0.1]
         redisSettings.merge(redisOverrides) { _, new in new }
         var tokens: [String: Any] = ["redis": redisSettings, "watch_interval_seconds": 0.2]
@@ -36,7 +36,7 @@ class FleetTestCase: RelayTestCase {
     }
 
     /// `tokenrelay token import` into Redis (the token file written in setUp is the input).
-    fileprivate func importTokens(expectingVersion version: Int = 1) throws {
+    func importTokens(expectingVersion version: Int = 1) throws {
         let configURL = workDir.appendingPathComponent("import-config.json")
         try JSONSerialization.data(withJSONObject: fleetConfig()).write(to: configURL)
         let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
@@ -45,7 +45,7 @@ class FleetTestCase: RelayTestCase {
         XCTAssertTrue(result.stdout.contains("version \(version):"), result.stdout)
     }
 
-    fileprivate func startFleet(_ count: Int, _ redisOverrides: [String: Any] = [:]) throws -> [TokenRelayProcess] {
+    func startFleet(_ count: Int, _ redisOverrides: [String: Any] = [:]) throws -> [TokenRelayProcess] {
         let relays = try (0..<count).map { _ in try startRelay(fleetConfig(redisOverrides)) }
         for relay in relays {
             XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "relay not ready: \(relay.stderrText.suffix(2000))")
@@ -53,11 +53,11 @@ class FleetTestCase: RelayTestCase {
         return relays
     }
 
-    fileprivate func storedVersion() throws -> Int {
+    func storedVersion() throws -> Int {
         Int(try redis.cli(["HGET", key, "version"])) ?? 0
     }
 
-    fileprivate func status(_ relay: TokenRelayProcess) throws -> [String: Any] {
+    func status(_ relay: TokenRelayProcess) throws -> [String: Any] {
         let body = try admin(relay, "/status").body
         return try XCTUnwrap(JSONSerialization.jsonObject(with: body) as? [String: Any])
     }

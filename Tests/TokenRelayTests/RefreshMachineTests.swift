@@ -712,6 +712,23 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(presentations, 1)
     }
 
+    /// A lock taken before a reload that lengthened refresh_seconds keeps its shorter life, while the
+    /// exchange, starting after the reload, runs with the longer bound: the lock must cover that one.
+    func testALockTakenBeforeAReloadMustCoverTheReloadedRefreshTimeout() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)  // the cycle (refresh 10 s) asks for the lock
+        var reloaded = machine.settings
+        reloaded.refreshTimeout = 30
+        record(machine.apply(reloaded, now: now))
+        record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 15, now: now))
+        XCTAssertEqual(presentations, 0, "15 s of lock covers the cycle's 10 s, not the 30 s the exchange would now run with")
+        XCTAssertTrue(actions.contains(.releaseLock))
+        advance(2)
+        record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 31, now: now))
+        XCTAssertEqual(presentations, 1, "a lock with the reloaded life is enough")
+    }
+
     func testAWaitingRelayAdoptsAPublishedVersionWithoutPresentingAnything() {
         makeFleetMachine()
         XCTAssertEqual(unauthorized(1), .hold)

@@ -102,7 +102,7 @@ final class SystemdNotifyTests: RelayTestCase {
 
 /// The test's end of NOTIFY_SOCKET: a bound AF_UNIX datagram socket; every datagram is split into its
 /// newline-separated assignments, in arrival order.
-private final class NotifyReceiver {
+final class NotifyReceiver {
     private let fd: Int32
     private let path: String?
     private(set) var messages: [String] = []

@@ -111,6 +111,17 @@ final class TLSContext {
     }
 }
 
+/// OpenSSL's process-wide state.
+public enum OpenSSLProcessState {
+    /// Call before anything else uses OpenSSL. By default OpenSSL frees its global state in an exit
+    /// handler; a SIGHUP reload still being prepared on a helper thread (building a `TLSContext` from a
+    /// slow file) when the drain ends and the process exits would then run inside freed state and crash
+    /// the exit. The process is ending anyway: the memory goes with it.
+    public static func keepUntilExit() {
+        _ = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_ATEXIT), nil)
+    }
+}
+
 /// The thread's OpenSSL error queue, as text.
 enum OpenSSLErrors {
     /// Empties the queue and returns its reason strings, oldest first ("no certificate or crl found").

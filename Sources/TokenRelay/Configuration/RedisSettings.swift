@@ -32,6 +32,20 @@ public struct RedisSettings: Sendable {
 
     public var url: String { endpoint.description }
 
+    /// The settings a reload cannot change, as one line for the restart notice: the connections, the
+    /// subscription and the write path are set up with them at start. Never a password (only where it
+    /// comes from). `lock_seconds` is not among them: the next lock taken uses the reloaded value.
+    var restartOnlyDescription: String {
+        let password: String
+        switch self.password {
+        case nil: password = "no password"
+        case .environment(let name)?: password = "password_env \(name)"
+        case .file(let path)?: password = "password_file \(path)"
+        }
+        return "\(url) key \(key) username \(username ?? "none") \(password) command_timeout_seconds \(Self.format(commandTimeoutSeconds)) "
+            + "poll_interval_seconds \(Self.format(pollIntervalSeconds)) wait_replicas \(waitReplicas)"
+    }
+
     func effectiveLockSeconds(refreshSeconds: Double) -> Double {
         lockSeconds ?? refreshSeconds + Self.defaultLockMarginCommands * commandTimeoutSeconds
     }

@@ -158,7 +158,11 @@ final class RefreshCoordinator {
     /// itself, never from the token endpoint client (which may still hold the old grant while an exchange
     /// runs): a hold-off computed with a stale `refresh_seconds`, or a grant believed not to present a
     /// refresh token, would let a refresh token leave twice.
-    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double, lockTimeout: Double) {
+    ///
+    /// `lockLifetime` (a lock that expires by itself) is the life of the next lock taken; a lock already
+    /// held keeps its own (`RefreshMachine.lockAcquired` checks that it covers the exchange).
+    func apply(settings: Config.Refresh, injection: InjectSettings, refreshTimeout: Double, lockTimeout: Double, lockLifetime: Double? = nil) {
+        if let lockLifetime { store.useLockLifetime(lockLifetime) }
         self.injection = injection
         self.refreshTimeout = refreshTimeout
         self.lockTimeout = lockTimeout

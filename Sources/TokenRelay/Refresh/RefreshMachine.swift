@@ -300,7 +300,12 @@ struct RefreshMachine {
         }
         // A lock that expires while the refresh is at the token server lets a second relay present the
         // same refresh token: never send unless the lock outlives the exchange and the write after it.
-        if let lockValidUntil, lockValidUntil - now.monotonic < cycle.settings.refreshTimeout + cycle.settings.storeWriteTimeout {
+        // The exchange starts now, bounded by the token endpoint settings in force now: a reload since
+        // this cycle began (a longer refresh_seconds) lengthens it, while a lock taken before that reload
+        // keeps its own, shorter life. So the longer of the cycle's and the running bounds must fit.
+        let exchangeBound = max(cycle.settings.refreshTimeout, settings.refreshTimeout)
+            + max(cycle.settings.storeWriteTimeout, settings.storeWriteTimeout)
+        if let lockValidUntil, lockValidUntil - now.monotonic < exchangeBound {
             transientFailure("the refresh lock has too little life left to cover a refresh", outcomeUnknown: false, retryAfter: 0,
                              lockHeld: true, now)
             return drain()

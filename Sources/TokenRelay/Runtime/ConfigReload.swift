@@ -4,9 +4,10 @@
 /// Everything applies live except what is bound or opened once at start: the listen addresses (the
 /// sockets stay bound; rebinding while clients are connected is what a restart is for), the token file
 /// (its lock and the tokens in memory belong to it), the token file watch interval (a timer set at
-/// start), the HTTP engine of the proxied port (its listener is bound at start) and the log format (the
-/// log handler is installed once per process). Those keep their running
-/// value, each named in one log line; the rest of the reload still applies.
+/// start), the HTTP engine of the proxied port (its listener is bound at start), the log format (the log
+/// handler is installed once per process) and the Redis store's connection settings (all of
+/// `tokens.redis` but `lock_seconds`). Those keep their running value, each named in one log line; the
+/// rest of the reload still applies.
 struct ConfigReload {
     /// A change that needs a restart: the field, what runs, and what the file asks for.
     struct Deferred: Equatable, CustomStringConvertible {
@@ -34,8 +35,12 @@ struct ConfigReload {
             $0.admin = running.admin
         }
         keep("tokens.file", running.tokens.file ?? "none", loaded.tokens.file ?? "none") { $0.tokens.file = running.tokens.file }
-        keep("tokens.redis", running.tokens.redis.map { "\($0.url) key \($0.key)" } ?? "none",
-             loaded.tokens.redis.map { "\($0.url) key \($0.key)" } ?? "none") { $0.tokens.redis = running.tokens.redis }
+        keep("tokens.redis", running.tokens.redis?.restartOnlyDescription ?? "none", loaded.tokens.redis?.restartOnlyDescription ?? "none") {
+            // lock_seconds still applies when both configs use Redis: the next lock taken lives that long.
+            let lockSeconds = $0.tokens.redis?.lockSeconds
+            $0.tokens.redis = running.tokens.redis
+            if running.tokens.redis != nil && loaded.tokens.redis != nil { $0.tokens.redis?.lockSeconds = lockSeconds }
+        }
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }
@@ -43,5 +48,12 @@ struct ConfigReload {
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
         needsRestart = deferred
+    }
+
+    /// The loaded config was valid on its own; with restart-only values kept it may not be. The one case:
+    /// the refresh lock checked against a `command_timeout_seconds` that does not apply live (a lock too
+    /// short for the running command timeout would make every refresh stop short of the token endpoint).
+    func validate() throws {
+        try effective.tokens.redis?.validateLock(refreshSeconds: effective.timeouts.refreshSeconds)
     }
 }

@@ -12,26 +12,72 @@ public struct ReloadSource: Sendable {
     }
 }
 
+/// A preparation's result, carried from the helper thread to the loop. Unchecked because `Preflight` holds
+/// OpenSSL contexts (`TLSContext`): an `SSL_CTX` may be built on one thread and used on another once
+/// handed over, and the helper thread keeps no reference after returning it. Nothing in a `Preflight` is a
+/// libevent object (those are made on the loop, when the result is applied).
+struct PreparedReload: @unchecked Sendable {
+    let outcome: Result<Preflight, any Error>
+}
+
 extension Relay {
     /// SIGHUP: read the config file and the client secret again, validate them exactly as `check` does,
     /// and apply what can change live. Connections, requests in flight and held requests are untouched
     /// (they keep the upstream route they started with; a refresh in flight finishes with its settings).
     /// An invalid config changes nothing: one line names the field, the running config stays.
+    ///
+    /// The reading and checking run off the loop (they block on files), so the loop keeps serving
+    /// meanwhile; `ReloadSchedule` decides when a result may be applied.
     func reload() {
-        guard let source = reloadSource else { return logger.warning("SIGHUP ignored: no config file to reload from") }
-        guard !stopping else { return logger.info("SIGHUP ignored while shutting down") }
-        systemd.reloading()
-        defer { systemd.reloaded(status: "proxying to \(config.upstream.url)") }
+        guard reloadSource != nil else { return logger.warning("SIGHUP ignored: no config file to reload from") }
+        perform(reloads.signalled())
+    }
+
+    private func perform(_ actions: [ReloadSchedule.Action], prepared: PreparedReload? = nil) {
+        for action in actions {
+            switch action {
+            case .notifyReloading: systemd.reloading()
+            case .prepare: prepareReload()
+            case .applyPrepared: if let prepared { applyReload(prepared) }
+            case .discardSuperseded:
+                logger.info("config reload superseded by a later SIGHUP; reading the config again")
+            case .discardShuttingDown:
+                logger.info("config reload abandoned: shutting down with the running config")
+            case .notifyReady: systemd.reloaded(status: "proxying to \(config.upstream.url)")
+            case .noteRequestedAgain:
+                logger.info("SIGHUP while a reload is being prepared; the config is read again once it is done")
+            case .ignoreShuttingDown: logger.info("SIGHUP ignored while shutting down")
+            }
+        }
+    }
+
+    /// Reads and checks the config on a helper thread: the same `Preflight` as `check`, which touches
+    /// files and builds OpenSSL contexts, never the loop's state.
+    private func prepareReload() {
+        guard let path = reloadSource?.configPath else { return }
+        OffLoopWork.run(on: loop, { PreparedReload(outcome: Result { try Preflight.run(configPath: path) }) }) { [weak self] prepared in
+            guard let self else { return }
+            self.perform(self.reloads.prepared(), prepared: prepared)
+        }
+    }
+
+    private func applyReload(_ prepared: PreparedReload) {
         let preflight: Preflight
-        do {
-            preflight = try Preflight.run(configPath: source.configPath)
-        } catch {
+        switch prepared.outcome {
+        case .success(let checked): preflight = checked
+        case .failure(let error):
             metrics.countConfigReload(outcome: "invalid")
             return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error)"])
         }
         let plan = ConfigReload(running: config, loaded: preflight.config)
         for deferred in plan.needsRestart {
             logger.warning("config reload: \(deferred)")
+        }
+        do {
+            try plan.validate()
+        } catch {
+            metrics.countConfigReload(outcome: "invalid")
+            return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error) (with the running values kept)"])
         }
         apply(plan.effective, preflight: preflight)
         metrics.countConfigReload(outcome: plan.needsRestart.isEmpty ? "applied" : "needs_restart")
@@ -40,7 +86,7 @@ extension Relay {
             "needs_restart": "\(plan.needsRestart.isEmpty ? "none" : plan.needsRestart.map(\.field).joined(separator: ","))",
         ])
         // Last, so the outcome of this reload is still logged at the level in force when it was asked for.
-        source.logLevel.current = Logger.Level(rawValue: config.logLevel) ?? .info
+        reloadSource?.logLevel.current = Logger.Level(rawValue: config.logLevel) ?? .info
     }
 
     private func apply(_ next: Config, preflight: Preflight) {
@@ -55,7 +101,8 @@ extension Relay {
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
         reconfigureTokenEndpoint()
         coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
-                          lockTimeout: RefreshCoordinator.lockTimeout(for: next))
+                          lockTimeout: RefreshCoordinator.lockTimeout(for: next),
+                          lockLifetime: next.tokens.redis?.effectiveLockSeconds(refreshSeconds: next.timeouts.refreshSeconds))
         watchClientSecret()
     }
 

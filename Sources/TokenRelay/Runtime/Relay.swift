@@ -24,6 +24,8 @@ public final class Relay {
     private var signalEvents: [LoopEvent] = []
     private var drainTimer: LoopEvent?
     private(set) var stopping = false
+    /// SIGHUP reloads: which one is being prepared off the loop, and whether its result may be applied.
+    var reloads = ReloadSchedule()
     let systemd = SystemdNotifier()
 
     /// Bound proxy port (useful when the config asked for port 0).
@@ -133,6 +135,7 @@ public final class Relay {
             return
         }
         stopping = true
+        reloads.shutdownBegan()
         systemd.stopping()
         logger.info("shutting down", metadata: ["signal": "\(signal)", "active_requests": "\(proxy.activeCount)",
                                                 "drain_seconds": "\(config.timeouts.drainSeconds)"])

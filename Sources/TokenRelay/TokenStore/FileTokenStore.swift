@@ -25,6 +25,8 @@ final class FileTokenStore: TokenStore {
     var onChange: (() -> Void)?
     var onReachability: ((String?) -> Void)?
     var lockValidUntil: Double? { nil }
+    /// flock is held until released: it has no lifetime to change.
+    func useLockLifetime(_ seconds: Double) {}
 
     func start() {}
 

@@ -24,7 +24,10 @@ final class RedisTokenStore: TokenStore {
     /// Who holds the lock, for /status on every relay (host, pid and a random part; never a secret).
     let ownerID: String
     private let loop: EventLoop
-    private let lockSeconds: Double
+    /// The life each `SET NX PX` gives the lock. Follows reloads of `timeouts.refresh_seconds` and
+    /// `lock_seconds` (`useLockLifetime`): fixed at start, a raised refresh_seconds would leave every lock
+    /// too short to cover a refresh, and the relay would refuse to refresh until restarted.
+    private(set) var lockSeconds: Double
 
     private var commands: RedisConnection?
     private var subscriber: RedisConnection?
@@ -326,6 +329,13 @@ final class RedisTokenStore: TokenStore {
                 pending.completion(false, pending.waited)
             }
         }
+    }
+
+    /// The next `SET` uses it, a retry of a contended acquisition included. A lock we hold keeps its
+    /// `lockValidUntil`: its expiry in Redis was set when it was taken, and the refresh machine checks
+    /// that life against the exchange it is about to start.
+    func useLockLifetime(_ seconds: Double) {
+        lockSeconds = seconds
     }
 
     func release() {

@@ -31,6 +31,9 @@ protocol TokenStore: AnyObject {
     func acquire(timeout: Double, completion: @escaping (_ acquired: Bool, _ waited: Bool) -> Void)
     /// Monotonic time until which the lock just acquired is certainly ours; nil: held until released.
     var lockValidUntil: Double? { get }
+    /// A reload: how long the next lock taken lives (a lock that expires by itself); a lock already held
+    /// keeps the life it was taken with. A lock held until released ignores it.
+    func useLockLifetime(_ seconds: Double)
     /// Releases the lock, or gives up a wait for it (whose completion is then never called).
     func release()
     /// At exit, after the event loop stopped: one last write, blocking.
