@@ -31,6 +31,10 @@ public final class HTTPServerConnection {
     public weak var handler: HTTPServerConnectionHandler?
     /// Pending output above which `canSendMore` is false (the sender should wait for `connectionCanSendMore`).
     public var sendBufferLimit = 1 << 20
+    /// A client that closes its sending side while its response is awaited has left (the default keeps
+    /// answering, as a half-close allows). A proxy sets this: a FIN cannot tell a half-close from a client
+    /// that gave up, and holding an upstream request open for a client that gave up is the costlier mistake.
+    public var halfCloseEndsTheConnection = false
     /// Close the connection after the response now being started (a refusal after which the next
     /// request's start cannot be trusted, or a server that is shutting down).
     public var closeAfterResponse = false
@@ -503,7 +507,7 @@ extension HTTPServerConnection: SocketStreamOwner {
         // A client may half-close after a complete request and still read the answer: stop reading (the
         // end would be reported again and again) and finish the response; the next read after it sees the
         // end again. Anywhere else the end of input ends the connection.
-        if case .awaitingResponse = readState {
+        if case .awaitingResponse = readState, !halfCloseEndsTheConnection {
             stream.pauseReading()
             return
         }

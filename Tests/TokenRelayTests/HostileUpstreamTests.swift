@@ -33,7 +33,15 @@ final class HostileUpstreamTests: RelayTestCase {
             try connection.write("HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             _ = connection.waitForPeerClose(timeout: 10)
         })
-        try assertBadGateway(relay, mentioning: "interim 103")
+        // evhttp cannot read past an interim response, so that engine refuses it; the transport engine skips
+        // it and relays the final response. Either way the 103 never reaches the client as the answer.
+        if ProcessInfo.processInfo.environment["TOKENRELAY_TEST_DATA_PLANE"] == "transport" {
+            let response = try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/bad", timeout: 10)
+            XCTAssertEqual(response.status, 200, response.bodyText)
+            XCTAssertEqual(response.bodyText, "ok")
+        } else {
+            try assertBadGateway(relay, mentioning: "interim 103")
+        }
     }
 
     func testUnaskedSwitchingProtocolsIsRefused() throws {
@@ -48,7 +56,7 @@ final class HostileUpstreamTests: RelayTestCase {
         let relay = try startRelay(bad: { connection in
             try connection.write("HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok")
         })
-        try assertBadGateway(relay, mentioning: "invalid status code 2000")
+        try assertBadGateway(relay, mentioning: "status code")
     }
 
     func testAResponseHeadDrippingByteByByteTimesOut() throws {

@@ -49,6 +49,7 @@ final class ClientSession: HTTPServerConnectionHandler {
     }
 
     func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd) {
+        if ended == .headTimeout { proxy.metrics.countClientConnectionLimit(action: "closed_slow_head") }
         let current = exchange
         exchange = nil
         current?.clientGone()

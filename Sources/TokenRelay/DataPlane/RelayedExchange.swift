@@ -199,6 +199,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         sentAt = EventLoop.monotonicNow
         captured = nil
         upstream.handler = self
+        upstream.setSilenceLimit(nil)
         var fields = forwardedFields
         if case .token(_, let authorization) = credential { fields.append((injection.header, authorization)) }
         // A POST, PUT or PATCH always says how long its body is, even when it is empty.
@@ -214,6 +215,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard let upstream else { return }
         self.upstream = nil
         upstream.handler = nil
+        upstream.setSilenceLimit(nil)
         if upstreamReadingPaused {
             upstreamReadingPaused = false
             upstream.resumeReading()
@@ -236,6 +238,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
         guard connection === upstream else { return }
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
+        // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
+        if head.status == 101 {
+            closeUpstream()
+            return execute(lifecycle.upstreamFailed(.init(kind: .invalidResponse, responseStarted: true,
+                                                          description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade"),
+                                                    now: EventLoop.monotonicNow))
+        }
         var challenges: [String] = []
         head.forEachField { name, value in
             if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
@@ -326,6 +335,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .chunked, .untilClose: length = .unknown
         }
         if proxy.isDraining { client.closeAfterResponse = true }
+        // Between two pieces of the body the upstream may be silent only so long (an idle event stream
+        // that died without a FIN must not hold the client for ever).
+        upstream?.setSilenceLimit(proxy.config.timeouts.streamIdleSeconds)
         client.startResponse(HTTPResponseHead(status: response.status, reason: response.reason,
                                               fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: length)
     }

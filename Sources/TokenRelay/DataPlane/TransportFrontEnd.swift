@@ -47,11 +47,19 @@ final class TransportFrontEnd {
     private func limitReached(_ event: HTTPServer.LimitEvent) {
         switch event {
         case .refused:
+            proxy.metrics.countClientConnectionLimit(action: "refused")
             proxy.metrics.countRequest(status: Int(LocalResponse.tooManyConnections.status))
             proxy.answeredUnavailable(.tooManyConnections)
-        case .acceptedOverLimit, .closedIdle, .pausedAccepting:
-            break
+        case .closedIdle: proxy.metrics.countClientConnectionLimit(action: "closed_idle")
+        case .pausedAccepting: proxy.metrics.countClientConnectionLimit(action: "paused_accepting")
+        case .acceptedOverLimit: break
         }
+    }
+
+    /// At exit the server closes its connections, which reports their end: the sessions must not be
+    /// told (their exchanges would reach back into a proxy that is being freed).
+    deinit {
+        for session in sessions.values { session.connection.handler = nil }
     }
 
     func stopAccepting() {
@@ -59,6 +67,8 @@ final class TransportFrontEnd {
     }
 
     private func accepted(_ connection: HTTPServerConnection) {
+        // A client's FIN while its answer is awaited means it left: the held or upstream request is dropped.
+        connection.halfCloseEndsTheConnection = true
         let session = ClientSession(proxy: proxy, frontEnd: self, connection: connection)
         sessions[ObjectIdentifier(session)] = session
         connection.handler = session

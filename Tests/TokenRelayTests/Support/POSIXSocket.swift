@@ -101,6 +101,13 @@ final class SocketReader {
     private let fd: Int32
     private var buffer: [UInt8] = []
     private var start = 0
+
+    /// Takes the bytes read ahead of what was parsed so far (a body piece that came with the head).
+    func takeBuffered(upTo count: Int) -> Int {
+        let taken = min(count, buffer.count - start)
+        start += taken
+        return taken
+    }
     static let maxLine = 64 * 1024
     static let maxBody = 512 * 1024 * 1024
 

@@ -43,7 +43,11 @@ final class StreamingClient {
     }
 
     /// Reads up to `count` raw bytes straight from the socket (0 at EOF), bypassing the line reader.
+    /// Reads up to `count` body bytes, first those the head reader took ahead (a server may send the head
+    /// and the start of the body in one write).
     func readRaw(upTo count: Int) throws -> Int {
+        let buffered = reader.takeBuffered(upTo: count)
+        if buffered > 0 { return buffered }
         var scratch = [UInt8](repeating: 0, count: count)
         while true {
             let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
