@@ -118,6 +118,9 @@ public final class HTTPClientConnection {
     private var processing = false
     /// Set by `UpstreamPool`: told once when the socket is closed, whoever holds the connection then.
     var onClosed: (() -> Void)?
+    /// Set by `UpstreamPool`: told when bytes arrived that belong to no response (whoever holds the
+    /// connection then, the pool included).
+    var onUnsolicitedBytes: ((Int) -> Void)?
 
     /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
@@ -372,6 +375,7 @@ public final class HTTPClientConnection {
             case .idle:
                 // Nothing may arrive between responses: a stray response would answer the next request.
                 if input.count > 0 {
+                    onUnsolicitedBytes?(input.count)
                     end(.unsolicitedBytes)
                     stream.close()
                 }
@@ -451,6 +455,7 @@ public final class HTTPClientConnection {
         // when the response came before the request body was all sent (an early 401 or 413): the rest of
         // that body would be read by the upstream as the next request.
         let unsolicited = stream.input.count > 0
+        if unsolicited { onUnsolicitedBytes?(stream.input.count) }
         if unsolicited || requestFraming != nil || requestFramingBroken || bodyAbandoned { keepAlive = false }
         handler?.connectionReceivedEnd(self)
         if unsolicited { end(.unsolicitedBytes) }   // reported before the close, which would say closedLocally

@@ -107,6 +107,10 @@ public final class UpstreamPool {
     public private(set) var isRetired = false
     /// Called once when a retired pool has no connection left open and nobody waiting.
     public var onDrained: (() -> Void)?
+    /// Told when an upstream sent bytes that belong to no response (a second response in one write, a body
+    /// on a 304, anything while idle): that connection was closed, never reused. Worth a metric and a log
+    /// line: it is a broken upstream or an attempt at response desync.
+    public var onUnsolicitedBytes: ((Int) -> Void)?
 
     private let loop: TransportLoop
     private var idle: [(connection: HTTPClientConnection, since: Double)] = []
@@ -270,6 +274,7 @@ public final class UpstreamPool {
             let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits)
             openCount += 1
             connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
+            connection.onUnsolicitedBytes = { [weak self] count in self?.onUnsolicitedBytes?(count) }
             return .success(connection)
         } catch {
             return .failure(.connectFailed(error.description))

@@ -285,10 +285,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         guard connection === upstream else { return }
-        if ended == .unsolicitedBytes {
-            proxy.metrics.countUpstreamError(kind: "excess_response_bytes")
-            proxy.logger.warning("upstream sent more data than its response; connection closed, not reused")
-        }
         let failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
         upstream = nil
         connection.handler = nil

@@ -59,11 +59,13 @@ final class ProxyServer {
 
     private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
         let route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort)
-        route.pool.onDesyncedConnection = { [unowned self] unread in
+        let desynced: (Int) -> Void = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
                                 metadata: ["unread_bytes": "\(unread)"])
         }
+        route.pool.onDesyncedConnection = desynced
+        route.transportPool?.onUnsolicitedBytes = desynced
         return route
     }
 
