@@ -56,7 +56,7 @@ public enum DemoRunner {
 
     /// Unbuffered, so the demo's lines interleave correctly with the log lines on stderr.
     private static func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        StandardStreams.writeOut(line + "\n")
     }
 
     private static func makeRelay(loop: EventLoop, listenPort: Int, api: DemoAPI, tokenServer: DemoTokenServer, directory: String,

@@ -109,6 +109,6 @@ public enum FleetDemoRunner {
     }
 
     private static func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        StandardStreams.writeOut(line + "\n")
     }
 }

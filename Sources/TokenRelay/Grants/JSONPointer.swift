@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An RFC 6901 JSON Pointer (`/data/accessToken`, `/items/0`, `/a~1b` for the key `a/b`), parsed once at
 /// start so that a malformed pointer is a config error, not a failure at the first refresh.

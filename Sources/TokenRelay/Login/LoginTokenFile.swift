@@ -7,7 +7,7 @@ enum LoginTokenFile {
     /// Fails early — before the user is asked to sign in — when the file could not be written at all:
     /// a login that succeeds and then has nowhere to put its tokens wastes the user's time.
     static func checkWritable(_ path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        let directory = FilePath.parent(of: path).isEmpty ? "." : FilePath.parent(of: path)
         guard access(directory, W_OK) == 0 else {
             throw TokenFileError(path, "directory \(directory) is not writable: \(String(cString: strerror(errno)))")
         }

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// A short, one-way name for a token: the first 12 hex digits of its SHA-256. Enough to tell two tokens
 /// apart (or match one with the identity provider's records) without revealing anything usable.
@@ -9,6 +9,6 @@ enum TokenFingerprint {
         let bytes = Array(token.utf8)
         // libcrypto is linked already (TLS); no extra package for one hash.
         _ = SHA256(bytes, bytes.count, &digest)
-        return "sha256:" + digest.prefix(6).map { String(format: "%02x", $0) }.joined()
+        return "sha256:" + digest.prefix(6).map { cFormat("%02x", $0) }.joined()
     }
 }

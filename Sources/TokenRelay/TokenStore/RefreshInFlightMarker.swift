@@ -79,9 +79,7 @@ struct RefreshInFlightMarker {
     }
 
     static func encode(_ record: RefreshInFlightRecord) throws -> Data {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        let object = ["refresh_token_sha256": record.fingerprint, "sent_at": formatter.string(from: record.sentAt)]
+        let object = ["refresh_token_sha256": record.fingerprint, "sent_at": RFC3339.formatWithMilliseconds(record.sentAt)]
         return try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
     }
 

@@ -122,8 +122,8 @@ struct TokenFile {
     /// holds the new one. Replacing the link itself would leave exactly that split.
     static func write(_ data: Data, to configuredPath: String) throws {
         let path = try resolvingSymlinks(configuredPath)
-        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
-        let temporary = "\(directory)/.\((path as NSString).lastPathComponent).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let directory = FilePath.parent(of: path).isEmpty ? "." : FilePath.parent(of: path)
+        let temporary = "\(directory)/.\(FilePath.lastComponent(of: path)).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw TokenFileError(configuredPath, "cannot create \(temporary): \(String(cString: strerror(errno)))") }
         var failure: String?
@@ -169,7 +169,7 @@ struct TokenFile {
             if target.hasPrefix("/") {
                 current = target
             } else {
-                let parent = (current as NSString).deletingLastPathComponent
+                let parent = FilePath.parent(of: current)
                 current = parent.isEmpty ? target : "\(parent)/\(target)"
             }
         }

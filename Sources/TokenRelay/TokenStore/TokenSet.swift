@@ -34,9 +34,7 @@ enum Timestamp {
     static let latestRepresentable: Double = 253_402_300_799
 
     static func format(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        RFC3339.format(date)
     }
 
     /// A JSON number of seconds, or one sent as a string (many servers do); never a boolean.
@@ -53,10 +51,6 @@ enum Timestamp {
     }
 
     static func parse(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.date(from: text)
+        RFC3339.parse(text)
     }
 }
