@@ -32,7 +32,7 @@ public struct JSONPointer: Sendable, Equatable, CustomStringConvertible {
         return result
     }
 
-    /// The value the pointer refers to in a `JSONSerialization` document, or nil if there is none. An
+    /// The value the pointer refers to in a `JSONReader` document, or nil if there is none. An
     /// array index is `0` or a number without leading zeros; `-` (past the end) never refers to a value.
     public func evaluate(_ document: Any) -> Any? {
         var current = document

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Writes the tokens a device login obtained: the proxy's own atomic 0600 writer, under the token file
@@ -24,7 +24,7 @@ enum LoginTokenFile {
     /// replacing (expired, half-seeded, refused), and it must not stand in the way.
     private static func keptFields(of path: String) -> [String: Any] {
         guard let data = FileManager.default.contents(atPath: path),
-              var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return [:] }
+              var object = (try? JSONReader.parse(data)) as? [String: Any] else { return [:] }
         for key in ["access_token", "refresh_token", "expires_at"] { object[key] = nil }
         return object
     }

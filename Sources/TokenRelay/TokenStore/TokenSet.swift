@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The credentials tokenrelay works with, plus whatever else the token file holds (kept verbatim on
 /// rewrite, so hand-written metadata survives a refresh).
@@ -39,7 +39,7 @@ enum Timestamp {
 
     /// A JSON number of seconds, or one sent as a string (many servers do); never a boolean.
     static func seconds(_ value: Any?) -> Double? {
-        if let number = value as? NSNumber, !number.isJSONBoolean { return number.doubleValue.isFinite ? number.doubleValue : nil }
+        if let number = value as? JSONNumber { return number.doubleValue.isFinite ? number.doubleValue : nil }
         if let text = value as? String, let double = Double(text), double.isFinite { return double }
         return nil
     }
