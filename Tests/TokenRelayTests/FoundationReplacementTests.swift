@@ -88,3 +88,12 @@ final class FoundationReplacementTests: XCTestCase {
         XCTAssertNil("bear".rangeIgnoringASCIICase(of: "bearer"))
     }
 }
+
+/// The fingerprint is computed through the shim's direct SHA-256 (not OpenSSL's provider path).
+final class TokenFingerprintTests: XCTestCase {
+    func testFingerprintIsTheStartOfTheSHA256() {
+        XCTAssertEqual(TokenFingerprint.of("abc"), "sha256:ba7816bf8f01")
+        XCTAssertEqual(TokenFingerprint.of(""), "sha256:e3b0c44298fc")
+        XCTAssertEqual(TokenFingerprint.of(String(repeating: "a", count: 1000)), "sha256:41edece42d63")
+    }
+}
