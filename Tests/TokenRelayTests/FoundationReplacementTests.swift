@@ -76,7 +76,7 @@ final class FoundationReplacementTests: XCTestCase {
         for value in [0.0, 0.005, 1.235, 2.5, 1e9, -3.14159] {
             XCTAssertEqual(cFormat("%.2f s", value), String(format: "%.2f s", value))
         }
-        XCTAssertEqual(cFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int32(2026), Int32(1), Int32(2), Int32(3), Int32(4), Int32(5), 6),
+        XCTAssertEqual(cFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int32(2026), Int32(1), Int32(2), Int32(3), Int32(4), Int32(5), Int32(6)),
                        "2026-01-02T03:04:05.006Z")
         let long = String(repeating: "x", count: 200)
         XCTAssertEqual(cFormat("%@-%d".replacingOccurrences(of: "%@", with: long), Int32(5)), long + "-5", "longer than the first buffer")

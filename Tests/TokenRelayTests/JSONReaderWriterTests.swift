@@ -75,9 +75,10 @@ final class JSONReaderWriterTests: XCTestCase {
     }
 
     func testWritesSwiftValuesBuiltInCode() throws {
-        let report: [String: Any] = ["count": 3, "ratio": 0.25, "ready": false, "reason": JSONNull(), "nested": ["a": [1, "b"]]]
+        let report: [String: Any] = ["count": 3, "ratio": 0.25, "ready": false, "reason": JSONNull(), "nested": ["a": [1, "b"]],
+                                     "generation": UInt64(7), "port": UInt16(8080), "small": Int8(-3), "half": Float(0.5)]
         XCTAssertEqual(try JSONWriter.string(report, options: [.sortedKeys]),
-                       #"{"count":3,"nested":{"a":[1,"b"]},"ratio":0.25,"ready":false,"reason":null}"#)
+                       #"{"count":3,"generation":7,"half":0.5,"nested":{"a":[1,"b"]},"port":8080,"ratio":0.25,"ready":false,"reason":null,"small":-3}"#)
         XCTAssertThrowsError(try JSONWriter.data("bare"), "a fragment needs fragmentsAllowed")
         XCTAssertEqual(try JSONWriter.string("a/b", options: [.fragmentsAllowed, .withoutEscapingSlashes]), #""a/b""#)
         XCTAssertThrowsError(try JSONWriter.data(["x": Double.infinity]))

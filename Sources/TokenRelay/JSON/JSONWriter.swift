@@ -49,13 +49,9 @@ enum JSONWriter {
             case let bool as Bool: append(bool ? "true" : "false")
             case let number as JSONNumber: try writeNumber(number)
             case is JSONNull: append("null")
-            case let integer as Int: append(String(integer))
-            case let integer as Int64: append(String(integer))
-            case let integer as Int32: append(String(integer))
-            case let integer as UInt: append(String(integer))
-            case let integer as UInt64: append(String(integer))
-            case let integer as UInt32: append(String(integer))
+            case let integer as any BinaryInteger: append(String(describing: integer))
             case let double as Double: try writeNumber(JSONNumber(double))
+            case let float as any BinaryFloatingPoint: try writeNumber(JSONNumber(Double(float)))
             default:
                 // An Optional inside Any lands here: a builder forgot to map nil to JSONNull.
                 throw UnsupportedValue(description: "a value of type \(type(of: value)) cannot be written as JSON")

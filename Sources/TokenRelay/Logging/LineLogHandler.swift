@@ -103,6 +103,6 @@ public struct LineLogHandler: LogHandler {
         var seconds = ts.tv_sec
         gmtime_r(&seconds, &tmValue)
         return cFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tmValue.tm_year + 1900, tmValue.tm_mon + 1, tmValue.tm_mday,
-                      tmValue.tm_hour, tmValue.tm_min, tmValue.tm_sec, ts.tv_nsec / 1_000_000)
+                      tmValue.tm_hour, tmValue.tm_min, tmValue.tm_sec, Int32(ts.tv_nsec / 1_000_000))
     }
 }
