@@ -1,6 +1,14 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// Release builds (scripts/demo, scripts/test's CI build, the container image) link the Swift runtime and
+// FoundationEssentials statically: no shared libswiftCore pages to map at start (bench/README.md, "Idle
+// memory"), and nothing but libevent, OpenSSL, hiredis and libc to install beside the binary. The targets
+// that import FoundationEssentials must be compiled with the flag too, or their objects name the shared
+// runtime's link dependencies and the static link misses _FoundationCollections. Debug and test builds keep
+// the shared runtime. (`--static-swift-stdlib` on the command line, as the Containerfile passes it, agrees.)
+let staticRuntimeInRelease: [SwiftSetting] = [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
+
 let package = Package(
     name: "tokenrelay",
     platforms: [.macOS(.v13)],
@@ -42,7 +50,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-            ]
+            ],
+            swiftSettings: staticRuntimeInRelease
         ),
         // HTTP/1.1 message syntax (heads, framing, chunked bodies): pure Swift, no I/O, no C module.
         .target(name: "HTTPWire"),
@@ -57,7 +66,9 @@ let package = Package(
             dependencies: [
                 "TokenRelay",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ]
+            ],
+            swiftSettings: staticRuntimeInRelease,
+            linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
         ),
         .testTarget(
             name: "TokenRelayTests",

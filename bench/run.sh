@@ -14,7 +14,6 @@
 #   COUNT_LARGE        requests per strace count, /large                    (default 300)
 #   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
-#   STDLIB             static (default, as deployed) or shared Swift runtime for tokenrelay
 #   TRANSPORT=0        leave out transport-bench-relay (the new HTTPTransport under a minimal relay)
 #   IDLE_CLIENTS       idle keep-alive connections held open for the RSS figure (default 10000; 0 skips)
 #   PIN=0              do not pin (default: proxies on CPU 0, upstream and wrk on CPU 1)
@@ -35,7 +34,8 @@ COUNT_LARGE=${COUNT_LARGE:-300}
 CALLGRIND=${CALLGRIND:-1}
 CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
-STDLIB=${STDLIB:-static}
+# tokenrelay's release build always links the Swift runtime statically (Package.swift), as deployed.
+STDLIB=static
 TRANSPORT=${TRANSPORT:-1}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
 # 10,000 idle clients need descriptors: raise the limit for everything started from here.
@@ -48,11 +48,8 @@ PERF=${PERF:-0}
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 RESULTS_DIR=$BENCH_DIR/results
-case "$STDLIB" in
-    static) SCRATCH=$REPO_DIR/.build-bench; BUILD_FLAGS=(--static-swift-stdlib) ;;
-    shared) SCRATCH=$REPO_DIR/.build-bench-shared; BUILD_FLAGS=() ;;
-    *) echo "STDLIB must be static or shared" >&2; exit 2 ;;
-esac
+SCRATCH=$REPO_DIR/.build-bench
+BUILD_FLAGS=(--static-swift-stdlib)
 BIN=$SCRATCH/release/tokenrelay
 RELAY_BIN=$SCRATCH/release/transport-bench-relay
 

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TokenRelay
 
 /// `tokenrelay login`: the device authorization grant, for the first tokens on a host without a browser.
@@ -21,7 +21,7 @@ struct Login: ParsableCommand {
         let report = try failOnError {
             try DeviceLogin.run(configPath: options.config, intervalScale: pollIntervalScale) { line in
                 // Unbuffered: the operator needs the code now, not when the process exits.
-                FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                StandardStreams.writeOut(line + "\n")
             }
         }
         print(report)

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import TokenRelay
 
 /// `tokenrelay token show|import`: inspect and seed the token file without ever putting a token on the
@@ -39,7 +40,7 @@ struct TokenCommand: ParsableCommand {
                     }
                     return data
                 }
-                return FileHandle.standardInput.readDataToEndOfFile()
+                return Data(StandardStreams.readAllInput())
             }
             print(try failOnError { try TokenImport.run(configPath: options.config, input: input) })
         }

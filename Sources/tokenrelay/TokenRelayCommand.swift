@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Logging
 import TokenRelay
 
@@ -75,10 +75,10 @@ func failOnError<T>(_ body: () throws -> T) throws -> T {
     do {
         return try body()
     } catch let error as ConfigError {
-        FileHandle.standardError.write(Data("tokenrelay: config error: \(error)\n".utf8))
+        StandardStreams.writeError("tokenrelay: config error: \(error)\n")
         throw ExitCode(2)
     } catch {
-        FileHandle.standardError.write(Data("tokenrelay: \(error)\n".utf8))
+        StandardStreams.writeError("tokenrelay: \(error)\n")
         throw ExitCode(1)
     }
 }

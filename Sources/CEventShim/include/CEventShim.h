@@ -3,6 +3,8 @@
 
 // Forward declarations only: this header must not pull libevent or OpenSSL headers into a second Clang
 // module (libevent's event-config.h defines _GNU_SOURCE, which makes glibc types differ between modules).
+#include <stddef.h>
+
 struct evhttp_request;
 struct ssl_st;
 struct ssl_ctx_st;
@@ -18,5 +20,8 @@ void tr_evhttp_request_answer_as_http11(struct evhttp_request *req);
 /// OpenSSL exposes these as function-like macros, which Swift does not import.
 long tr_ssl_set_tlsext_host_name(struct ssl_st *ssl, const char *name);
 long tr_ssl_ctx_set_min_proto_version(struct ssl_ctx_st *ctx, int version);
+
+/// SHA-256 of `count` bytes into `digest` (32 bytes) without OpenSSL's provider machinery; 1 on success.
+int tr_sha256(const unsigned char *data, size_t count, unsigned char *digest);
 
 #endif

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// The admin listener, on its own address so that nothing on the proxied port is ever intercepted:
 /// `/healthz`, `/readyz`, `/status`, `/metrics`, `POST /refresh`.
@@ -92,13 +92,13 @@ final class AdminServer {
         var report: [String: Any] = [
             "state": coordinator.state.rawValue,
             "ready": notReady == nil,
-            "not_ready_reason": notReady ?? NSNull(),
+            "not_ready_reason": notReady ?? JSONNull(),
             "generation": coordinator.generation,
-            "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? NSNull(),
-            "degraded_reason": coordinator.degradedReason ?? notReady ?? NSNull(),
+            "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? JSONNull(),
+            "degraded_reason": coordinator.degradedReason ?? notReady ?? JSONNull(),
             "has_refresh_token": coordinator.tokens.refreshToken != nil,
             "unsaved_tokens": coordinator.unsavedTokens != nil,
-            "refresh_hold_off": coordinator.refreshHoldOffReason ?? NSNull(),
+            "refresh_hold_off": coordinator.refreshHoldOffReason ?? JSONNull(),
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount,
             "active_requests": proxy.activeCount,
@@ -115,7 +115,7 @@ final class AdminServer {
     }
 
     private func respond(_ request: OpaquePointer, _ status: Int32, json: [String: Any]) {
-        let data = (try? JSONSerialization.data(withJSONObject: json, options: [.sortedKeys])) ?? Data("{}".utf8)
+        let data = (try? JSONWriter.data(json, options: [.sortedKeys])) ?? Array("{}".utf8)
         respond(request, status, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n")
     }
 

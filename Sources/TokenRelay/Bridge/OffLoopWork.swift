@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Runs one blocking call (a write with fsync, a contended flock) on a helper thread and hands its
@@ -24,7 +24,7 @@ final class OffLoopWork<Output: Sendable> {
         job.wakeUp = wakeUp
         let box = job.box
         let event = CrossThreadEvent(event: wakeUp)
-        Thread.detachNewThread {
+        DetachedThread.start {
             let output = work()
             box.value.withLock { $0 = output }
             event.event.activate()

@@ -1,6 +1,6 @@
 import CHiredis
 import CLibevent
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// One reply from Redis, copied out of hiredis' reply objects.
@@ -308,7 +308,7 @@ final class RedisConnection {
     }
 
     static func seconds(_ value: Double) -> String {
-        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.2f s", value)
+        value == value.rounded() ? "\(Int(value)) s" : cFormat("%.2f s", value)
     }
 }
 

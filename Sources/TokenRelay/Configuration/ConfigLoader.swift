@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Turns the JSON config file into a validated `Config`, or a `ConfigError` naming the field.
 public enum ConfigLoader {
@@ -14,7 +15,7 @@ public enum ConfigLoader {
         do {
             json = try StrictJSON.parse(data)
         } catch .malformed(let error) {
-            throw ConfigError("", "\(source) is not valid JSON: \(describeJSONError(error))")
+            throw ConfigError("", "\(source) is not valid JSON: \(error)")
         } catch .violation(let violation) {
             switch violation.kind {
             case .trailingComma: throw ConfigError("", "\(source) is not valid JSON: \(violation)")
@@ -134,10 +135,5 @@ public enum ConfigLoader {
         if let value = try object.optionalNumber("pool_wait_seconds", range: range) { timeouts.poolWaitSeconds = value }
         try object.rejectUnknownKeys()
         return timeouts
-    }
-
-    private static func describeJSONError(_ error: Error) -> String {
-        let nsError = error as NSError
-        return (nsError.userInfo[NSDebugDescriptionErrorKey] as? String) ?? nsError.localizedDescription
     }
 }

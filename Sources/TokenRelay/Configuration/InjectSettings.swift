@@ -15,7 +15,7 @@ public struct InjectSettings: Sendable, Equatable {
     /// The header value for `token`. Tokens are checked to be visible ASCII before they are used
     /// (`TokenSet.isHeaderSafe`), and the format at start, so the result is always a valid field value.
     public func value(for token: String) -> String {
-        format.replacingOccurrences(of: Self.placeholder, with: token)
+        format.replacing(Self.placeholder, with: token)
     }
 
     static func read(from root: JSONObjectReader) throws -> InjectSettings {
@@ -31,7 +31,7 @@ public struct InjectSettings: Sendable, Equatable {
             settings.header = header
         }
         if let format = try object.optionalString("format") {
-            guard format.components(separatedBy: placeholder).count == 2 else {
+            guard format.ranges(of: placeholder).count == 1 else {
                 throw ConfigError(object.fieldPath("format"), "must contain \(placeholder) exactly once")
             }
             guard HTTPSyntax.isSafeHeaderValue(format) else {

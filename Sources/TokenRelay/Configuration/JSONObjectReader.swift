@@ -1,5 +1,3 @@
-import Foundation
-
 /// Reads one JSON object of the config, field by field, so every error can name its path and every key
 /// nobody asked for is reported (`refresh.clinet_id: unknown key`): a typo must never silently switch a
 /// setting back to its default.
@@ -38,7 +36,7 @@ final class JSONObjectReader {
 
     private func take(_ key: String) -> Any? {
         consumed.insert(key)
-        guard let value = object[key], !(value is NSNull) else { return nil }
+        guard let value = object[key], !(value is JSONNull) else { return nil }
         return value
     }
 
@@ -56,8 +54,7 @@ final class JSONObjectReader {
 
     func optionalNumber(_ key: String, range: ClosedRange<Double>) throws -> Double? {
         guard let value = take(key) else { return nil }
-        // JSONSerialization turns true/false into NSNumber too; a boolean is not a number here.
-        guard let number = value as? NSNumber, !number.isJSONBoolean else {
+        guard let number = value as? JSONNumber else {
             throw ConfigError(fieldPath(key), "must be a number")
         }
         let double = number.doubleValue
@@ -75,17 +72,17 @@ final class JSONObjectReader {
 
     func optionalBool(_ key: String) throws -> Bool? {
         guard let value = take(key) else { return nil }
-        guard let number = value as? NSNumber, number.isJSONBoolean else {
+        guard let flag = value as? Bool else {
             throw ConfigError(fieldPath(key), "must be true or false")
         }
-        return number.boolValue
+        return flag
     }
 
     func optionalIntegerArray(_ key: String, range: ClosedRange<Int>) throws -> [Int]? {
         guard let value = take(key) else { return nil }
         guard let array = value as? [Any] else { throw ConfigError(fieldPath(key), "must be an array of numbers") }
         return try array.enumerated().map { index, element in
-            guard let number = element as? NSNumber, !number.isJSONBoolean, number.doubleValue == number.doubleValue.rounded(),
+            guard let number = element as? JSONNumber, number.doubleValue == number.doubleValue.rounded(),
                   range.contains(number.intValue) else {
                 throw ConfigError("\(fieldPath(key))[\(index)]", "must be a whole number between \(range.lowerBound) and \(range.upperBound)")
             }
@@ -147,9 +144,4 @@ final class JSONObjectReader {
     private func format(_ value: Double) -> String {
         value == value.rounded() ? String(Int(value)) : String(value)
     }
-}
-
-extension NSNumber {
-    /// JSONSerialization boxes `true`/`false` as NSNumber too; their Objective-C type is `char`.
-    var isJSONBoolean: Bool { String(cString: objCType) == "c" }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `tokens.redis`: the shared store of a fleet of relays (one identity, one refresh at a time).
 public struct RedisSettings: Sendable {

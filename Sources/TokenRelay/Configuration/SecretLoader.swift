@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Resolves the client secret from where the config says it lives; the secret never sits in the config.
 public enum SecretLoader {
@@ -21,7 +22,7 @@ public enum SecretLoader {
                 throw ConfigError("refresh.client_secret_file", "\(path) is not UTF-8 text")
             }
             // A trailing newline is an artefact of `echo secret > file`, not part of the secret.
-            let text = decoded.trimmingCharacters(in: .newlines)
+            let text = decoded.trimmingNewlines()
             guard !text.isEmpty else { throw ConfigError("refresh.client_secret_file", "\(path) is empty") }
             return text
         }

@@ -1,25 +1,24 @@
-import Foundation
+import FoundationEssentials
 
-/// Foundation's JSONSerialization on Linux accepts `{"a":1,}` and keeps only the last of two equal keys.
+/// `JSONReader` accepts `{"a":1,}` and keeps only the last of two equal keys (as Foundation's parser did).
 /// A hand-edited config or token file must mean exactly what it says (a second `"listen"` further down
 /// silently winning is how a reviewed setting gets overridden), so both are refused.
 ///
-/// Runs over text JSONSerialization has already accepted and looks only for those two things; anything
+/// Runs over text JSONReader has already accepted and looks only for those two things; anything
 /// else unexpected ends the scan without a verdict, since the parser is the judge of the rest.
 enum StrictJSON {
     enum ParseError: Error {
-        /// JSONSerialization refused the text; its message may quote the text (a token), so callers
-        /// decide whether to show it.
-        case malformed(any Error)
+        /// JSONReader refused the text; its message names a line and column, never the text.
+        case malformed(JSONReader.SyntaxError)
         case violation(Violation)
     }
 
     /// Every JSON document tokenrelay reads (config, token file, `token import`) goes through here:
-    /// Foundation's parser, then the two checks it lacks.
+    /// The parser, then the two checks it leaves out.
     static func parse(_ data: Data) throws(ParseError) -> Any {
         let json: Any
         do {
-            json = try JSONSerialization.jsonObject(with: data)
+            json = try JSONReader.parse(data)
         } catch {
             throw .malformed(error)
         }

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// The protected API of `tokenrelay demo`: 200 for the token server's current access token, 401 with
 /// `WWW-Authenticate: Bearer error="invalid_token"` for anything else, as an OAuth resource server does.

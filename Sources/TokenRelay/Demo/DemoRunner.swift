@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
 
@@ -56,7 +56,7 @@ public enum DemoRunner {
 
     /// Unbuffered, so the demo's lines interleave correctly with the log lines on stderr.
     private static func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        StandardStreams.writeOut(line + "\n")
     }
 
     private static func makeRelay(loop: EventLoop, listenPort: Int, api: DemoAPI, tokenServer: DemoTokenServer, directory: String,
@@ -71,7 +71,7 @@ public enum DemoRunner {
                         "proactive": false],
             "admin": ["listen": "127.0.0.1:\(listenPort == 0 ? 0 : listenPort + 1)"],
         ]
-        let config = try ConfigLoader.parse(try JSONSerialization.data(withJSONObject: json), source: "demo config")
+        let config = try ConfigLoader.parse(Data(try JSONWriter.data(json)), source: "demo config")
         do {
             return try Relay(loop: loop, preflight: try Preflight.run(config: config), redactor: redactor, logger: logger)
         } catch is HTTPListener.BindError where listenPort != 0 {

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// A token endpoint for `tokenrelay demo` that behaves like a strict real one: short-lived access
 /// tokens, a new refresh token on every refresh, and reuse detection that revokes the whole session
@@ -71,7 +71,7 @@ final class DemoTokenServer {
     private func reply(_ request: OpaquePointer, _ status: Int32, _ json: [String: Any]) {
         HeaderList(raw: evhttp_request_get_output_headers(request)).add("Content-Type", "application/json")
         let buffer = evbuffer_new()!
-        EvBuffer.append(buffer, [UInt8]((try? JSONSerialization.data(withJSONObject: json)) ?? Data()))
+        EvBuffer.append(buffer, (try? JSONWriter.data(json)) ?? [])
         evhttp_send_reply(request, status, status == 200 ? "OK" : "Error", buffer)
         evbuffer_free(buffer)
     }

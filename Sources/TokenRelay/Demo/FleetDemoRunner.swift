@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Glibc
 import Logging
 
@@ -70,16 +71,12 @@ public enum FleetDemoRunner {
         withExtendedLifetime((api, stopTimer)) {}
     }
 
-    private static func startRedis(directory: String) throws -> Process {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["redis-server", "--port", "0", "--unixsocket", "\(directory)/redis.sock", "--unixsocketperm", "700",
-                             "--save", "", "--appendonly", "no", "--dir", directory, "--logfile", "\(directory)/redis.log"]
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+    private static func startRedis(directory: String) throws -> ChildProcess {
+        let process: ChildProcess
         do {
-            try process.run()
+            process = try ChildProcess(program: "redis-server", arguments: [
+                "--port", "0", "--unixsocket", "\(directory)/redis.sock", "--unixsocketperm", "700",
+                "--save", "", "--appendonly", "no", "--dir", directory, "--logfile", "\(directory)/redis.log"])
         } catch {
             throw Unavailable(description: "demo --fleet needs redis-server (apt-get install redis-server): \(error)")
         }
@@ -104,11 +101,11 @@ public enum FleetDemoRunner {
                         "client_secret_file": secretPath, "client_auth": "client_secret_basic", "proactive": false],
             "admin": ["listen": "127.0.0.1:0"],
         ]
-        let config = try ConfigLoader.parse(try JSONSerialization.data(withJSONObject: json), source: "demo config")
+        let config = try ConfigLoader.parse(Data(try JSONWriter.data(json)), source: "demo config")
         return try Relay(loop: loop, preflight: try Preflight.run(config: config), redactor: redactor, logger: logger)
     }
 
     private static func say(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        StandardStreams.writeOut(line + "\n")
     }
 }

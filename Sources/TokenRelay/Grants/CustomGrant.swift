@@ -1,8 +1,8 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// The custom grant's request: the configured template with the current values substituted, each escaped
-/// by a real encoder for where it goes (`JSONSerialization` for a JSON body, `evhttp_uriencode` for a
+/// by a real encoder for where it goes (`JSONWriter` for a JSON body, `evhttp_uriencode` for a
 /// form), and header values refused when they would contain a control character.
 struct CustomGrant: TokenGrantStrategy {
     let settings: CustomGrantSettings
@@ -31,8 +31,7 @@ struct CustomGrant: TokenGrantStrategy {
         case .none:
             (body, contentType) = ([], nil)
         case .json(let template):
-            guard let data = try? JSONSerialization.data(withJSONObject: template.render(values),
-                                                         options: [.sortedKeys, .withoutEscapingSlashes, .fragmentsAllowed]) else {
+            guard let data = try? JSONWriter.data(template.render(values), options: [.sortedKeys, .withoutEscapingSlashes, .fragmentsAllowed]) else {
                 return .failure(UnusableRequest(reason: "the JSON body could not be serialised"))
             }
             (body, contentType) = (Array(data), "application/json")

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Reads the custom grant's answer through the configured JSON Pointers, and maps failures:
 ///
@@ -36,7 +36,7 @@ struct CustomResponseMapping {
     private func parse(_ json: Any?, now: Date) -> TokenEndpointResult {
         guard let json else { return .invalidResponse(reason: "response body is not JSON", rotation: .unknown) }
         var rotation = TokenEndpointResult.Rotation.none
-        if let pointer = settings.refreshToken, let value = pointer.evaluate(json), !(value is NSNull) {
+        if let pointer = settings.refreshToken, let value = pointer.evaluate(json), !(value is JSONNull) {
             guard let refresh = value as? String, TokenSet.unusableReason(refresh) == nil else {
                 return .invalidResponse(reason: "the refresh token at \(pointer) is not a usable string", rotation: .unknown)
             }
@@ -54,7 +54,7 @@ struct CustomResponseMapping {
         case .seconds(let pointer)?:
             grant.expiresIn = TokenEndpointResult.expiresIn(pointer.evaluate(json), field: "the value at \(pointer)", warnings: &grant.warnings)
         case .absolute(let pointer)?:
-            guard let value = pointer.evaluate(json), !(value is NSNull) else { break }
+            guard let value = pointer.evaluate(json), !(value is JSONNull) else { break }
             if let date = Timestamp.date(value), date > now {
                 grant.expiresIn = TokenEndpointResult.clampedLifetime(date.timeIntervalSince(now), field: "the value at \(pointer)",
                                                                       warnings: &grant.warnings)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An RFC 6901 JSON Pointer (`/data/accessToken`, `/items/0`, `/a~1b` for the key `a/b`), parsed once at
 /// start so that a malformed pointer is a config error, not a failure at the first refresh.
@@ -32,7 +32,7 @@ public struct JSONPointer: Sendable, Equatable, CustomStringConvertible {
         return result
     }
 
-    /// The value the pointer refers to in a `JSONSerialization` document, or nil if there is none. An
+    /// The value the pointer refers to in a `JSONReader` document, or nil if there is none. An
     /// array index is `0` or a number without leading zeros; `-` (past the end) never refers to a value.
     public func evaluate(_ document: Any) -> Any? {
         var current = document

@@ -1,7 +1,5 @@
-import Foundation
-
 /// A JSON request body from the config in which every string value may hold placeholders. It is rendered
-/// into a Foundation object and serialised by `JSONSerialization`, so a token with a quote or backslash
+/// into a JSON tree and serialised by `JSONWriter`, so a token with a quote or backslash
 /// is escaped as JSON requires instead of breaking (or rewriting) the document.
 public indirect enum JSONTemplate: Sendable, Equatable {
     case object([String: JSONTemplate])
@@ -12,7 +10,7 @@ public indirect enum JSONTemplate: Sendable, Equatable {
     case bool(Bool)
     case null
 
-    /// Parses a `JSONSerialization` value; `field` names it in errors (`refresh.request.body_json.data.token`).
+    /// Parses a `JSONReader` value; `field` names it in errors (`refresh.request.body_json.data.token`).
     static func parse(_ value: Any, field: String) throws -> JSONTemplate {
         switch value {
         case let object as [String: Any]:
@@ -26,12 +24,13 @@ public indirect enum JSONTemplate: Sendable, Equatable {
             return .array(try array.enumerated().map { try parse($0.element, field: "\(field)[\($0.offset)]") })
         case let string as String:
             return .string(try StringTemplate(parsing: string, field: field))
-        case let number as NSNumber:
-            if number.isJSONBoolean { return .bool(number.boolValue) }
+        case let flag as Bool:
+            return .bool(flag)
+        case let number as JSONNumber:
             let double = number.doubleValue
             if double == double.rounded(), abs(double) < 1e15 { return .integer(number.intValue) }
             return .number(double)
-        case is NSNull:
+        case is JSONNull:
             return .null
         default:
             throw ConfigError(field, "is not a JSON value")
@@ -55,7 +54,7 @@ public indirect enum JSONTemplate: Sendable, Equatable {
         case .integer(let value): value
         case .number(let value): value
         case .bool(let value): value
-        case .null: NSNull()
+        case .null: JSONNull()
         }
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import CLibevent
 
 /// RFC 6749 §2.3 client authentication, exactly as `refresh.client_auth` says: the refresh grants and

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// The two form-encoded OAuth 2.0 grants: refresh_token (RFC 6749 §6) and client_credentials (§4.4),
 /// with client authentication exactly as configured (never guessed, never switched between attempts).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A configured string with `{{placeholder}}`s (`"Bearer {{refresh_token}}"`), parsed at start so that an
 /// unknown or unterminated placeholder is a config error naming the field. Rendering only ever substitutes
@@ -26,12 +26,12 @@ public struct StringTemplate: Sendable, Equatable {
     init(parsing text: String, field: String) throws {
         var parts: [Part] = []
         var rest = Substring(text)
-        while let open = rest.range(of: "{{") {
+        while let open = rest.firstRange(of: "{{") {
             if open.lowerBound > rest.startIndex { parts.append(.literal(String(rest[..<open.lowerBound]))) }
-            guard let close = rest[open.upperBound...].range(of: "}}") else {
+            guard let close = rest[open.upperBound...].firstRange(of: "}}") else {
                 throw ConfigError(field, "has {{ without a closing }}")
             }
-            let name = rest[open.upperBound..<close.lowerBound].trimmingCharacters(in: .whitespaces)
+            let name = rest[open.upperBound..<close.lowerBound].trimmingWhitespace()
             guard let placeholder = Placeholder(rawValue: name) else {
                 let known = Placeholder.allCases.map { "{{\($0.rawValue)}}" }.joined(separator: ", ")
                 throw ConfigError(field, "unknown placeholder {{\(name)}} (known: \(known))")

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Logging
 
@@ -87,7 +87,7 @@ public struct LineLogHandler: LogHandler {
             case "\t": escaped += "\\t"
             default:
                 if scalar.value < 0x20 || scalar.value == 0x7F {
-                    escaped += String(format: "\\u%04x", scalar.value)
+                    escaped += cFormat("\\u%04x", scalar.value)
                 } else {
                     escaped.unicodeScalars.append(scalar)
                 }
@@ -102,7 +102,7 @@ public struct LineLogHandler: LogHandler {
         var tmValue = tm()
         var seconds = ts.tv_sec
         gmtime_r(&seconds, &tmValue)
-        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tmValue.tm_year + 1900, tmValue.tm_mon + 1, tmValue.tm_mday,
-                      tmValue.tm_hour, tmValue.tm_min, tmValue.tm_sec, ts.tv_nsec / 1_000_000)
+        return cFormat("%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tmValue.tm_year + 1900, tmValue.tm_mon + 1, tmValue.tm_mday,
+                      tmValue.tm_hour, tmValue.tm_min, tmValue.tm_sec, Int32(ts.tv_nsec / 1_000_000))
     }
 }

@@ -28,7 +28,7 @@ public final class SecretRedactor: Sendable {
         let current = secrets.withLock { $0.tokens + $0.fixed }
         var result = text
         for secret in current where result.contains(secret) {
-            result = result.replacingOccurrences(of: secret, with: "[redacted]")
+            result = result.replacing(secret, with: "[redacted]")
         }
         return result
     }

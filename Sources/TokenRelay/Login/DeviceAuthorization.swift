@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The device authorization response (RFC 8628 §3.2): what the user is shown and what the poll presents.
 struct DeviceAuthorization {
@@ -19,7 +19,7 @@ struct DeviceAuthorization {
     /// numbers sent as strings, as some servers do for `expires_in`. `verification_url` is accepted for
     /// `verification_uri`, the name Google's endpoint used before the RFC.
     static func parse(_ body: [UInt8]) throws -> DeviceAuthorization {
-        guard let json = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any] else {
+        guard let json = (try? JSONReader.parse(body)) as? [String: Any] else {
             throw LoginError("the device authorization response is not a JSON object")
         }
         guard let deviceCode = json["device_code"] as? String, !deviceCode.isEmpty else {
@@ -43,7 +43,7 @@ struct DeviceAuthorization {
     /// These strings go to the operator's terminal, so a server (or someone in the middle of plain
     /// HTTP) must not be able to slip escape sequences or line breaks in with them.
     private static func displayable(_ value: Any?, _ field: String) throws -> String? {
-        guard let value, !(value is NSNull) else { return nil }
+        guard let value, !(value is JSONNull) else { return nil }
         guard let text = value as? String, !text.isEmpty,
               text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F && !(0x80...0x9F).contains($0.value) }) else {
             throw LoginError("the device authorization response has an unusable \(field)")

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `tokenrelay login`: the OAuth 2.0 Device Authorization Grant (RFC 8628) for hosts without a browser.
 /// Asks the device authorization endpoint for a code, shows the operator where to enter it, polls the
@@ -90,7 +90,7 @@ public enum DeviceLogin {
             // A poll after the code expired could only be answered expired_token.
             guard EventLoop.monotonicNow + wait < deadline else { throw LoginError("the code expired; run login again") }
             // Protocol pacing, not synchronisation: the server asked for this spacing.
-            Thread.sleep(forTimeInterval: wait)
+            DetachedThread.sleep(seconds: wait)
             let result: TokenEndpointResult
             switch endpoint.send(request) {
             case .success(let response): result = TokenEndpointResult.classify(status: response.status, body: response.body)

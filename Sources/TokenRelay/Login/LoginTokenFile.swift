@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Writes the tokens a device login obtained: the proxy's own atomic 0600 writer, under the token file
@@ -7,7 +7,7 @@ enum LoginTokenFile {
     /// Fails early — before the user is asked to sign in — when the file could not be written at all:
     /// a login that succeeds and then has nowhere to put its tokens wastes the user's time.
     static func checkWritable(_ path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
+        let directory = FilePath.parent(of: path).isEmpty ? "." : FilePath.parent(of: path)
         guard access(directory, W_OK) == 0 else {
             throw TokenFileError(path, "directory \(directory) is not writable: \(String(cString: strerror(errno)))")
         }
@@ -24,7 +24,7 @@ enum LoginTokenFile {
     /// replacing (expired, half-seeded, refused), and it must not stand in the way.
     private static func keptFields(of path: String) -> [String: Any] {
         guard let data = FileManager.default.contents(atPath: path),
-              var object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return [:] }
+              var object = (try? JSONReader.parse(data)) as? [String: Any] else { return [:] }
         for key in ["access_token", "refresh_token", "expires_at"] { object[key] = nil }
         return object
     }

@@ -14,7 +14,7 @@ struct AccessLogEntry {
     func log(to logger: Logger, includeQuery: Bool) {
         var path = target ?? "-"
         // Absolute-form (`http://user:pass@host/p`): keep the path only, never the authority's credentials.
-        if let scheme = path.range(of: "://") {
+        if let scheme = path.firstRange(of: "://") {
             path = path[scheme.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
         }
         if !includeQuery, let question = path.firstIndex(of: "?") { path = String(path[..<question]) }

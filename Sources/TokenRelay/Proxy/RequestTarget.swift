@@ -75,7 +75,7 @@ struct RequestTarget {
     static func hasDotSegment(_ target: String) -> Bool {
         let path = target.utf8.prefix { $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
         return path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).contains { segment in
-            let lowered = String(decoding: segment, as: UTF8.self).lowercased().replacingOccurrences(of: "%2e", with: ".")
+            let lowered = String(decoding: segment, as: UTF8.self).lowercased().replacing("%2e", with: ".")
             return lowered == "." || lowered == ".."
         }
     }

@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// The thin driver of `RefreshMachine` on the event loop: it feeds the machine events (requests, 401s,
@@ -191,14 +191,14 @@ final class RefreshCoordinator {
     /// last adoption of someone else's tokens. Never a token.
     var storeStatus: [String: Any] {
         var status: [String: Any] = ["kind": store.kind, "name": store.name, "connected": machine.storeOutage == nil,
-                                     "unreachable_reason": machine.storeOutage ?? NSNull()]
+                                     "unreachable_reason": machine.storeOutage ?? JSONNull()]
         if let redis = store as? RedisTokenStore {
             status["version"] = redis.version
-            status["lock_holder"] = redis.lockHolder ?? NSNull()
+            status["lock_holder"] = redis.lockHolder ?? JSONNull()
             status["owner_id"] = redis.ownerID
             status["subscribed"] = redis.isSubscribed
         }
-        status["last_adoption"] = lastAdoption.map { ["at": Timestamp.format($0.at), "source": $0.source] } ?? NSNull()
+        status["last_adoption"] = lastAdoption.map { ["at": Timestamp.format($0.at), "source": $0.source] } ?? JSONNull()
         return status
     }
     /// Whether an exchange with the token endpoint is under way, or its answer is still being saved: in

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The machine's states, each carrying its own data: the phase (idle, a cycle and the step it is at,
 /// login required, storm-paused) and the conditions that outlive a cycle (hold-off, unsaved tokens).

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What goes into the refresh machine and what comes out of it. No I/O and no event loop here: the
 /// driver (`RefreshCoordinator`) turns events of the outside world into these, and these actions into

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The refresh rules as a value: events in, actions out, time passed in with every event. It owns the
 /// tokens in service and their *generation*, and makes sure at most one refresh runs at a time in this
@@ -432,7 +433,7 @@ struct RefreshMachine {
             // it. End the cycle and hold off (`startHoldOff`).
             refreshTokenInDoubt = true
             startHoldOff(sentAt: sentAt, reason: reason, now)
-            metadata["hold_off_seconds"] = String(format: "%.2f", (holdOff?.until ?? now.monotonic) - now.monotonic)
+            metadata["hold_off_seconds"] = cFormat("%.2f", (holdOff?.until ?? now.monotonic) - now.monotonic)
             log(.error, "refresh outcome unknown; not retrying now (the refresh token may already be rotated)", metadata)
             return giveUp(reason: "refresh outcome unknown (\(reason)); the refresh token is not presented again for now", now)
         }
@@ -445,7 +446,7 @@ struct RefreshMachine {
         let exponent = Double(min(max(0, cycle.attempt - 1), 20))
         let backoff = cycle.settings.backoffSeconds * pow(2, exponent) * (0.8 + 0.4 * now.jitter)
         let delay = max(backoff, retryAfter)
-        metadata["retry_in"] = String(format: "%.2fs", delay)
+        metadata["retry_in"] = cFormat("%.2fs", delay)
         log(.warning, outcomeUnknown ? "refresh outcome unknown; retrying" : "refresh failed; retrying", metadata)
         cycle.step = .waiting
         phase = .refreshing(cycle)

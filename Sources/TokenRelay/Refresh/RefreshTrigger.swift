@@ -1,4 +1,3 @@
-import Foundation
 
 /// Decides whether an upstream response says "this access token is no longer accepted", which a
 /// refresh can fix, as opposed to "this token may not do that", which it cannot (RFC 6750 §3.1).
@@ -11,19 +10,18 @@ enum RefreshTrigger {
         return error == "invalid_token"
     }
 
-    private static let errorParameter = try! NSRegularExpression(
-        pattern: #"(?:^|[\s,])error\s*=\s*(?:"([^"]*)"|([^\s,"]+))"#, options: [.caseInsensitive])
+    /// `error=` at the start or after whitespace/comma, its value quoted or a bare token.
+    nonisolated(unsafe) private static let errorParameter = #/(?:^|[\s,])error\s*=\s*(?:"([^"]*)"|([^\s,"]+))/#
+        .ignoresCase().matchingSemantics(.unicodeScalar)
 
     /// The `error` parameter of the Bearer challenge, if any.
     static func bearerError(in challenges: [String]) -> String? {
         for challenge in challenges {
-            guard let bearer = challenge.range(of: "bearer", options: [.caseInsensitive]) else { continue }
+            guard let bearer = challenge.rangeIgnoringASCIICase(of: "bearer") else { continue }
             let parameters = String(challenge[bearer.upperBound...])
-            let range = NSRange(parameters.startIndex..., in: parameters)
-            guard let match = errorParameter.firstMatch(in: parameters, range: range) else { continue }
-            for group in 1...2 {
-                if let captured = Range(match.range(at: group), in: parameters) { return String(parameters[captured]) }
-            }
+            guard let match = parameters.firstMatch(of: errorParameter) else { continue }
+            if let quoted = match.output.1 { return String(quoted) }
+            if let bare = match.output.2 { return String(bare) }
         }
         return nil
     }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `Retry-After` from the token endpoint (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, clamped at
 /// the edge to `0...maximumSeconds`, so a hostile or broken server can neither pause refreshing for a
@@ -8,13 +8,13 @@ enum RetryAfter {
     static let maximumSeconds = 60.0
 
     static func seconds(from value: String?, now: Date) -> Double? {
-        guard let text = value?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
+        guard let text = value?.trimmingWhitespace(), !text.isEmpty else { return nil }
         if text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) {
             // Any number of digits: Double never traps, and the clamp below bounds it.
             guard let seconds = Double(text) else { return nil }
             return clamp(seconds)
         }
-        guard let date = httpDate.date(from: text) else { return nil }
+        guard let date = HTTPDate.parse(text) else { return nil }
         return clamp(date.timeIntervalSince(now))
     }
 
@@ -22,13 +22,4 @@ enum RetryAfter {
         guard seconds.isFinite else { return maximumSeconds }
         return min(max(seconds, 0), maximumSeconds)
     }
-
-    /// IMF-fixdate, the only form a sender may generate (RFC 9110 §5.6.7).
-    private static let httpDate: DateFormatter = {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        return formatter
-    }()
 }

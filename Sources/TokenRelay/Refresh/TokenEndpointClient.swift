@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 
 /// Runs one exchange with the token endpoint for the configured grant (`TokenGrantStrategy`: which
 /// request, and how to read the answer).

@@ -1,17 +1,15 @@
-import Foundation
-
 /// Parses a token endpoint's JSON answer.
 ///
-/// JSON allows numbers of any size (`"expires_in": 1e400`), and Foundation refuses a document with one
+/// JSON allows numbers of any size (`"expires_in": 1e400`), and `JSONReader` refuses a document with one
 /// that a Double cannot hold. Read as "not JSON", such an answer would be an unreadable 2xx: its rotated
 /// refresh token lost, the old one burnt. So a number too large for a Double is read as the largest one
 /// instead (lifetimes are clamped where they are read anyway), and only a document that is not JSON
 /// fails.
 enum TokenEndpointJSON {
     static func parse(_ body: [UInt8]) -> Any? {
-        if let json = try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed]) { return json }
+        if let json = try? JSONReader.parse(body, fragmentsAllowed: true) { return json }
         guard let bounded = boundingNumbers(body) else { return nil }
-        return try? JSONSerialization.jsonObject(with: Data(bounded), options: [.fragmentsAllowed])
+        return try? JSONReader.parse(bounded, fragmentsAllowed: true)
     }
 
     /// `body` with every number literal outside strings whose exponent would overflow a Double replaced

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Tokens granted by one successful refresh.
 struct TokenGrant {
@@ -75,7 +75,7 @@ enum TokenEndpointResult {
 
     private static func parseGrant(_ json: [String: Any]) -> TokenEndpointResult {
         var rotation = Rotation.none
-        if let refresh = json["refresh_token"], !(refresh is NSNull) {
+        if let refresh = json["refresh_token"], !(refresh is JSONNull) {
             guard let refresh = refresh as? String, TokenSet.unusableReason(refresh) == nil else {
                 return .invalidResponse(reason: "refresh_token is not a usable string (visible ASCII, at most \(TokenSet.maximumTokenBytes) bytes)",
                                         rotation: .unknown)
@@ -104,7 +104,7 @@ enum TokenEndpointResult {
     /// A token lifetime, or nil (with a warning) when the value is not a positive number of seconds: the
     /// tokens are still good, and a lifetime of 0 would make every new token due at once.
     static func expiresIn(_ value: Any?, field: String, warnings: inout [String]) -> Double? {
-        guard let value, !(value is NSNull) else { return nil }
+        guard let value, !(value is JSONNull) else { return nil }
         guard let seconds = Timestamp.seconds(value), seconds > 0 else {
             warnings.append("ignored \(field): not a positive number of seconds")
             return nil

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Everything that must hold before tokenrelay can serve: a valid config, loadable TLS material (CA
 /// bundles, client certificates and keys), the client secret where the config says it is, and a
@@ -73,7 +73,7 @@ public struct Preflight {
             guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8) else {
                 throw ConfigError("tokens.redis.password_file", "cannot read \(path) as UTF-8 text")
             }
-            let password = text.trimmingCharacters(in: .newlines)
+            let password = text.trimmingNewlines()
             guard !password.isEmpty else { throw ConfigError("tokens.redis.password_file", "\(path) is empty") }
             return password
         }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `token import`, `token show` and `login` when the config keeps tokens in Redis: the same
 /// compare-and-set (and announcement) the relays use, so running relays adopt the new tokens at once.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// `tokenrelay token show`: the state of the token file without revealing a token — fingerprint, expiry,
@@ -15,7 +15,7 @@ public enum TokenFileReport {
         let mode = info.st_mode & 0o777
         let owner = getpwuid(info.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
         var lines = ["token file: \(file.path)",
-                     "mode: \(String(format: "%04o", mode))\(mode & 0o077 != 0 ? " (too open: tokenrelay refuses it; chmod 600)" : ""), owner: \(owner) (uid \(info.st_uid))"]
+                     "mode: \(cFormat("%04o", mode))\(mode & 0o077 != 0 ? " (too open: tokenrelay refuses it; chmod 600)" : ""), owner: \(owner) (uid \(info.st_uid))"]
         let tokens = try file.load()
         lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
         lines.append("expires: \(describeExpiry(of: tokens, now: now))")

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `tokenrelay token import`: validates tokens given as JSON on standard input (or in a named file) and
 /// writes the token file through the same atomic, 0600 writer the proxy uses. Tokens never come from
@@ -43,7 +43,7 @@ public enum TokenImport {
         let expiresIn = rest.removeValue(forKey: "expires_in")
         let expiresAt = rest.removeValue(forKey: "expires_at")
         // The token file's own decoder checks access and refresh token the way the proxy will at start.
-        var tokens = try TokenFile.decode(JSONSerialization.data(withJSONObject: rest), path: "input")
+        var tokens = try TokenFile.decode(Data(JSONWriter.data(rest)), path: "input")
         switch (expiresIn, expiresAt) {
         case (nil, nil):
             break

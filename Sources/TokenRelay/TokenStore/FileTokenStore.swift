@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The token file with its advisory lock (`<file>.lock`) and its in-flight refresh marker
 /// (`<file>.refreshing`): the store a single host shares among the tokenrelay processes on it, and with

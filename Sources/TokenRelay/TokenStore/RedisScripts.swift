@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The Lua scripts the Redis store runs. Each runs atomically in Redis: no other client's command
 /// comes between its reads and its writes.

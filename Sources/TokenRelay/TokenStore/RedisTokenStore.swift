@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The token set of a fleet in Redis, with the refresh lock and update announcements.
 ///

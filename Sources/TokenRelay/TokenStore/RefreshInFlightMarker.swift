@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// A refresh that presented a refresh token and whose answer has not been handled yet: which refresh
@@ -79,10 +79,8 @@ struct RefreshInFlightMarker {
     }
 
     static func encode(_ record: RefreshInFlightRecord) throws -> Data {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        let object = ["refresh_token_sha256": record.fingerprint, "sent_at": formatter.string(from: record.sentAt)]
-        return try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+        let object = ["refresh_token_sha256": record.fingerprint, "sent_at": RFC3339.formatWithMilliseconds(record.sentAt)]
+        return Data(try JSONWriter.data(object, options: [.sortedKeys]))
     }
 
     /// The write (temporary file, fsync, rename, fsync of the directory), to run off the event loop.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// When an access token expires and how early to replace it.
 enum TokenExpiry {
@@ -38,9 +38,9 @@ enum TokenExpiry {
     private static func rawJWTClaims(_ token: String) -> (expiresAt: Date, issuedAt: Date?)? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let payload = base64URLDecode(parts[1]),
-              let claims = try? JSONSerialization.jsonObject(with: payload) as? [String: Any],
-              let exp = (claims["exp"] as? NSNumber)?.doubleValue, exp.isFinite else { return nil }
-        let iat = (claims["iat"] as? NSNumber).map(\.doubleValue).flatMap { $0.isFinite ? $0 : nil }
+              let claims = (try? JSONReader.parse(payload)) as? [String: Any],
+              let exp = (claims["exp"] as? JSONNumber)?.doubleValue, exp.isFinite else { return nil }
+        let iat = (claims["iat"] as? JSONNumber).map(\.doubleValue).flatMap { $0.isFinite ? $0 : nil }
         return (Date(timeIntervalSince1970: exp), iat.map(Date.init(timeIntervalSince1970:)))
     }
 
@@ -60,7 +60,7 @@ enum TokenExpiry {
     }
 
     private static func base64URLDecode(_ text: Substring) -> Data? {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var base64 = String(text).replacing("-", with: "+").replacing("_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
         return Data(base64Encoded: base64)
     }

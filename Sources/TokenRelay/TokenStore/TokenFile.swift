@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// A problem with the token file, naming the file and the cause; never containing a token.
@@ -76,7 +76,7 @@ struct TokenFile {
         }
         guard var object = json as? [String: Any] else { throw TokenFileError(path, "is not a JSON object") }
         var refresh: String?
-        if let value = object.removeValue(forKey: "refresh_token"), !(value is NSNull) {
+        if let value = object.removeValue(forKey: "refresh_token"), !(value is JSONNull) {
             guard let string = value as? String, !string.isEmpty else {
                 throw TokenFileError(path, "refresh_token must be a non-empty string")
             }
@@ -87,12 +87,12 @@ struct TokenFile {
         // A file seeded with only a refresh token is a valid bootstrap: the access token is fetched at start.
         let accessValue = object.removeValue(forKey: "access_token")
         let access = (accessValue as? String) ?? ""
-        if access.isEmpty && (refresh == nil || !(accessValue == nil || accessValue is NSNull)) {
+        if access.isEmpty && (refresh == nil || !(accessValue == nil || accessValue is JSONNull)) {
             throw TokenFileError(path, "access_token is missing or not a non-empty string")
         }
         if !access.isEmpty, let reason = TokenSet.unusableReason(access) { throw TokenFileError(path, "access_token \(reason)") }
         var expiresAt: Date?
-        if let value = object.removeValue(forKey: "expires_at"), !(value is NSNull) {
+        if let value = object.removeValue(forKey: "expires_at"), !(value is JSONNull) {
             guard let text = value as? String, let date = Timestamp.parse(text) else {
                 throw TokenFileError(path, "expires_at must be an RFC 3339 time such as 2026-11-21T10:00:00Z")
             }
@@ -106,7 +106,7 @@ struct TokenFile {
         object["access_token"] = tokens.accessToken.isEmpty ? nil : tokens.accessToken
         object["refresh_token"] = tokens.refreshToken
         object["expires_at"] = tokens.expiresAt.map(Timestamp.format)
-        return try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+        return Data(try JSONWriter.data(object, options: [.prettyPrinted, .sortedKeys]))
     }
 
     /// Atomically replaces the file with `tokens`, mode 0600. Throws without touching the old file on failure.
@@ -122,8 +122,8 @@ struct TokenFile {
     /// holds the new one. Replacing the link itself would leave exactly that split.
     static func write(_ data: Data, to configuredPath: String) throws {
         let path = try resolvingSymlinks(configuredPath)
-        let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
-        let temporary = "\(directory)/.\((path as NSString).lastPathComponent).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let directory = FilePath.parent(of: path).isEmpty ? "." : FilePath.parent(of: path)
+        let temporary = "\(directory)/.\(FilePath.lastComponent(of: path)).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw TokenFileError(configuredPath, "cannot create \(temporary): \(String(cString: strerror(errno)))") }
         var failure: String?
@@ -169,7 +169,7 @@ struct TokenFile {
             if target.hasPrefix("/") {
                 current = target
             } else {
-                let parent = (current as NSString).deletingLastPathComponent
+                let parent = FilePath.parent(of: current)
                 current = parent.isEmpty ? target : "\(parent)/\(target)"
             }
         }

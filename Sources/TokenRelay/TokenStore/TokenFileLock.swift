@@ -1,5 +1,5 @@
 import CLibevent
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// An advisory lock (flock) on `<token file>.lock`, serialising refreshes across tokenrelay processes

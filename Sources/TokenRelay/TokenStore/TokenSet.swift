@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The credentials tokenrelay works with, plus whatever else the token file holds (kept verbatim on
 /// rewrite, so hand-written metadata survives a refresh).
@@ -34,14 +34,12 @@ enum Timestamp {
     static let latestRepresentable: Double = 253_402_300_799
 
     static func format(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        RFC3339.format(date)
     }
 
     /// A JSON number of seconds, or one sent as a string (many servers do); never a boolean.
     static func seconds(_ value: Any?) -> Double? {
-        if let number = value as? NSNumber, !number.isJSONBoolean { return number.doubleValue.isFinite ? number.doubleValue : nil }
+        if let number = value as? JSONNumber { return number.doubleValue.isFinite ? number.doubleValue : nil }
         if let text = value as? String, let double = Double(text), double.isFinite { return double }
         return nil
     }
@@ -53,10 +51,6 @@ enum Timestamp {
     }
 
     static func parse(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.date(from: text)
+        RFC3339.parse(text)
     }
 }
