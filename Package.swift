@@ -37,6 +37,8 @@ let package = Package(
                 "CLibevent",
                 "CEventShim",
                 "CHiredis",
+                // Only for the one event_base both share (Bridge/EventLoop.swift), until the proxied port moves.
+                "HTTPTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

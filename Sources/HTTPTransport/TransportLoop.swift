@@ -1,11 +1,18 @@
 import CLibevent
 import Glibc
 
-/// One libevent `event_base`, driven by the thread that calls `run()`. Every connection, listener and timer
-/// of the transport belongs to one loop and is used only on its thread; `wake()` is the one call that is
-/// safe from any thread.
+/// One libevent `event_base` and its asynchronous DNS resolver, driven by the thread that calls `run()`.
+/// Every connection, listener, timer and name lookup of the transport belongs to one loop and is used only
+/// on its thread; `wake()` is the one call that is safe from any thread.
+///
+/// tokenrelay runs everything mutable (the refresh coordinator, the token client, Redis, admin) on one
+/// loop thread, so the transport and the parts still on evhttp share this one base: its `EventLoop`
+/// wraps a `TransportLoop`.
 public final class TransportLoop {
-    let base: OpaquePointer
+    /// The libevent base. `package`, not public: only tokenrelay's evhttp bridge reaches it, until evhttp goes.
+    package let base: OpaquePointer
+    /// The loop's resolver (names never go through a blocking `getaddrinfo` on the loop thread).
+    package let dnsBase: OpaquePointer
     /// Read buffers shared by the loop's connections (loop thread only).
     let bufferPool = BufferPool()
     private var wakeEvent: OpaquePointer?
@@ -21,7 +28,14 @@ public final class TransportLoop {
         evthread_use_pthreads()
         signal(SIGPIPE, SIG_IGN)
         guard let base = event_base_new() else { throw StartError(description: "event_base_new failed") }
+        // If the system's resolver configuration cannot be read, an empty resolver still answers IP
+        // literals and makes names fail fast instead of blocking.
+        guard let dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS) ?? evdns_base_new(base, 0) else {
+            event_base_free(base)
+            throw StartError(description: "evdns_base_new failed")
+        }
         self.base = base
+        self.dnsBase = dns
     }
 
     /// Runs until `stop()`, also while nothing is registered (a loop waiting for work posted via `wake`).
@@ -52,6 +66,9 @@ public final class TransportLoop {
 
     deinit {
         if let wakeEvent { event_free(wakeEvent) }
+        // Lookups still in flight are dropped without their callbacks; a connection keeps its loop alive,
+        // so none of them can belong to a live connection.
+        evdns_base_free(dnsBase, 0)
         event_base_free(base)
     }
 }
