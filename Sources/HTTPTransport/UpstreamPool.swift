@@ -1,6 +1,6 @@
 import HTTPWire
 
-/// Connections to one upstream address, reused while `isReusable`, at most `maxConnections` open; when
+/// Connections to one upstream (a host name or an IP literal, plain or TLS), reused while `isReusable`, at most `maxConnections` open; when
 /// all are busy, requests wait in arrival order (first come, first served) instead of being refused.
 ///
 /// The pool only manages connections. What to do with a request whose connection failed (retry on a
@@ -12,6 +12,11 @@ public final class UpstreamPool {
         /// Idle connections kept for reuse; more are closed when released.
         public var maxIdle: Int
         public var limits: HTTPWireLimits
+        /// TLS to the upstream (nil: plain TCP). Connections are kept alive and reused over TLS as over TCP.
+        public var tls: TransportTLSClientContext?
+        /// Longest a new connection may take to resolve, connect and finish its TLS handshake (nil: no
+        /// limit of its own); beyond it the connection ends as `.connectFailed`.
+        public var connectTimeout: Double?
 
         public init(maxConnections: Int = 128, maxIdle: Int = 64, limits: HTTPWireLimits = HTTPWireLimits()) {
             self.maxConnections = max(1, maxConnections)
@@ -135,7 +140,8 @@ public final class UpstreamPool {
 
     private func open() -> Result<HTTPClientConnection, HTTPClientConnection.ConnectError> {
         do {
-            let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits)
+            let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits,
+                                                      tls: settings.tls, connectTimeout: settings.connectTimeout)
             openCount += 1
             connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
             return .success(connection)
