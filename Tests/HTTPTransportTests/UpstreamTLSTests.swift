@@ -6,7 +6,7 @@ import XCTest
 
 /// Records one response at a time with its fields (the TLS upstream reports the connection number, the
 /// SNI it saw and the client certificate's name in fields).
-final class FieldRecorder: HTTPClientConnectionHandler, @unchecked Sendable {
+class FieldRecorder: HTTPClientConnectionHandler, @unchecked Sendable {
     private let lock = NSLock()
     let signal = DispatchSemaphore(value: 0)
     private var _fields: [String: String] = [:]
@@ -42,6 +42,19 @@ final class FieldRecorder: HTTPClientConnectionHandler, @unchecked Sendable {
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         lock.withLock { _ended = ended }
         signal.signal()
+    }
+}
+
+/// Pauses the connection after each body piece and resumes it from a timer on the next loop turn.
+final class PausingRecorder: FieldRecorder, @unchecked Sendable {
+    var resumer: TransportTimer?
+    private(set) var pauses = 0
+
+    override func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
+        super.connection(connection, receivedBody: bytes)
+        pauses += 1
+        connection.pauseReading()
+        resumer?.schedule(after: 0)
     }
 }
 
@@ -145,6 +158,34 @@ final class UpstreamTLSTests: XCTestCase {
         loopThread.sync {
             download?.close()
             uploader?.close()
+        }
+    }
+
+    /// A receiver that pauses after every piece and resumes on the next loop turn: OpenSSL may hold
+    /// decrypted bytes then that the socket will never announce, and the transfer must not stall on them.
+    func testPausingAndResumingMidRecordDoesNotStall() throws {
+        let pki = try TransportTestPKI.shared()
+        let upstream = try TLSUpstream(identity: pki.server)
+        defer { upstream.stop() }
+        let tls = try context()
+        let recorder = PausingRecorder()
+        let loop = loopThread.loop
+        let connection: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "localhost", port: upstream.port,
+                                                  limits: HTTPWireLimits(maxHeadBytes: 1000), inputCapacity: 1000, tls: tls)
+            recorder.resumer = TransportTimer(loop: loop) { [weak connection] in connection?.resumeReading() }
+            connection?.handler = recorder
+            connection?.startRequest(method: "GET", target: Array("/big?1000000".utf8), fields: [("Host", "localhost")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        XCTAssertTrue(waitUntil(recorder.signal, timeout: 15) { recorder.ends == 1 || recorder.ended != nil })
+        XCTAssertNil(recorder.ended)
+        XCTAssertGreaterThan(recorder.pauses, 900)
+        XCTAssertTrue(recorder.body == tlsPattern(1_000_000))
+        loopThread.sync {
+            recorder.resumer = nil
+            connection?.close()
         }
     }
 
