@@ -119,7 +119,6 @@ public final class HTTPClientConnection {
         chunked = ChunkedDecoder(limits: limits)
         stream = SocketStream(loop: loop, inputCapacity: max(inputCapacity, limits.maxHeadBytes), tls: session)
         self.loop = loop
-        usesTLS = tls != nil
         stream.owner = self
         if let connectTimeout {
             self.connectTimeout = connectTimeout
@@ -148,7 +147,6 @@ public final class HTTPClientConnection {
     private var silenceLimit: Double?
 
     // Connecting
-    private let usesTLS: Bool
     private var lookup: NameLookup?
     private var resolvedAtOnce = false
     /// Addresses not tried yet, in the resolver's order.
@@ -209,7 +207,8 @@ public final class HTTPClientConnection {
 
     private func connectTimeExpired() {
         guard !connected, !hasEnded else { return }
-        let limit = connectTimeout < 1 ? "\(connectTimeout) s" : "\(Int(connectTimeout)) s"
+        let whole = connectTimeout.rounded() == connectTimeout && connectTimeout < 1e9
+        let limit = whole ? "\(Int(connectTimeout)) s" : "\(connectTimeout) s"
         if lookup != nil {
             connectFailed("cannot resolve \(host): no answer within \(limit)")
         } else if stream.isHandshaking {

@@ -4,8 +4,8 @@ import Glibc
 /// OpenSSL on one non-blocking socket, as `SocketStream` drives it: the handshake, reads and writes each
 /// return at once with what happened or what the socket must become (readable, writable) first.
 ///
-/// Every call starts with an empty error queue, so that what `SSL_get_error` and the failure texts read
-/// belongs to this call and not to an earlier failure on the loop's thread.
+/// Every call starts with an empty error queue and errno 0, so that what `SSL_get_error` and the failure
+/// texts read belongs to this call and not to an earlier failure on the loop's thread.
 final class TLSSession {
     let ssl: OpaquePointer
     /// Keeps the `SSL_CTX` alive as long as the `SSL` made from it.
@@ -42,6 +42,7 @@ final class TLSSession {
 
     func handshake() -> Step {
         ERR_clear_error()
+        errno = 0   // an EOF is SSL_ERROR_SYSCALL with errno untouched: a stale value must not read as a cause
         let result = SSL_connect(ssl)
         if result == 1 { return .done(0) }
         let error = SSL_get_error(ssl, result)
@@ -57,6 +58,7 @@ final class TLSSession {
 
     func read(into buffer: UnsafeMutableRawPointer, count: Int) -> Step {
         ERR_clear_error()
+        errno = 0
         let result = SSL_read(ssl, buffer, Int32(clamping: count))
         if result > 0 { return .done(Int(result)) }
         return classify(SSL_get_error(ssl, result), errno)
@@ -65,6 +67,7 @@ final class TLSSession {
     func write(_ bytes: UnsafeRawBufferPointer) -> Step {
         guard let base = bytes.baseAddress, bytes.count > 0 else { return .done(0) }
         ERR_clear_error()
+        errno = 0
         let result = SSL_write(ssl, base, Int32(clamping: bytes.count))
         if result > 0 { return .done(Int(result)) }
         return classify(SSL_get_error(ssl, result), errno)

@@ -112,7 +112,7 @@ final class NameResolutionTests: XCTestCase {
             let recorder = RecordingClient()
             let held = ResultBox<HTTPClientConnection>()
             loopThread.sync {
-                pool.acquire { result in
+                _ = pool.acquire { result in
                     guard case .success(let connection) = result else { return XCTFail("\(result)") }
                     held.value = connection   // the caller owns a connection until it releases it
                     connection.handler = recorder

@@ -119,7 +119,7 @@ final class UpstreamTLSTests: XCTestCase {
         for index in 1...3 {
             let recorder = FieldRecorder()
             loopThread.sync {
-                pool.acquire { result in
+                _ = pool.acquire { result in
                     guard case .success(let connection) = result else { return XCTFail("acquire \(index): \(result)") }
                     connection.handler = recorder
                     connection.startRequest(method: "GET", target: Array("/r\(index)".utf8), fields: [("Host", "localhost")], body: .none)
