@@ -564,7 +564,11 @@ final class InputBuffer {
         self.pool = pool
     }
 
-    deinit { releaseStorage() }
+    /// Also with unconsumed bytes (a connection closed after bytes it will never parse): the storage
+    /// goes back to the pool either way, or each such close would leak a buffer.
+    deinit {
+        if let base { pool.give(base, capacity) }
+    }
 
     var count: Int { endOffset - start }
     var spaceAtEnd: Int { capacity - endOffset }

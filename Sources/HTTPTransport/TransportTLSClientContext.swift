@@ -38,16 +38,29 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
         guard let context = SSL_CTX_new(TLS_client_method()) else {
             throw ConfigurationError(description: "cannot create a TLS context: \(TLSErrorQueue.drain())")
         }
+        // Freed here on failure: the context is this object's only once it is complete.
+        do {
+            try Self.configure(context, caFile: caFile, clientCertificateFile: clientCertificateFile,
+                               clientKeyFile: clientKeyFile, verifyPeer: verifyPeer)
+        } catch {
+            SSL_CTX_free(context)
+            ERR_clear_error()
+            throw error
+        }
         self.context = context
         self.verifiesPeer = verifyPeer
         self.serverName = serverName
+    }
+
+    private static func configure(_ context: OpaquePointer, caFile: String?, clientCertificateFile: String?,
+                                  clientKeyFile: String?, verifyPeer: Bool) throws(ConfigurationError) {
         guard transport_tls_configure_client_context(context) == 1 else {
             throw ConfigurationError(description: "cannot configure the TLS context: \(TLSErrorQueue.drain())")
         }
         SSL_CTX_set_default_passwd_cb(context, refusePassphraseTrampoline)
         SSL_CTX_set_verify(context, verifyPeer ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nil)
         if let caFile {
-            try Self.checkReadable(caFile, what: "CA file")
+            try checkReadable(caFile, what: "CA file")
             guard SSL_CTX_load_verify_locations(context, caFile, nil) == 1 else {
                 throw ConfigurationError(description: "cannot load CA file \(caFile): \(TLSErrorQueue.drain())")
             }
@@ -55,8 +68,8 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
             throw ConfigurationError(description: "cannot load the system CA store: \(TLSErrorQueue.drain())")
         }
         if let certificate = clientCertificateFile, let key = clientKeyFile {
-            try Self.checkReadable(certificate, what: "client certificate")
-            try Self.checkReadable(key, what: "client key")
+            try checkReadable(certificate, what: "client certificate")
+            try checkReadable(key, what: "client key")
             guard SSL_CTX_use_certificate_chain_file(context, certificate) == 1 else {
                 throw ConfigurationError(description: "cannot load client certificate \(certificate): \(TLSErrorQueue.drain())")
             }
