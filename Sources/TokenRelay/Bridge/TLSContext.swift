@@ -1,6 +1,7 @@
 import CEventShim
 import CLibevent
 import Glibc
+import HTTPTransport
 
 /// One OpenSSL `SSL_CTX` for one target (the upstream, or the token endpoint), built once per process,
 /// and the per-connection `SSL` objects made from it.
@@ -16,6 +17,9 @@ final class TLSContext {
     /// The name SNI carries and the certificate must match: `server_name`, else the URL's host.
     let verifiedName: String
     private let nameIsIPAddress: Bool
+    /// The same settings for the transport engine's upstream connections (`data_plane: transport`).
+    /// Set once the files above loaded (their checks name the fault best).
+    private(set) var transport: TransportTLSClientContext?
 
     init(settings: TLSSettings, host: String, field: String) throws {
         self.settings = settings
@@ -38,6 +42,13 @@ final class TLSContext {
         }
         try loadTrustAnchors()
         try loadClientCertificate()
+        do {
+            transport = try TransportTLSClientContext(caFile: settings.caFile, clientCertificateFile: settings.clientCert,
+                                                      clientKeyFile: settings.clientKey, verifyPeer: !settings.insecureSkipVerify,
+                                                      serverName: settings.serverName)
+        } catch {
+            throw ConfigError(field, error.description)
+        }
     }
 
     deinit {
