@@ -21,7 +21,8 @@ final class TLSContext {
     /// Set once the files above loaded (their checks name the fault best).
     private(set) var transport: TransportTLSClientContext?
 
-    init(settings: TLSSettings, host: String, field: String) throws {
+    /// `forTransport`: also build the transport engine's context (the upstream under `data_plane: transport`).
+    init(settings: TLSSettings, host: String, field: String, forTransport: Bool = false) throws {
         self.settings = settings
         self.field = field
         verifiedName = settings.serverName ?? host
@@ -42,6 +43,7 @@ final class TLSContext {
         }
         try loadTrustAnchors()
         try loadClientCertificate()
+        guard forTransport else { return }
         do {
             transport = try TransportTLSClientContext(caFile: settings.caFile, clientCertificateFile: settings.clientCert,
                                                       clientKeyFile: settings.clientKey, verifyPeer: !settings.insecureSkipVerify,
