@@ -43,6 +43,12 @@ public struct ReceivedResponseHead: Sendable {
 
 /// One connection to an upstream, one request at a time (no pipelining), kept alive between requests.
 ///
+/// Connecting is part of the connection's life: a host name is resolved on the loop's resolver (an IP
+/// literal is used as is), each address is tried in turn, and with a TLS context the handshake follows.
+/// A request can be started at once; its bytes wait until all that is done. Anything that fails on the
+/// way ends the connection as `.connectFailed` with the cause in words, and nothing of the request has
+/// reached the upstream then.
+///
 /// A request with a body may be sent with `Expect: 100-continue` (`startRequest(..., continueWait:)`):
 /// the head goes out at once and the body is held until the upstream answers `100 Continue`, or until
 /// `continueWait` seconds pass without an answer (an upstream that ignores the expectation gets the body
@@ -59,7 +65,11 @@ public final class HTTPClientConnection {
     }
 
     public weak var handler: HTTPClientConnectionHandler?
-    public let remote: PeerAddress
+    /// The host as given (a name or an IP literal) and port.
+    public let host: String
+    public let port: UInt16
+    /// The address connected to (the one being tried while connecting); nil while the name resolves.
+    public private(set) var remote: PeerAddress?
     public var sendBufferLimit = 1 << 20
 
     let stream: SocketStream
@@ -122,41 +132,141 @@ public final class HTTPClientConnection {
     /// connection then, the pool included).
     var onUnsolicitedBytes: ((Int) -> Void)?
 
-    /// Starts connecting to an IP address literal; the request can be sent at once (it waits for the connect).
+    /// Starts connecting to `host` (a name, resolved without blocking the loop, or an IP literal); the
+    /// request can be sent at once (it waits for the connect and the handshake).
+    ///
+    /// - Parameters:
+    ///   - tls: talk TLS with this context (SNI and the verified name: its `serverName`, else `host`).
+    ///   - connectTimeout: longest the whole connect may take (resolving, TCP, TLS handshake); nil: no limit
+    ///     of its own (the silence limit, when set, still covers it).
+    /// - Throws: only what fails at once (a malformed host, no socket, an address refused on the spot);
+    ///   everything later ends the connection as `.connectFailed`.
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
-                inputCapacity: Int = 64 * 1024) throws(ConnectError) {
-        guard let address = SocketAddress(host: host, port: port) else {
-            throw ConnectError(description: "\(host): not an IP address literal")
+                inputCapacity: Int = 64 * 1024, tls: TransportTLSClientContext? = nil,
+                connectTimeout: Double? = nil) throws(ConnectError) {
+        var session: TLSSession?
+        if let tls {
+            guard let made = tls.makeSession(host: host) else {
+                throw ConnectError(description: "\(host): cannot be used as a TLS server name")
+            }
+            session = made
         }
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw ConnectError(description: "socket: \(String(cString: strerror(errno)))") }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        let result = address.withSockaddr { Glibc.connect(fd, $0, $1) }
-        if result != 0 && errno != EINPROGRESS {
-            let message = String(cString: strerror(errno))
-            Glibc.close(fd)
-            throw ConnectError(description: "connect \(host):\(port): \(message)")
-        }
-        var storage = address.storage
-        guard let remote = PeerAddress(&storage) else {
-            Glibc.close(fd)
-            throw ConnectError(description: "\(host): unsupported address")
-        }
-        self.remote = remote
+        self.host = host
+        self.port = port
         self.limits = limits
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)
-        // While the connect is in progress, writes return EAGAIN and wait for writability, and a refused
-        // connect surfaces as the error of the first read or write: no separate connect state is needed.
-        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(inputCapacity, limits.maxHeadBytes))
+        stream = SocketStream(loop: loop, inputCapacity: max(inputCapacity, limits.maxHeadBytes), tls: session)
         self.loop = loop
         stream.owner = self
+        if let connectTimeout {
+            self.connectTimeout = connectTimeout
+            connectTimer = TransportTimer(loop: loop) { [weak self] in self?.connectTimeExpired() }
+            connectTimer?.schedule(after: connectTimeout)
+        }
+        if let address = SocketAddress(host: host, port: port) {
+            candidates = [address]
+            tryNextAddress()
+        } else {
+            guard Self.isHostName(host) else {
+                throw ConnectError(description: "\(host): not a host name or IP address")
+            }
+            let lookup = NameLookup.start(loop: loop, host: host, port: port) { [weak self] outcome in
+                self?.resolved(outcome)
+            }
+            if !resolvedAtOnce { self.lookup = lookup }
+        }
+        // Failures before the handler could be set are thrown, not reported to nobody.
+        initializing = false
+        if let failure = failureDuringInit { throw ConnectError(description: failure) }
     }
 
     private let loop: TransportLoop
     private var silenceTimer: TransportTimer?
     private var silenceLimit: Double?
+
+    // Connecting
+    private var lookup: NameLookup?
+    private var resolvedAtOnce = false
+    /// Addresses not tried yet, in the resolver's order.
+    private var candidates: [SocketAddress] = []
+    private var lastConnectFailure: String?
+    private var connected = false
+    private var connectTimer: TransportTimer?
+    private var connectTimeout: Double = 0
+    private var initializing = true
+    private var failureDuringInit: String?
+
+    /// Letters, digits, '-', '_' and '.', at most 253 bytes: what a resolver may be asked.
+    private static func isHostName(_ host: String) -> Bool {
+        guard !host.isEmpty, host.utf8.count <= 253 else { return false }
+        return host.utf8.allSatisfy { b in
+            (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || (b >= 0x30 && b <= 0x39) || b == 0x2D || b == 0x2E || b == 0x5F
+        }
+    }
+
+    private func resolved(_ outcome: NameLookup.Outcome) {
+        lookup = nil
+        resolvedAtOnce = initializing
+        guard !hasEnded else { return }
+        switch outcome {
+        case .failed(let reason):
+            connectFailed("cannot resolve \(host): \(reason)")
+        case .addresses(let addresses):
+            candidates = addresses
+            tryNextAddress()
+        }
+    }
+
+    /// Connects to the next address; when none is left, the connection fails with the last cause.
+    private func tryNextAddress() {
+        while !candidates.isEmpty {
+            let address = candidates.removeFirst()
+            var storage = address.storage
+            remote = PeerAddress(&storage)
+            let target = remote?.description ?? "\(host):\(port)"
+            if let error = stream.connect(to: address) {
+                lastConnectFailure = "connect \(target): \(String(cString: strerror(error)))"
+                continue
+            }
+            return
+        }
+        connectFailed(lastConnectFailure ?? "connect \(host):\(port): no address to try")
+    }
+
+    private func connectFailed(_ description: String) {
+        guard !hasEnded else { return }
+        if initializing {
+            failureDuringInit = description
+            return
+        }
+        end(.connectFailed(description))
+        closeNow()
+    }
+
+    private func connectTimeExpired() {
+        guard !connected, !hasEnded else { return }
+        let whole = connectTimeout.rounded() == connectTimeout && connectTimeout < 1e9
+        let limit = whole ? "\(Int(connectTimeout)) s" : "\(connectTimeout) s"
+        if lookup != nil {
+            connectFailed("cannot resolve \(host): no answer within \(limit)")
+        } else if stream.isHandshaking {
+            connectFailed("TLS handshake with \(remote?.description ?? host) did not finish within \(limit)")
+        } else {
+            connectFailed("connect \(remote?.description ?? host) did not finish within \(limit)")
+        }
+    }
+
+    /// Closes the socket, and forgets a lookup still running (its answer must not reach a closed connection).
+    private func closeNow() {
+        lookup?.cancel()
+        lookup = nil
+        stream.close()
+    }
+
+    deinit {
+        lookup?.cancel()
+    }
 
     /// Longest the upstream may stay silent while a request is outstanding: from the request until the
     /// first response byte (connecting included), and between any two reads of the response. nil (the
@@ -188,7 +298,7 @@ public final class HTTPClientConnection {
     private func silenceExpired() {
         guard requestOutstanding, !hasEnded else { return }
         end(.timedOut)
-        stream.close()
+        closeNow()
     }
 
     /// Idle, alive, the last request was sent completely, and the last response left nothing behind.
@@ -353,7 +463,7 @@ public final class HTTPClientConnection {
     }
 
     public func close() {
-        stream.close()
+        closeNow()
     }
 
     /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
@@ -476,6 +586,7 @@ public final class HTTPClientConnection {
         state = .ended
         silenceTimer?.cancel()
         continueTimer?.cancel()
+        connectTimer?.cancel()
         handler?.connection(self, ended: reason, responseStarted: started)
     }
 }
@@ -501,6 +612,21 @@ extension HTTPClientConnection: SocketStreamOwner {
 
     func streamDrained(_ stream: SocketStream) {
         handler?.connectionCanSendMore(self)
+    }
+
+    func streamConnected(_ stream: SocketStream) {
+        connected = true
+        connectTimer?.cancel()
+    }
+
+    func streamConnectFailed(_ stream: SocketStream, errno: Int32, reason: String, duringHandshake: Bool) {
+        let target = remote?.description ?? "\(host):\(port)"
+        if duringHandshake {
+            connectFailed("TLS handshake with \(target) failed: \(reason)")
+        } else {
+            lastConnectFailure = "connect \(target): \(reason)"
+            tryNextAddress()
+        }
     }
 
     func streamClosed(_ stream: SocketStream) {

@@ -85,6 +85,11 @@ public enum ConnectionEnd: Sendable, Equatable {
     /// The request body was larger than the server's hard cap (`HTTPServer.Settings.maxBodyBytes`):
     /// answered 413 if no response had started, and closed.
     case bodyTooLarge
+    /// An upstream connection was never established: the name did not resolve, no address accepted the
+    /// connect, the TLS handshake failed (certificate verification, an alert from the peer), or all of
+    /// that took longer than the connect timeout. Nothing of the request reached the upstream. The text
+    /// names the cause ("cannot resolve api.example: name does not exist").
+    case connectFailed(String)
 }
 
 func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {

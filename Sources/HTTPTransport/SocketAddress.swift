@@ -1,7 +1,7 @@
 import Glibc
 
-/// An IP address literal and port as the socket calls want them. Names are not resolved here: resolving
-/// must not block the loop, so it happens before (asynchronously) and only literals reach the transport.
+/// An IP address and port as the socket calls want them: parsed from a literal, or as the resolver gave it.
+/// Names are not resolved here: resolving must not block the loop, so it happens in `NameLookup`.
 struct SocketAddress {
     var storage = sockaddr_storage()
     var length: socklen_t = 0
@@ -34,6 +34,15 @@ struct SocketAddress {
             return
         }
         return nil
+    }
+
+    /// An IPv4 or IPv6 address from the resolver; nil for any other family.
+    init?(_ address: UnsafePointer<sockaddr>, length: socklen_t) {
+        let family = Int32(address.pointee.sa_family)
+        guard family == AF_INET || family == AF_INET6, Int(length) <= MemoryLayout<sockaddr_storage>.size else { return nil }
+        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: address, count: Int(length))) }
+        self.length = length
+        self.family = family
     }
 
     func withSockaddr<T>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> T) -> T {

@@ -13,14 +13,32 @@ protocol SocketStreamOwner: AnyObject {
     func streamDrained(_ stream: SocketStream)
     /// The descriptor is closed (after any lingering); the stream will report nothing more.
     func streamClosed(_ stream: SocketStream)
+    /// An outgoing stream's connect (and TLS handshake) finished; queued output is being written.
+    func streamConnected(_ stream: SocketStream)
+    /// An outgoing stream's connect attempt failed: its socket is closed and the stream is unconnected
+    /// again, so the owner may `connect` it to another address (not after a failed handshake, whose TLS
+    /// state is spent) or `close` it.
+    func streamConnectFailed(_ stream: SocketStream, errno: Int32, reason: String, duringHandshake: Bool)
+}
+
+extension SocketStreamOwner {
+    // Accepted streams are connected from the start.
+    func streamConnected(_ stream: SocketStream) {}
+    func streamConnectFailed(_ stream: SocketStream, errno: Int32, reason: String, duringHandshake: Bool) {}
 }
 
 /// A non-blocking socket registered with the loop once: a persistent read event for its whole life, and a
 /// write event added only while written bytes wait for the socket. Reads go straight into one large
 /// buffer and writes are tried at once, so an exchange of small messages costs one read and one write per
 /// message and no change to the epoll set.
+///
+/// An outgoing stream starts unconnected (its owner may still be resolving the name); output written
+/// before the connect, and the TLS handshake if any, have finished waits in the output queue. With TLS,
+/// reads and writes go through OpenSSL on the same socket (`TLSSession`), which may also need the
+/// opposite readiness (a read that must write first, or the reverse) and may hold decrypted input the
+/// socket will not announce again.
 final class SocketStream {
-    let fd: Int32
+    private(set) var fd: Int32
     let input: InputBuffer
     weak var owner: SocketStreamOwner?
     private var readEvent: OpaquePointer?
@@ -41,34 +59,169 @@ final class SocketStream {
     private var lingerTimer: OpaquePointer?
     private let loopBase: OpaquePointer
 
+    private enum Phase {
+        /// No socket yet (resolving), or the last connect attempt failed.
+        case unconnected
+        /// Waiting for the non-blocking connect: writability, then SO_ERROR.
+        case connecting
+        case handshaking
+        case open
+    }
+    private var phase: Phase
+    private var tls: TLSSession?
+    /// OpenSSL needs the socket writable to continue a read, or readable to continue a write.
+    private var tlsReadWaitsForWrite = false
+    private var tlsWriteWaitsForRead = false
+
+    /// An accepted socket, open from the start.
     init(loop: TransportLoop, fd: Int32, inputCapacity: Int) {
         self.fd = fd
         self.input = InputBuffer(capacity: inputCapacity, pool: loop.bufferPool)
         self.loopBase = loop.base
-        let context = Unmanaged.passUnretained(self).toOpaque()
-        readEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), socketReadTrampoline, context)
-        writeEvent = event_new(loop.base, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+        phase = .open
+        createEvents()
         event_add(readEvent, nil)
     }
 
+    /// An outgoing stream, unconnected until `connect(to:)`; with `tls`, open only after the handshake.
+    init(loop: TransportLoop, inputCapacity: Int, tls: TLSSession?) {
+        self.fd = -1
+        self.input = InputBuffer(capacity: inputCapacity, pool: loop.bufferPool)
+        self.loopBase = loop.base
+        self.tls = tls
+        phase = .unconnected
+    }
+
+    private func createEvents() {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        readEvent = event_new(loopBase, fd, Int16(EV_READ | EV_PERSIST), socketReadTrampoline, context)
+        writeEvent = event_new(loopBase, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+    }
+
     var pendingOutput: Int { output.count - outputStart }
+
+    var isOpen: Bool { phase == .open && !isClosed }
+    var isHandshaking: Bool { phase == .handshaking }
+
+    /// Starts a non-blocking connect. Returns nil, or the errno of an immediate failure (the stream then
+    /// stays unconnected). Completion or failure is reported to the owner.
+    func connect(to address: SocketAddress) -> Int32? {
+        guard !isClosed, phase == .unconnected else { return EALREADY }
+        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return errno }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        if address.withSockaddr({ Glibc.connect(fd, $0, $1) }) != 0 && errno != EINPROGRESS {
+            let error = errno
+            Glibc.close(fd)
+            return error
+        }
+        if let tls, !tls.attach(fd: fd) {
+            Glibc.close(fd)
+            return ENOMEM
+        }
+        self.fd = fd
+        createEvents()
+        phase = .connecting
+        // Writability reports the end of the connect, successful or not.
+        armWrite()
+        return nil
+    }
+
+    /// The connect finished: read from now on, handshake if TLS, then write what waited.
+    private func finishConnect() {
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 { error = errno }
+        if error != 0 {
+            connectFailed(errno: error, reason: String(cString: strerror(error)), duringHandshake: false)
+            return
+        }
+        if let tls {
+            // The handshake reads whatever the consumer wants; a pause applies once the stream is open.
+            event_add(readEvent, nil)
+            phase = .handshaking
+            continueHandshake(tls)
+            return
+        }
+        if !readingPaused { event_add(readEvent, nil) }
+        becomeOpen()
+    }
+
+    private func continueHandshake(_ tls: TLSSession) {
+        switch tls.handshake() {
+        case .done:
+            if readingPaused { event_del(readEvent) }
+            becomeOpen()
+        case .wantRead:
+            disarmWrite()
+        case .wantWrite:
+            armWrite()
+        case .end:
+            connectFailed(errno: ECONNRESET, reason: "the peer closed the connection during the handshake", duringHandshake: true)
+        case .failed(let error, let reason):
+            connectFailed(errno: error, reason: reason, duringHandshake: true)
+        }
+    }
+
+    private func becomeOpen() {
+        phase = .open
+        owner?.streamConnected(self)
+        guard !isClosed else { return }
+        if pendingOutput > 0 {
+            armWrite()
+            writable()
+        } else {
+            disarmWrite()
+        }
+        // The server's first bytes may have come with the end of the handshake.
+        if !isClosed, !readingPaused, tls?.hasBufferedInput == true { event_active(readEvent, Int32(EV_READ), 0) }
+    }
+
+    private func connectFailed(errno error: Int32, reason: String, duringHandshake: Bool) {
+        if let readEvent { event_free(readEvent) }
+        if let writeEvent { event_free(writeEvent) }
+        readEvent = nil
+        writeEvent = nil
+        writeArmed = false
+        Glibc.close(fd)
+        fd = -1
+        phase = .unconnected
+        owner?.streamConnectFailed(self, errno: error, reason: reason, duringHandshake: duringHandshake)
+    }
 
     /// Stops asking for input (the buffer is full, or the consumer applies backpressure). Rare by design:
     /// the steady state never touches the read registration.
     func pauseReading() {
         guard !readingPaused, !isClosed else { return }
         readingPaused = true
-        event_del(readEvent)
+        if phase == .open, let readEvent { event_del(readEvent) }
     }
 
     func resumeReading() {
         guard readingPaused, !isClosed else { return }
         readingPaused = false
+        guard phase == .open, let readEvent else { return }
         event_add(readEvent, nil)
+        // Input OpenSSL already holds will not make the socket readable again.
+        if tls?.hasBufferedInput == true { event_active(readEvent, Int32(EV_READ), 0) }
     }
 
     func readable() {
         guard !isClosed else { return }
+        switch phase {
+        case .unconnected, .connecting:
+            return
+        case .handshaking:
+            if let tls { continueHandshake(tls) }
+            return
+        case .open:
+            break
+        }
+        if let tls {
+            readTLS(tls)
+            return
+        }
         if input.spaceAtEnd == 0 { input.compact() }
         guard input.spaceAtEnd > 0 else {
             // The owner has not consumed what it has; it resumes reading once it did.
@@ -104,17 +257,67 @@ final class SocketStream {
         }
     }
 
+    /// Reads what OpenSSL can decrypt into the free space, then hands it over once.
+    private func readTLS(_ tls: TLSSession) {
+        if tlsWriteWaitsForRead {
+            tlsWriteWaitsForRead = false
+            writable()
+            guard !isClosed else { return }
+        }
+        // Woken by event_active for buffered input while paused: the resume comes back for it.
+        guard !readingPaused else { return }
+        if input.spaceAtEnd == 0 { input.compact() }
+        guard input.spaceAtEnd > 0 else {
+            pauseReading()
+            return
+        }
+        if discarding {
+            discardInput()
+            return
+        }
+        var received = 0
+        var last = TLSSession.Step.wantRead
+        while input.spaceAtEnd > 0 {
+            let step = tls.read(into: input.end, count: input.spaceAtEnd)
+            guard case .done(let n) = step else {
+                last = step
+                break
+            }
+            input.didFill(n)
+            received += n
+        }
+        if received > 0 { owner?.streamReceived(self) }
+        guard !isClosed else { return }
+        switch last {
+        case .done, .wantRead:
+            break
+        case .wantWrite:
+            tlsReadWaitsForWrite = true
+            armWrite()
+        case .end:
+            input.releaseStorage()
+            owner?.streamReachedEnd(self)
+            return
+        case .failed(let error, _):
+            fail(error)
+            return
+        }
+        input.releaseStorage()
+        if !readingPaused, tls.hasBufferedInput, let readEvent { event_active(readEvent, Int32(EV_READ), 0) }
+    }
+
     /// Writes now as far as the socket takes it; keeps the rest and asks for writability only then.
+    /// Before the stream is open everything waits in the queue.
     func write(_ bytes: UnsafeRawBufferPointer) {
         guard !isClosed, bytes.count > 0 else { return }
         var offset = 0
-        if pendingOutput == 0 {
+        if pendingOutput == 0 && phase == .open {
             guard let written = writeNow(bytes) else { return }
             offset = written
             if offset == bytes.count { return }
         }
         output.append(contentsOf: bytes[offset...])
-        armWrite()
+        if phase == .open { armWrite() }
     }
 
     func write(_ bytes: [UInt8]) {
@@ -128,8 +331,20 @@ final class SocketStream {
         var total = 0
         for part in parts { total += part.count }
         guard total > 0 else { return }
+        if tls != nil {
+            // OpenSSL makes a record of each write: a small head and body go out as one.
+            if total <= 16 * 1024 {
+                var joined: [UInt8] = []
+                joined.reserveCapacity(total)
+                for part in parts { joined.append(contentsOf: part) }
+                write(joined)
+            } else {
+                for part in parts { write(part) }
+            }
+            return
+        }
         var written = 0
-        if pendingOutput == 0 {
+        if pendingOutput == 0 && phase == .open {
             var vectors: [iovec] = []
             vectors.reserveCapacity(parts.count)
             for part in parts where part.count > 0 {
@@ -160,25 +375,51 @@ final class SocketStream {
             output.append(contentsOf: part[skip...])
             skip = 0
         }
-        armWrite()
+        if phase == .open { armWrite() }
     }
 
     func writable() {
         guard !isClosed else { return }
+        switch phase {
+        case .unconnected:
+            return
+        case .connecting:
+            finishConnect()
+            return
+        case .handshaking:
+            if let tls { continueHandshake(tls) }
+            return
+        case .open:
+            break
+        }
+        if tlsReadWaitsForWrite {
+            tlsReadWaitsForWrite = false
+            readable()
+            guard !isClosed else { return }
+            if pendingOutput == 0 {
+                if !tlsReadWaitsForWrite { disarmWrite() }
+                return
+            }
+        }
         while pendingOutput > 0 {
             let written = output.withUnsafeBytes { all in
                 writeNow(UnsafeRawBufferPointer(rebasing: all[outputStart...]))
             }
             guard let written else { return }
-            if written == 0 { return }
             outputStart += written
+            if tlsWriteWaitsForRead {
+                // Writable is not what OpenSSL waits for: readable() comes back here.
+                disarmWrite()
+                return
+            }
+            if written == 0 {
+                armWrite()
+                return
+            }
         }
         output.removeAll(keepingCapacity: output.capacity <= 256 * 1024)
         outputStart = 0
-        if writeArmed {
-            writeArmed = false
-            event_del(writeEvent)
-        }
+        disarmWrite()
         if closeWhenFlushed {
             finishWithLinger()
             return
@@ -188,6 +429,7 @@ final class SocketStream {
 
     /// Bytes written (possibly fewer than given; 0 when the socket is full), or nil after a failure.
     private func writeNow(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        if let tls { return writeTLS(tls, bytes) }
         var offset = 0
         while offset < bytes.count {
             let n = Glibc.write(fd, bytes.baseAddress! + offset, bytes.count - offset)
@@ -205,10 +447,41 @@ final class SocketStream {
         return offset
     }
 
+    /// OpenSSL requires a write that could not finish to be repeated with the same bytes (at least as
+    /// many, from any address: ACCEPT_MOVING_WRITE_BUFFER). The unwritten rest always becomes the front
+    /// of `output`, so the retry in `writable` starts with exactly those bytes.
+    private func writeTLS(_ tls: TLSSession, _ bytes: UnsafeRawBufferPointer) -> Int? {
+        var offset = 0
+        while offset < bytes.count {
+            switch tls.write(UnsafeRawBufferPointer(rebasing: bytes[offset...])) {
+            case .done(let n):
+                offset += n
+            case .wantWrite:
+                return offset
+            case .wantRead:
+                tlsWriteWaitsForRead = true
+                return offset
+            case .end:
+                fail(EPIPE)
+                return nil
+            case .failed(let error, _):
+                fail(error)
+                return nil
+            }
+        }
+        return offset
+    }
+
     private func armWrite() {
-        guard !writeArmed, !isClosed else { return }
+        guard !writeArmed, !isClosed, !tlsWriteWaitsForRead, let writeEvent else { return }
         writeArmed = true
         event_add(writeEvent, nil)
+    }
+
+    private func disarmWrite() {
+        guard writeArmed, let writeEvent else { return }
+        writeArmed = false
+        event_del(writeEvent)
     }
 
     /// Closes once every written byte has gone out, lingering: closing a socket with unread input makes
@@ -264,6 +537,7 @@ final class SocketStream {
     private func release() {
         guard !isClosed else { return }
         isClosed = true
+        if phase == .open { tls?.closeQuietly() }
         // Unregister before closing the descriptor: the number may be reused by the next accept.
         if let readEvent { event_free(readEvent) }
         if let writeEvent { event_free(writeEvent) }
@@ -271,7 +545,8 @@ final class SocketStream {
         readEvent = nil
         writeEvent = nil
         lingerTimer = nil
-        Glibc.close(fd)
+        if fd >= 0 { Glibc.close(fd) }
+        tls = nil
     }
 
     deinit {
@@ -294,7 +569,11 @@ final class InputBuffer {
         self.pool = pool
     }
 
-    deinit { releaseStorage() }
+    /// Also with unconsumed bytes (a connection closed after bytes it will never parse): the storage
+    /// goes back to the pool either way, or each such close would leak a buffer.
+    deinit {
+        if let base { pool.give(base, capacity) }
+    }
 
     var count: Int { endOffset - start }
     var spaceAtEnd: Int { capacity - endOffset }

@@ -1,6 +1,6 @@
 import HTTPWire
 
-/// Connections to one upstream address, reused while `isReusable`, at most `maxConnections` open; when
+/// Connections to one upstream (a host name or an IP literal, plain or TLS), reused while `isReusable`, at most `maxConnections` open; when
 /// all are busy, requests wait for the next free one instead of being refused.
 ///
 /// Waiting is in two lanes, each first come, first served:
@@ -27,6 +27,11 @@ public final class UpstreamPool {
         /// it). Shorter than the upstream's own keep-alive timeout avoids sending on a connection the
         /// upstream is closing at the same moment.
         public var idleTimeout: Double
+        /// TLS to the upstream (nil: plain TCP). Connections are kept alive and reused over TLS as over TCP.
+        public var tls: TransportTLSClientContext?
+        /// Longest a new connection may take to resolve, connect and finish its TLS handshake (nil: no
+        /// limit of its own); beyond it the connection ends as `.connectFailed`.
+        public var connectTimeout: Double?
 
         public init(maxConnections: Int = 128, maxIdle: Int = 64, limits: HTTPWireLimits = HTTPWireLimits(),
                     maxWaiters: Int = 4096, idleTimeout: Double = 0) {
@@ -271,7 +276,8 @@ public final class UpstreamPool {
 
     private func open() -> Result<HTTPClientConnection, AcquireFailure> {
         do {
-            let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits)
+            let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits,
+                                                      tls: settings.tls, connectTimeout: settings.connectTimeout)
             openCount += 1
             connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
             connection.onUnsolicitedBytes = { [weak self] count in self?.onUnsolicitedBytes?(count) }

@@ -191,7 +191,7 @@ final class HTTPClientConnectionTests: XCTestCase {
         let (recorder, connection) = request(port: port, target: "/a")
         defer { withExtendedLifetime(connection) {} }
         XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("ended") == 1 })
-        XCTAssertEqual(recorder.events.last, "ended failed(errno: \(ECONNREFUSED)) started=false")
+        XCTAssertEqual(recorder.events.last, "ended connectFailed(\"connect 127.0.0.1:\(port): Connection refused\") started=false")
     }
 
     /// An answer that arrives before the request body was all sent (an early 401) leaves the connection
@@ -226,23 +226,10 @@ final class HTTPClientConnectionTests: XCTestCase {
             return connection
         }
         defer { withExtendedLifetime(connection) {} }
-        XCTAssertEqual(connection?.remote.description, "[::1]:\(server.port)")
+        XCTAssertEqual(connection?.remote?.description, "[::1]:\(server.port)")
         XCTAssertTrue(waitUntil(recorder.signal) { recorder.count("end") == 1 }, "\(recorder.events)")
         XCTAssertTrue(String(decoding: recorder.body, as: UTF8.self).hasPrefix("[::1]:"), String(decoding: recorder.body, as: UTF8.self))
         loopThread.sync { connection?.close() }
-    }
-
-    func testNamesAreRefusedNotResolvedOnTheLoop() {
-        let loop = loopThread.loop
-        let message: String = loopThread.sync {
-            do {
-                _ = try HTTPClientConnection(loop: loop, host: "localhost", port: 80)
-                return "connected"
-            } catch {
-                return "\(error)"
-            }
-        }
-        XCTAssertEqual(message, "localhost: not an IP address literal")
     }
 
     /// An upstream that accepts and never answers is given up on after the silence limit, reported as

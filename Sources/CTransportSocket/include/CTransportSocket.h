@@ -8,4 +8,17 @@
 /// which this file's users must not define (it changes glibc's types for the whole Swift module).
 int transport_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len);
 
+// OpenSSL types are only forward-declared: OpenSSL's headers stay out of this module (they reach Swift
+// through CLibevent once, so that both modules agree on glibc's feature macros).
+struct ssl_st;
+struct ssl_ctx_st;
+
+/// What OpenSSL spells as function-like macros, which Swift does not import. Sets TLS 1.2 as the
+/// minimum, refuses renegotiation, treats a close without close_notify as end of input (HTTP's framing
+/// decides whether a body is complete), and lets a write be partial and be retried from a moved buffer
+/// (our output queue). Returns 1 on success.
+int transport_tls_configure_client_context(struct ssl_ctx_st *ctx);
+/// SNI. Returns 1 on success.
+int transport_tls_set_server_name(struct ssl_st *ssl, const char *name);
+
 #endif

@@ -1,6 +1,7 @@
 import CEventShim
 import CLibevent
 import Glibc
+import HTTPTransport
 
 /// One OpenSSL `SSL_CTX` for one target (the upstream, or the token endpoint), built once per process,
 /// and the per-connection `SSL` objects made from it.
@@ -16,8 +17,12 @@ final class TLSContext {
     /// The name SNI carries and the certificate must match: `server_name`, else the URL's host.
     let verifiedName: String
     private let nameIsIPAddress: Bool
+    /// The same settings for the transport engine's upstream connections (`data_plane: transport`).
+    /// Set once the files above loaded (their checks name the fault best).
+    private(set) var transport: TransportTLSClientContext?
 
-    init(settings: TLSSettings, host: String, field: String) throws {
+    /// `forTransport`: also build the transport engine's context (the upstream under `data_plane: transport`).
+    init(settings: TLSSettings, host: String, field: String, forTransport: Bool = false) throws {
         self.settings = settings
         self.field = field
         verifiedName = settings.serverName ?? host
@@ -38,6 +43,14 @@ final class TLSContext {
         }
         try loadTrustAnchors()
         try loadClientCertificate()
+        guard forTransport else { return }
+        do {
+            transport = try TransportTLSClientContext(caFile: settings.caFile, clientCertificateFile: settings.clientCert,
+                                                      clientKeyFile: settings.clientKey, verifyPeer: !settings.insecureSkipVerify,
+                                                      serverName: settings.serverName)
+        } catch {
+            throw ConfigError(field, error.description)
+        }
     }
 
     deinit {

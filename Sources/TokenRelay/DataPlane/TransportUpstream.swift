@@ -4,19 +4,26 @@ import HTTPWire
 /// How the transport engine reaches the upstream: its pool, and how a connection's end reads as a failure
 /// of the request on it.
 enum TransportUpstream {
-    static func makePool(config: Config, loop: EventLoop) -> HTTPTransport.UpstreamPool {
+    static func makePool(config: Config, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
         // A response head is bounded like evhttp's path (256 KiB), far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
+        var settings = HTTPTransport.UpstreamPool.Settings(maxConnections: connections, maxIdle: connections, limits: limits,
+                                                            maxWaiters: config.limits.maxUpstreamWaiters,
+                                                            idleTimeout: config.timeouts.poolIdleSeconds)
+        settings.tls = tls
         return HTTPTransport.UpstreamPool(loop: loop.transport, host: config.upstream.url.host, port: UInt16(clamping: config.upstream.url.port),
-                                          settings: .init(maxConnections: connections, maxIdle: connections, limits: limits,
-                                                          maxWaiters: config.limits.maxUpstreamWaiters,
-                                                          idleTimeout: config.timeouts.poolIdleSeconds))
+                                          settings: settings)
     }
 
     /// The failure an upstream connection's end means for the request on it.
     static func failure(_ end: ConnectionEnd, responseStarted: Bool, connected: Bool) -> RequestLifecycle.UpstreamFailure {
         switch end {
+        case .connectFailed(let reason) where reason.contains("TLS"):
+            // A certificate we refused, or the upstream's alert: never retried (nothing would change).
+            return .init(kind: .tls, responseStarted: false, description: "TLS failure: \(reason)")
+        case .connectFailed(let reason):
+            return .init(kind: .connect, responseStarted: false, description: "could not connect (\(reason))")
         case .failed(let code) where !connected:
             return .init(kind: .connect, responseStarted: false, description: "could not connect (\(errnoName(code)))")
         case .peerClosed where !connected:

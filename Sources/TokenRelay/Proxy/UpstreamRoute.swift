@@ -25,7 +25,7 @@ final class UpstreamRoute {
                             maxWaiters: config.limits.maxUpstreamWaiters,
                             timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
                                             idle: config.timeouts.poolIdleSeconds))
-        transportPool = config.dataPlane == .transport ? TransportUpstream.makePool(config: config, loop: loop) : nil
+        transportPool = config.dataPlane == .transport ? TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop) : nil
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 

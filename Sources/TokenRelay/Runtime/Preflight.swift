@@ -22,7 +22,8 @@ public struct Preflight {
     }
 
     public static func run(config: Config) throws -> Preflight {
-        let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
+        let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls",
+                                         forTransport: config.dataPlane == .transport)
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         if let redisSettings = config.tokens.redis {
@@ -80,9 +81,9 @@ public struct Preflight {
     }
 
     /// The TLS context for an https target (nil for http), built at start so bad files fail `check`.
-    static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String) throws -> TLSContext? {
+    static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String, forTransport: Bool = false) throws -> TLSContext? {
         guard endpoint.usesTLS else { return nil }
-        return try TLSContext(settings: settings ?? TLSSettings(), host: endpoint.host, field: field)
+        return try TLSContext(settings: settings ?? TLSSettings(), host: endpoint.host, field: field, forTransport: forTransport)
     }
 
     /// Config paths of targets whose certificates are not verified (each is logged as a warning).
