@@ -19,10 +19,11 @@ public struct Config: Sendable {
     public var logFormat = LogFormat.text
     public var accessLog = AccessLog()
     /// Which HTTP engine carries the proxied port (`data_plane`).
-    public var dataPlane = DataPlane.evhttp
+    public var dataPlane = DataPlane.transport
 
     public enum DataPlane: String, Sendable {
-        /// libevent's evhttp (the engine tokenrelay started on).
+        /// libevent's evhttp (the engine tokenrelay started on; kept as a fallback for one release: no
+        /// streamed uploads, no upgrades).
         case evhttp
         /// tokenrelay's own HTTP/1.1 transport on libevent's event API (`Sources/HTTPTransport`).
         case transport

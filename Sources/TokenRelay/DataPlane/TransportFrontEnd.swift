@@ -19,7 +19,8 @@ final class TransportFrontEnd {
             server = try HTTPServer(loop: proxy.loop.transport, host: config.listen.host, port: UInt16(clamping: config.listen.port),
                                     backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
         } catch {
-            throw ConfigError("listen", "cannot listen on \(config.listen): \(error.description)")
+            // The same line as the evhttp engine's: "cannot listen on 127.0.0.1:8080: Address already in use".
+            throw HTTPListener.BindError(description: "cannot listen on \(error.description)")
         }
         server.onConnection = { [unowned self] connection in self.accepted(connection) }
         server.onLimitEvent = { [unowned self] event in self.limitReached(event) }
