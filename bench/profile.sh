@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Where tokenrelay's user-space instructions go per proxied request: callgrind's per-function inclusive and
-# self costs over a fixed number of requests (counters zeroed after a warm-up), on a release build with
-# debug info, so that code inlined into a caller is still charged to its own source file and line.
+# self costs over a fixed number of requests (counters zeroed after a warm-up), on the release build
+# bench/run.sh measures (.build-bench, git-ignored like every .build*). Functions are named from the
+# symbol table; code the optimiser inlined is charged to the function it was inlined into.
 #
 #   bench/profile.sh                    # data_plane transport, /small, 2000 requests
 #   ENGINE=evhttp PATH_=large COUNT=40 bench/profile.sh
+#   BIN=/path/to/tokenrelay SKIP_BUILD=1 bench/profile.sh   # another build (before/after a change)
 #
 # Knobs: ENGINE (transport|evhttp), PATH_ (small|large), COUNT (requests counted), CONNECTIONS (wrk, 4),
-# BASE_PORT (3 consecutive ports from 18620), SKIP_BUILD=1, TOP (rows per table, 40).
-# Builds `swift build -c release -Xswiftc -g` in .build-bench-g (git-ignored, like every .build*).
-# Output: bench/results/profile-ENGINE-PATH.txt and the raw dump profile-ENGINE-PATH.callgrind
-# (open with callgrind_annotate or kcachegrind).
+# BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix).
+# A build with debug info (`-Xswiftc -g`) does not help here: valgrind 3.19 gives up on the DWARF 5
+# forms (strx1, addrx) in the static Swift runtime's debug info, so the binary is profiled without it.
+# Output: bench/results/profile-ENGINE-PATH[TAG].txt and the raw dump profile-ENGINE-PATH[TAG].callgrind
+# (open with callgrind_annotate --tree=caller, or kcachegrind).
 set -euo pipefail
 
 ENGINE=${ENGINE:-transport}
@@ -24,8 +27,9 @@ TOP=${TOP:-40}
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 RESULTS_DIR=$BENCH_DIR/results
-SCRATCH=$REPO_DIR/.build-bench-g
-BIN=$SCRATCH/release/tokenrelay
+SCRATCH=$REPO_DIR/.build-bench
+BIN=${BIN:-$SCRATCH/release/tokenrelay}
+TAG=${TAG:-}
 UP_PORT=$BASE_PORT
 TR_PORT=$((BASE_PORT + 1))
 ADMIN_PORT=$((BASE_PORT + 2))
@@ -58,8 +62,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [[ -x "$NGINX" ]] || die "nginx not found"
 
 if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
-    log "building tokenrelay (release with debug info) in ${SCRATCH#"$REPO_DIR"/}"
-    (cd "$REPO_DIR" && swift build -c release -Xswiftc -g --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 2) >&2
+    log "building tokenrelay (release) in ${SCRATCH#"$REPO_DIR"/}"
+    (cd "$REPO_DIR" && swift build -c release --static-swift-stdlib --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 2) >&2
 fi
 [[ -x "$BIN" ]] || die "binary missing: $BIN"
 
@@ -128,10 +132,9 @@ wrk_count() { # count -> wrk output
 
 "$NGINX" -p "$TMP/up/" -e "$TMP/up/error.log" -c "$TMP/up/nginx.conf" &
 PIDS+=($!)
-# valgrind 3.19 reads DWARF 4 but not all of the DWARF 5 that Swift's static runtime carries; the
-# symbol table and our own line tables are what matter here.
-valgrind -q --tool=callgrind --dump-instr=no --callgrind-out-file="$TMP/cg.out" \
-    "$BIN" run --config "$TMP/tokenrelay.json" 2>"$TMP/tokenrelay.err" &
+objcopy --strip-debug "$BIN" "$TMP/tokenrelay"
+valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+    "$TMP/tokenrelay" run --config "$TMP/tokenrelay.json" 2>"$TMP/tokenrelay.err" &
 CG_PID=$!
 PIDS+=("$CG_PID")
 for _ in $(seq 1 3600); do
@@ -142,31 +145,31 @@ done
 grep -q 'msg=listening' "$TMP/tokenrelay.err" || die "tokenrelay under callgrind did not start"
 
 wrk_count 20 >/dev/null
-callgrind_control -z "$CG_PID" >/dev/null
+callgrind_control -z "$CG_PID" >/dev/null 2>&1
 out=$(wrk_count "$COUNT")
 rm -f "$TMP/cg.out".*
-callgrind_control -d "$CG_PID" >/dev/null
+callgrind_control -d "$CG_PID" >/dev/null 2>&1
 n=$(awk '/requests in/ {print $1; exit}' <<<"$out")
 dump=$(ls -t "$TMP/cg.out".* 2>/dev/null | head -n 1)
 [[ -n "$dump" && -n "$n" && "$n" -gt 0 ]] || die "no callgrind dump"
-RAW=$RESULTS_DIR/profile-$ENGINE-$PATH_.callgrind
+RAW=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.callgrind
 cp "$dump" "$RAW"
 
 demangle() { if command -v swift-demangle >/dev/null 2>&1; then swift-demangle --simplified; else cat; fi; }
 total=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
-REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_.txt
+REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.txt
 {
     echo "tokenrelay data_plane $ENGINE, /$PATH_, $n requests (c=$CONNECTIONS), $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')"
     awk -v t="$total" -v n="$n" 'BEGIN {printf "user-space instructions: %d per request\n", t / n}'
     echo
     echo "--- inclusive (instructions per request, % of all) ---"
     callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null \
-        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ .*\(/ || /^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; printf "%9.0f %5.1f%% %s\n", c / n, 100 * c / t, $0}' \
+        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ .*\(/ || /^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
         | head -n "$TOP" | demangle
     echo
     echo "--- self (instructions per request, % of all) ---"
     callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null \
-        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; printf "%9.0f %5.1f%% %s\n", c / n, 100 * c / t, $0}' \
+        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
         | head -n "$TOP" | demangle
 } | tee "$REPORT"
 log "dump kept in $RAW"

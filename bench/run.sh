@@ -574,6 +574,13 @@ REPORT=$RESULTS_DIR/latest.txt
         done
     done
     echo
+    echo "timed figures, every round (how noisy the medians above are):"
+    for s in "${SCENARIOS[@]}"; do
+        for p in "${PROXIES[@]}"; do
+            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}"
+        done
+    done
+    echo
     echo "RSS      idle       after load   with $IDLE_CLIENTS idle clients   (nginx: worker only)"
     for p in "${PROXIES[@]}"; do
         idle_clients=${RSS_IDLE_CLIENTS[$p]:-}
