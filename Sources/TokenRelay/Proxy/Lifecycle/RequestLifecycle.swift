@@ -152,6 +152,17 @@ struct RequestLifecycle {
         bodyIsReplayable = false
     }
 
+    /// A piece of a streamed request body (one too large to keep for a replay) has gone to the upstream.
+    /// From the first piece on the body cannot be sent again (no capture of a 401, no retry). The
+    /// response-head deadline then runs from the last piece: an upload lasts as long as the client and the
+    /// upstream need (a 20 MiB body must not be cut by the deadline meant for the answer), while an
+    /// upstream that stops taking the body, or never answers after it, still times out.
+    mutating func streamedBodyProgressed() -> [Action] {
+        bodyIsReplayable = false
+        guard phase == .awaitingResponse else { return [] }
+        return [.schedule(.responseHead, after: settings.upstreamSeconds)]
+    }
+
     // MARK: - The upstream's answer
 
     /// The response head is in. `indicatesExpiredToken`: the status and challenge say the token is no
