@@ -20,8 +20,6 @@ final class StreamedRequestBody {
     private var upstream: HTTPClientConnection?
     private var flowing = false
     private var finishedUpstream = false
-    /// Some body byte has been handed to an upstream connection: the body cannot be sent again.
-    private(set) var hasLeft = false
     /// Told each time body bytes are handed to the upstream.
     var onProgress: (() -> Void)?
 
@@ -87,7 +85,6 @@ final class StreamedRequestBody {
 
     private func hand(_ count: Int, _ send: () -> Void) {
         guard count > 0 else { return }
-        hasLeft = true
         send()
         onProgress?()
     }

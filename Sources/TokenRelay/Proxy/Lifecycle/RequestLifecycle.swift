@@ -27,6 +27,10 @@
 ///   on a reused connection: the keep-alive race where the upstream closes just as we send).
 /// - Once a response has started reaching the client it cannot be replaced: an upstream failure then cuts
 ///   the client's connection (a truncated response, never a clean end).
+/// - A streamed request body (one too large to keep) can be sent only once: from its first byte on the
+///   upstream (`streamedBodyProgressed`), a refresh-triggering answer is the client's and a failure is
+///   not retried. Before that byte (the driver sends such a request with `Expect: 100-continue`, so a 401
+///   comes first) it is replayed like any other.
 ///
 /// Pure: no I/O, no clock of its own (`now` comes with each event), no transport import. The driver
 /// (`Exchange` on evhttp, `RelayedExchange` on HTTPTransport) feeds it events and carries out its actions
