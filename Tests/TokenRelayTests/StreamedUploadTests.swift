@@ -142,6 +142,46 @@ final class StreamedUploadTests: RelayTestCase {
         XCTAssertTrue(waitUntil(timeout: 5) { client.peerClosed }, "the unread body cannot be told from a next request: the connection closes")
     }
 
+    /// A client faster than the upstream is held back (the relay stops reading it), not buffered: over
+    /// 48 MiB the relay's memory grows by far less than the body.
+    func testAStreamedUploadToASlowUpstreamIsHeldBackNotBuffered() throws {
+        let blocks = 48
+        let block = Self.pattern(Self.mebibyte)
+        let total = blocks * block.count
+        let peakRSS = Locked(0), receivedBytes = Locked(0)
+        let relayPID = Locked<Int32>(0)
+        let upstream = try rawUpstream { connection in
+            guard let head = try connection.readHead() else { return }
+            try connection.write("HTTP/1.1 100 Continue\r\n\r\n")
+            var left = Int(head.header("Content-Length") ?? "") ?? 0
+            var reads = 0
+            while left > 0 {
+                let piece = try connection.readBody(min(left, 64 * 1024))
+                left -= piece.count
+                receivedBytes.withLock { $0 += piece.count }
+                reads += 1
+                // Slower than the client: without backpressure the relay would keep the difference.
+                usleep(1000)
+                if reads % 16 == 0, let rss = residentKiB(pid: relayPID.withLock { $0 }) { peakRSS.withLock { $0 = max($0, rss) } }
+            }
+            try connection.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        }
+        let relay = try startTransportRelay(["upstream": ["url": upstream.baseURL]])
+        relayPID.withLock { $0 = relay.pid }
+        XCTAssertEqual(try get(relay, "/warm").status, 200)
+        let idle = try XCTUnwrap(residentKiB(pid: relay.pid))
+        peakRSS.withLock { $0 = idle }
+        let client = try HTTPTestConnection(port: relay.proxyPort, timeout: 60)
+        try client.writeRaw("POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(total)\r\n\r\n")
+        for _ in 0..<blocks { try client.writeRaw(block) }
+        let response = try client.readResponse(requestMethod: "POST")
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(receivedBytes.withLock { $0 }, total)
+        let peak = peakRSS.withLock { $0 }
+        print("slow upstream: idle RSS \(idle) KiB, peak \(peak) KiB during a 48 MiB upload")
+        XCTAssertLessThan(peak - idle, 8 * 1024, "RSS grew from \(idle) KiB to \(peak) KiB")
+    }
+
     /// The client's own `Expect: 100-continue` is answered when the body can flow (the upstream's 100),
     /// not when its head arrives.
     func testTheClientsOwnExpectIsAnsweredOnlyWhenTheBodyMayFlow() throws {
