@@ -95,6 +95,26 @@ final class StreamedUploadTests: RelayTestCase {
         XCTAssertEqual(api.requests.last?.wasChunked, true)
     }
 
+    /// A client that asks `Expect: 100-continue` itself, with a dead token: its 100 comes after the
+    /// refresh and the upstream's 100 to the replay, and the body it then sends goes upstream once.
+    func testTheClientsOwnExpectWaitsForTheRefreshAndTheReplay() throws {
+        let relay = try startTransportRelay(["limits": ["max_body_bytes": Self.mebibyte]])
+        answerUploadsBriefly()
+        tokenServer.expireAccessTokens()
+        let body = Self.pattern(2 * Self.mebibyte)
+        let client = try HTTPTestConnection(port: relay.proxyPort, timeout: 20)
+        try client.writeRaw("POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: \(body.count)\r\n\r\n")
+        XCTAssertTrue(waitUntil(timeout: 10) { client.hasBytes }, "no answer to the head")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1, "the 100 came after the refresh")
+        XCTAssertEqual(api.answeredBeforeBody, 1)
+        XCTAssertEqual(api.continuesSent, 1, "and after the upstream's 100 to the replay")
+        try client.writeRaw(body)
+        let response = try client.readResponse(requestMethod: "POST")   // skips the 100
+        XCTAssertEqual(response.status, 200, response.bodyText)
+        XCTAssertEqual(deliveredBodies.count, 1)
+        XCTAssertTrue(deliveredBodies.first == body, "the body arrived altered")
+    }
+
     /// An upstream that never answers the expectation gets the body when `timeouts.continue_seconds` ends.
     func testAnUpstreamThatIgnoresExpectGetsTheBodyAfterTheWait() throws {
         let relay = try startTransportRelay(["timeouts": ["continue_seconds": 0.3]])
