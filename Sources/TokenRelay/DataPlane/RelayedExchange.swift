@@ -3,7 +3,8 @@ import HTTPWire
 
 /// One client request on the transport front end: carries out `RequestLifecycle`'s decisions with
 /// HTTPTransport's connections. The rules are the machine's; this class turns connection callbacks into
-/// its events and its actions into transport calls, and keeps the request (head and body) for a replay.
+/// its events and its actions into transport calls, and keeps the request (head, and a body up to
+/// `limits.max_body_bytes`) for a replay. A larger body is streamed (`StreamedRequestBody`).
 ///
 /// Lifetime: retained by itself from `begin()` until the machine's `finish`, which runs exactly once and
 /// lets go of every timer, queue place and connection.
@@ -18,7 +19,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// The token header as of arrival (the client's own copy of it was dropped then).
     private let injection: InjectSettings
     private let head: ReceivedRequestHead
-    private let body: [UInt8]
+    private let body: Body
+    /// `timeouts.continue_seconds` as of arrival.
+    private let continueWait: Double
     private var upstreamTarget: [UInt8] = []
     private var forwardedFields: [(name: String, value: String)] = []
 
@@ -40,7 +43,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
 
-    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: [UInt8]) {
+    /// A request body: kept whole (up to `limits.max_body_bytes`, so it can be sent again), or streamed.
+    enum Body {
+        case kept([UInt8])
+        case streamed(StreamedRequestBody)
+    }
+
+    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: Body) {
         self.proxy = proxy
         self.session = session
         client = session.connection
@@ -49,9 +58,19 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         self.head = head
         self.body = body
         let timeouts = proxy.config.timeouts
+        continueWait = timeouts.continueSeconds
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
             upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
+        streamed?.onProgress = { [weak self] in
+            guard let self, !self.finished else { return }
+            self.execute(self.lifecycle.streamedBodyProgressed())
+        }
+    }
+
+    private var streamed: StreamedRequestBody? {
+        if case .streamed(let body) = body { return body }
+        return nil
     }
 
     // MARK: - Arrival
@@ -202,18 +221,29 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream.setSilenceLimit(nil)
         var fields = forwardedFields
         if case .token(_, let authorization) = credential { fields.append((injection.header, authorization)) }
-        // A POST, PUT or PATCH always says how long its body is, even when it is empty.
-        let announcesLength = !body.isEmpty || head.method == .post || head.method == .put || head.method == .patch
-        upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
-                              body: announcesLength ? .known(body.count) : .none)
-        if !body.isEmpty { upstream.sendBody(body) }
-        upstream.finishRequest()
+        switch body {
+        case .kept(let bytes):
+            // A POST, PUT or PATCH always says how long its body is, even when it is empty.
+            let announcesLength = !bytes.isEmpty || head.method == .post || head.method == .put || head.method == .patch
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
+                                  body: announcesLength ? .known(bytes.count) : .none)
+            if !bytes.isEmpty { upstream.sendBody(bytes) }
+            upstream.finishRequest()
+        case .streamed(let streamed):
+            // Sent with `Expect: 100-continue` whether or not the client asked: a 401 then comes before the
+            // body leaves, and the request can still be replayed. The body flows from the upstream's 100
+            // or the end of the wait (`connectionCanSendMore`).
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields, body: streamed.length,
+                                  continueWait: continueWait)
+            streamed.attach(upstream)
+        }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.
     private func releaseUpstream() {
         guard let upstream else { return }
         self.upstream = nil
+        streamed?.detach()
         upstream.handler = nil
         upstream.setSilenceLimit(nil)
         if upstreamReadingPaused {
@@ -227,6 +257,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func closeUpstream() {
         guard let upstream else { return }
         self.upstream = nil
+        streamed?.detach()
         upstream.handler = nil
         upstream.close()
     }
@@ -245,6 +276,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                                                           description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade"),
                                                     now: EventLoop.monotonicNow))
         }
+        // The transport's count is the truth about the body: a byte handed to the socket may have been read.
+        if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
         var challenges: [String] = []
         head.forEachField { name, value in
             if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
@@ -281,17 +314,32 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         execute(lifecycle.responseEnded(now: EventLoop.monotonicNow))
     }
 
-    func connectionCanSendMore(_ connection: HTTPClientConnection) {}
+    func connectionCanSendMore(_ connection: HTTPClientConnection) {
+        guard connection === upstream, !finished else { return }
+        streamed?.upstreamCanTakeMore(connection)
+    }
 
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         guard connection === upstream else { return }
         let failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
         upstream = nil
+        streamed?.detach()
         connection.handler = nil
         execute(lifecycle.upstreamFailed(failure, now: EventLoop.monotonicNow))
     }
 
     // MARK: - Client side
+
+    /// A piece of a streamed body from the client.
+    func streamedBodyReceived(_ bytes: UnsafeRawBufferPointer) {
+        guard !finished else { return }
+        streamed?.received(bytes)
+    }
+
+    func streamedBodyEnded() {
+        guard !finished else { return }
+        streamed?.clientFinished()
+    }
 
     func clientCanSendMore() {
         guard upstreamReadingPaused, let upstream else { return }
