@@ -12,10 +12,11 @@ final class WebSocketTests: RelayTestCase {
         try super.tearDownWithError()
     }
 
-    private func startRelay() throws -> TokenRelayProcess {
+    private func startWebSocketRelay(_ overrides: [String: Any] = [:]) throws -> TokenRelayProcess {
         let tokens = tokenServer!
         upstream = try WebSocketEchoUpstream { token in tokens.isAccessTokenValid(token) }
-        return try startRelay(["upstream": ["url": upstream.baseURL], "data_plane": "transport"])
+        return try startRelay(overrides.merging(["upstream": ["url": upstream.baseURL], "data_plane": "transport"]) { $1 },
+                              subdirectory: "relay")
     }
 
     private func activeRequests(_ relay: TokenRelayProcess) -> Int? {
@@ -45,7 +46,7 @@ final class WebSocketTests: RelayTestCase {
     }
 
     func testHandshakeWithTheTokenThenMessagesBothWays() throws {
-        let relay = try startRelay()
+        let relay = try startWebSocketRelay()
         let client = try WebSocketTestClient(port: relay.proxyPort)
         assertOpened(try client.handshake())
         try exchangeMessages(client)
@@ -62,7 +63,7 @@ final class WebSocketTests: RelayTestCase {
     /// The token expired: the handshake gets a 401, the relay refreshes once and replays the handshake,
     /// and the WebSocket then works both ways. The refresh token is presented once.
     func testHandshakeAfterExpiryIsReplayedAfterOneRefresh() throws {
-        let relay = try startRelay()
+        let relay = try startWebSocketRelay()
         tokenServer.expireAccessTokens()
         let client = try WebSocketTestClient(port: relay.proxyPort)
         assertOpened(try client.handshake())
@@ -78,7 +79,7 @@ final class WebSocketTests: RelayTestCase {
     /// buffering the difference, so its memory stays flat.
     func testLargeMessageToASlowReaderKeepsMemoryFlat() throws {
         let total = 50 * 1024 * 1024
-        let relay = try startRelay()
+        let relay = try startWebSocketRelay()
         XCTAssertEqual(try get(relay, "/warm").status, 400, "the upstream only speaks WebSocket")
         let idle = try XCTUnwrap(residentKiB(pid: relay.pid))
         let client = try WebSocketTestClient(port: relay.proxyPort, timeout: 30, receiveBuffer: 64 * 1024)
@@ -108,7 +109,7 @@ final class WebSocketTests: RelayTestCase {
     /// The client closes: the upstream answers the close frame and closes, the client sees the end, and
     /// the relay lets go of both connections.
     func testCloseFromTheClientEndsBothSides() throws {
-        let relay = try startRelay()
+        let relay = try startWebSocketRelay()
         let client = try WebSocketTestClient(port: relay.proxyPort)
         assertOpened(try client.handshake())
         try client.sendText("hi")
@@ -124,7 +125,7 @@ final class WebSocketTests: RelayTestCase {
 
     /// The upstream closes: its close frame and FIN reach the client, whose answer ends the tunnel.
     func testCloseFromTheUpstreamEndsBothSides() throws {
-        let relay = try startRelay()
+        let relay = try startWebSocketRelay()
         let client = try WebSocketTestClient(port: relay.proxyPort)
         assertOpened(try client.handshake())
         try client.sendText("close-me")
@@ -136,5 +137,18 @@ final class WebSocketTests: RelayTestCase {
         client.socket.close()
         XCTAssertTrue(waitUntil(timeout: 10) { self.activeRequests(relay) == 0 && self.upstream.openConnections == 0 })
         XCTAssertEqual(upstream.closes, ["server"])
+    }
+
+    /// Shutdown waits for an open WebSocket until the drain deadline, then cuts it (both sides closed)
+    /// and exits cleanly; until then the WebSocket keeps working.
+    func testShutdownCutsAnOpenWebSocketAtTheDrainDeadline() throws {
+        let relay = try startWebSocketRelay(["timeouts": ["drain_seconds": 1.0]])
+        let client = try WebSocketTestClient(port: relay.proxyPort)
+        assertOpened(try client.handshake())
+        relay.signal(SIGTERM)
+        try exchangeMessages(client)
+        XCTAssertTrue(client.readsEOF(), "cut at the deadline")
+        XCTAssertEqual(relay.waitForExit(timeout: 10), 0)
+        XCTAssertTrue(waitUntil(timeout: 10) { self.upstream.openConnections == 0 })
     }
 }
