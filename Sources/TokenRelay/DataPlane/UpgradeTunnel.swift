@@ -12,7 +12,9 @@ import Logging
 /// counts for its pool and is never returned to it. `timeouts.stream_idle_seconds` bounds a tunnel with
 /// no byte in either direction, as it bounds a silent response stream.
 final class UpgradeTunnel: ProxiedExchange {
-    private unowned let proxy: ProxyServer
+    /// Weak: at exit the proxy's front end closes its connections while the proxy is being freed, and the
+    /// tunnel's end report must not reach into it then.
+    private weak var proxy: ProxyServer?
     private var tunnel: ByteTunnel?
     private let openedAt = EventLoop.monotonicNow
     private let protocolName: String
@@ -54,6 +56,7 @@ final class UpgradeTunnel: ProxiedExchange {
     }
 
     private func ended(_ end: ByteTunnel.End) {
+        guard let proxy else { return }
         let fromClient = tunnel?.bytesFromFirst ?? 0
         let fromUpstream = tunnel?.bytesFromSecond ?? 0
         tunnel = nil
