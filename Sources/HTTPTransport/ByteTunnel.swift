@@ -233,6 +233,8 @@ extension ByteTunnel: SocketStreamOwner {
 
     func streamDrained(_ stream: SocketStream) {
         guard let side = side(stream), !hasEnded else { return }
+        // A slow reader draining what is held back is activity too: the idle limit is for silence.
+        lastActivity = monotonicSeconds()
         let source = other(side)
         if source.heldBack {
             source.heldBack = false
