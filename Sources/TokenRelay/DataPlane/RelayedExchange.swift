@@ -24,6 +24,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private let continueWait: Double
     private var upstreamTarget: [UInt8] = []
     private var forwardedFields: [(name: String, value: String)] = []
+    /// The protocol a WebSocket-style handshake asks for (see `UpgradeTunnel`); nil for other requests.
+    private let upgradeProtocol: String?
 
     private var lifecycle: RequestLifecycle
     /// Actions waiting to run: an action that feeds the machine an event queues the new actions behind
@@ -57,6 +59,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         injection = proxy.config.inject
         self.head = head
         self.body = body
+        upgradeProtocol = UpgradeTunnel.requestedProtocol(head, on: session.connection)
         let timeouts = proxy.config.timeouts
         continueWait = timeouts.continueSeconds
         lifecycle = RequestLifecycle(settings: .init(
@@ -226,7 +229,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             // A POST, PUT or PATCH always says how long its body is, even when it is empty.
             let announcesLength = !bytes.isEmpty || head.method == .post || head.method == .put || head.method == .patch
             upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
-                                  body: announcesLength ? .known(bytes.count) : .none)
+                                  body: announcesLength ? .known(bytes.count) : .none, upgrade: upgradeProtocol)
             if !bytes.isEmpty { upstream.sendBody(bytes) }
             upstream.finishRequest()
         case .streamed(let streamed):
@@ -270,7 +273,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard connection === upstream else { return }
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
-        if head.status == 101 {
+        if head.status == 101 && upgradeProtocol == nil {
             closeUpstream()
             return execute(lifecycle.upstreamFailed(.init(kind: .invalidResponse, responseStarted: true,
                                                           description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade"),
@@ -362,6 +365,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     // MARK: - Answers
 
     private func startRelaying(_ response: ReceivedResponseHead) {
+        if response.status == 101, let upgradeProtocol, let upstream { return switchProtocols(response, upstream, upgradeProtocol) }
         var fields: [(name: String, value: String)] = []
         var declaredLength: Int?
         response.forEachField { name, value in
@@ -384,6 +388,20 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream?.setSilenceLimit(proxy.config.timeouts.streamIdleSeconds)
         client.startResponse(HTTPResponseHead(status: response.status, reason: response.reason,
                                               fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: length)
+    }
+
+    /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the
+    /// tunnel counts as in flight from here). The connection is the tunnel's, never the pool's again.
+    private func switchProtocols(_ response: ReceivedResponseHead, _ connection: HTTPClientConnection, _ requested: String) {
+        upstream = nil
+        connection.handler = nil
+        let now = EventLoop.monotonicNow
+        guard UpgradeTunnel.open(proxy: proxy, client: client, upstream: connection, response: response, requestedProtocol: requested) else {
+            connection.close()
+            return execute(lifecycle.upstreamFailed(.init(kind: .connectionLost, responseStarted: true,
+                                                          description: "connection lost while switching protocols"), now: now))
+        }
+        execute(lifecycle.responseEnded(now: now))
     }
 
     private func respond(_ response: LocalResponse) {
