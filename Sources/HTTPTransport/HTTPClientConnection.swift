@@ -85,6 +85,9 @@ public final class HTTPClientConnection {
         case lengthBody(remaining: Int)
         case chunkedBody
         case bodyUntilClose
+        /// A 101 arrived: what follows is not HTTP. Nothing more is parsed; `detachForTunnel` hands the
+        /// socket over.
+        case switched
         case ended
     }
     private var state = State.idle
@@ -279,7 +282,7 @@ public final class HTTPClientConnection {
 
     private var requestOutstanding: Bool {
         switch state {
-        case .idle, .ended: return false
+        case .idle, .ended, .switched: return false
         default: return true
         }
     }
@@ -320,8 +323,10 @@ public final class HTTPClientConnection {
     /// Sends a request head. `target` is sent byte for byte. Framing fields are written by the transport.
     /// `continueWait`: send `Expect: 100-continue` (replacing any Expect field given) and hold the body
     /// until `100 Continue` or for at most this many seconds; ignored for a request without a body.
+    /// `upgrade`: ask to switch to this protocol (`Upgrade: <value>` and `Connection: Upgrade` are written;
+    /// a bodiless request only). A `101` answer then leaves the connection in the switched state.
     public func startRequest(method: String, target: [UInt8], fields: [(name: String, value: String)], body: BodyLength,
-                             continueWait: Double? = nil) {
+                             continueWait: Double? = nil, upgrade: String? = nil) {
         guard !hasEnded, case .idle = state else { return }
         requestMethod = HTTPMethod(name: method)
         requestsStarted += 1
@@ -362,6 +367,11 @@ public final class HTTPClientConnection {
             out.appendASCII("\r\n")
         }
         if expectContinue { out.appendASCII("Expect: 100-continue\r\n") }
+        if let upgrade, body == .none, isSendableField("Upgrade", upgrade) {
+            out.appendASCII("Upgrade: ")
+            out.appendUTF8(upgrade)
+            out.appendASCII("\r\nConnection: Upgrade\r\n")
+        }
         switch framing {
         case .length(let n):
             out.appendASCII("Content-Length: ")
@@ -468,6 +478,30 @@ public final class HTTPClientConnection {
         closeNow()
     }
 
+    /// The upstream answered 101 Switching Protocols: the socket leaves HTTP. It is never pooled again;
+    /// it counts for its pool until the tunnel closes it. Bytes that came behind the 101 (a first frame)
+    /// travel with the endpoint. nil in any other state.
+    public func detachForTunnel() -> TunnelEndpoint? {
+        guard !hasEnded, case .switched = state else { return nil }
+        hasEnded = true
+        state = .ended
+        silenceTimer?.cancel()
+        continueTimer?.cancel()
+        connectTimer?.cancel()
+        handler = nil
+        return TunnelEndpoint(stream: stream) { [self] in
+            let closed = onClosed
+            onClosed = nil
+            closed?()
+        }
+    }
+
+    /// A 101 has arrived and the connection waits for `detachForTunnel` (or a close).
+    public var hasSwitchedProtocols: Bool {
+        if case .switched = state { return !hasEnded }
+        return false
+    }
+
     /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
     public func pauseReading() { stream.pauseReading() }
 
@@ -482,7 +516,7 @@ public final class HTTPClientConnection {
         while !hasEnded {
             let input = stream.input
             switch state {
-            case .ended:
+            case .ended, .switched:
                 return
             case .idle:
                 // Nothing may arrive between responses: a stray response would answer the next request.
@@ -519,6 +553,11 @@ public final class HTTPClientConnection {
                     bodyAbandoned = true
                 }
                 keepAlive = head.semantics.keepAlive && head.status != 101 && !bodyAbandoned
+                if head.status == 101 {
+                    state = .switched
+                    handler?.connection(self, receivedHead: ReceivedResponseHead(bytes: headBytes, parsed: head))
+                    continue
+                }
                 switch head.semantics.framing {
                 case .length(let n): state = n == 0 ? .idle : .lengthBody(remaining: n)
                 case .chunked: state = .chunkedBody; chunked = ChunkedDecoder(limits: limits)

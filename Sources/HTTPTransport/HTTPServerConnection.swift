@@ -81,6 +81,8 @@ public final class HTTPServerConnection {
     private var continueSent = false
     /// Body bytes of the current request delivered so far (for the hard cap).
     private var bodyReceived = 0
+    /// The current request may switch protocols (see `requestAsksForUpgrade`).
+    private var upgradeRequested = false
 
     /// Seconds from the first byte of a request head to its last; 0 = no bound.
     private let headTimeout: Double
@@ -339,6 +341,34 @@ public final class HTTPServerConnection {
         finishResponse()
     }
 
+    /// Whether the current request asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1, `Upgrade`
+    /// listed in `Connection`, an `Upgrade` field, and no body. Only then can `switchProtocols` be used.
+    public var requestAsksForUpgrade: Bool {
+        guard !hasEnded, responseFraming == nil, case .awaitingResponse = readState, upgradeRequested else { return false }
+        return true
+    }
+
+    /// Answers the current request with `101 Switching Protocols` (these fields, `Connection: Upgrade`
+    /// added) and hands the socket over: the connection parses no more HTTP and reports nothing more to
+    /// its handler until the tunnel closes the socket, which is reported as `ended(.closedLocally)`. It
+    /// still counts against the server's connection limit until then. Bytes the client sent behind its
+    /// request head travel with the endpoint. nil unless `requestAsksForUpgrade`.
+    public func switchProtocols(_ response: HTTPResponseHead) -> TunnelEndpoint? {
+        guard requestAsksForUpgrade else { return nil }
+        var head = serializeResponseHead(HTTPResponseHead(status: 101, reason: response.reason, fields: response.fields),
+                                         version: .http11, framing: .none, close: false)
+        head.insert(contentsOf: Array("Connection: Upgrade\r\n".utf8), at: head.count - 2)
+        stream.write(head)
+        hasEnded = true
+        readState = .ended
+        disarmHeadTimer()
+        if let activityTimer { event_del(activityTimer) }
+        return TunnelEndpoint(stream: stream) { [self] in
+            handler?.connection(self, ended: .closedLocally)
+            releaseFromServer()
+        }
+    }
+
     /// Closes at once, abandoning any unsent output (a stream that cannot be completed).
     public func close() {
         stream.close()
@@ -378,6 +408,10 @@ public final class HTTPServerConnection {
                 requestExpectsContinue = head.expectsContinue && head.semantics.version == .http11
                 continueSent = false
                 bodyReceived = 0
+                upgradeRequested = head.semantics.version == .http11 && head.semantics.connection.contains(.upgrade)
+                    && head.semantics.framing == .none && head.fields.contains { field in
+                        field.name.count == 7 && asciiEqualIgnoringCase(headBytes[field.name], Array("upgrade".utf8))
+                    }
                 if let server, !server.admitRequest(on: self) {
                     refuseOverLimit()
                     return

@@ -521,6 +521,17 @@ final class SocketStream {
 
     func lingerExpired() { close() }
 
+    /// Our side sends no more (a tunnel passing on the peer's FIN): close_notify first with TLS, then a
+    /// FIN; reading goes on. Only when nothing waits in `output`: the FIN would overtake those bytes.
+    private(set) var isWriteShut = false
+
+    func shutdownWrite() {
+        guard !isClosed, !isWriteShut, phase == .open else { return }
+        isWriteShut = true
+        tls?.closeQuietly()
+        shutdown(fd, Int32(SHUT_WR))
+    }
+
     /// Reports the failure (so the owner knows why) and then closes.
     private func fail(_ error: Int32) {
         guard !isClosed else { return }
@@ -537,7 +548,7 @@ final class SocketStream {
     private func release() {
         guard !isClosed else { return }
         isClosed = true
-        if phase == .open { tls?.closeQuietly() }
+        if phase == .open && !isWriteShut { tls?.closeQuietly() }
         // Unregister before closing the descriptor: the number may be reused by the next accept.
         if let readEvent { event_free(readEvent) }
         if let writeEvent { event_free(writeEvent) }

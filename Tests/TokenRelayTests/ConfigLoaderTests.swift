@@ -71,6 +71,14 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(error(with(["timeouts", "hold_seconds"], "30"))?.description, "timeouts.hold_seconds: must be a number")
     }
 
+    /// The wait for `100 Continue` before a streamed upload's body goes anyway.
+    func testContinueWaitDefaultsToOneSecondAndIsChecked() throws {
+        XCTAssertEqual(try parse(valid).timeouts.continueSeconds, 1)
+        XCTAssertEqual(try parse(with(["timeouts", "continue_seconds"], 0.25)).timeouts.continueSeconds, 0.25)
+        XCTAssertEqual(error(with(["timeouts", "continue_seconds"], 0))?.field, "timeouts.continue_seconds")
+        XCTAssertEqual(error(with(["timeouts", "continue_seconds"], "1"))?.description, "timeouts.continue_seconds: must be a number")
+    }
+
     func testClientAuthIsExplicitAndConsistentWithTheSecret() {
         XCTAssertEqual(error(with(["refresh", "client_auth"], nil))?.field, "refresh.client_auth")
         XCTAssertEqual(error(with(["refresh", "client_auth"], "basic"))?.field, "refresh.client_auth")

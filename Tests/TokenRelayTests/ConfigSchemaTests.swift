@@ -55,7 +55,7 @@ final class ConfigSchemaTests: XCTestCase {
                             "max_upstream_waiters": 0]),
                 ("timeouts", ["upstream_seconds": 0.05, "refresh_seconds": 86_400, "hold_seconds": 30, "drain_seconds": 0,
                               "client_seconds": 60, "connect_seconds": 0.05, "stream_idle_seconds": 86_400, "pool_idle_seconds": 1,
-                              "pool_wait_seconds": 0.05]),
+                              "pool_wait_seconds": 0.05, "continue_seconds": 0.05]),
                 ("log", ["level": "critical"]),
             ]),
             Self.valid("public client without secret", [("refresh.client_secret_env", nil), ("refresh.client_auth", "none")]),

@@ -197,6 +197,56 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
     }
 
+    /// Each piece of a streamed upload moves the response-head deadline: the upload may take its time,
+    /// and the deadline counts from the last piece. The body is then spent: a 401 goes to the client.
+    func testAStreamedBodyMovesTheResponseDeadlineAndIsNotReplayedAfterIt() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
+        XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
+        // A piece that leaves while the answer is relayed (an early answer) changes no deadline.
+        XCTAssertEqual(machine.streamedBodyProgressed(), [])
+        XCTAssertEqual(summary(machine.responseEnded(now: 1)), Machine.Summary(status: 401, attempts: 1, generation: 1))
+    }
+
+    /// A 401 that came before any byte of a streamed body left costs nothing to replay: captured, held
+    /// for the refresh, sent again (the driver holds the body for `100 Continue` again).
+    func testA401BeforeAStreamedBodyLeftIsHeldAndReplayed() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
+        XCTAssertEqual(machine.responseEnded(now: 1), [.releaseConnection, .consultRefreshRules(sentGeneration: 1)])
+        XCTAssertEqual(machine.refreshRulesDecided(.hold, now: 1), [.hold, .schedule(.hold, after: 10)])
+        XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 2).last, .acquireConnection(admittedEarlier: true))
+        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2)[1], .send(.token(generation: 2, authorization: "Bearer two")))
+        XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
+        _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
+        XCTAssertEqual(summary(machine.responseEnded(now: 3))?.attempts, 2)
+    }
+
+    /// A connection lost under a streamed body that had started to leave is never retried, whatever the
+    /// method: the rest of the body was read from the client and is gone.
+    func testAStreamedBodyIsNotRetriedAfterItsBytesLeft() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        _ = machine.streamedBodyProgressed()
+        let failed = machine.upstreamFailed(lost(), now: 1)
+        XCTAssertFalse(failed.contains(.acquireFreshConnection))
+        XCTAssertEqual(summary(failed)?.status, 502)
+    }
+
+    /// Before any byte left, a lost reused connection is retried as for a kept body.
+    func testAStreamedBodyIsRetriedWhenNoByteLeft() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
+        XCTAssertEqual(machine.upstreamFailed(lost(), now: 1).last, .acquireFreshConnection)
+    }
+
     /// A stalled upstream turns queued requests into quick 503s.
     func testAQueuedRequestGivesUpAfterThePoolWait() {
         var machine = Machine(settings: settings)

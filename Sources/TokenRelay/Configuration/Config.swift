@@ -175,6 +175,10 @@ public struct Config: Sendable {
         /// Receiving a whole request head, however the bytes trickle in (a slowloris client restarts
         /// `clientSeconds` with every byte).
         public var clientHeaderSeconds = 10.0
+        /// A streamed upload (a body over `limits.max_body_bytes`, transport engine) goes upstream with
+        /// `Expect: 100-continue`, so that a 401 arrives before the body leaves; an upstream that ignores
+        /// the expectation and says nothing for this long gets the body anyway.
+        public var continueSeconds = 1.0
     }
 }
 

@@ -133,6 +133,7 @@ public enum ConfigLoader {
         if let value = try object.optionalNumber("stream_idle_seconds", range: range) { timeouts.streamIdleSeconds = value }
         if let value = try object.optionalNumber("pool_idle_seconds", range: range) { timeouts.poolIdleSeconds = value }
         if let value = try object.optionalNumber("pool_wait_seconds", range: range) { timeouts.poolWaitSeconds = value }
+        if let value = try object.optionalNumber("continue_seconds", range: range) { timeouts.continueSeconds = value }
         try object.rejectUnknownKeys()
         return timeouts
     }

@@ -1,17 +1,22 @@
 import HTTPTransport
 import HTTPWire
 
-/// One client connection on the transport front end. Collects each request's head and body, and hands the
-/// complete request to a `RelayedExchange`; the transport parses the next request of a keep-alive or
-/// pipelined connection only after the current response is finished, so at most one exchange is current.
+/// One client connection on the transport front end. Turns each request into a `RelayedExchange`; the
+/// transport parses the next request of a keep-alive or pipelined connection only after the current
+/// response is finished, so at most one exchange is current.
+///
+/// A body up to `limits.max_body_bytes` is collected whole before the exchange begins (it is kept for a
+/// replay). A larger one is streamed: a `Content-Length` over the limit begins the exchange at the head,
+/// a chunked body when it grows past the limit (what was collected goes first).
 final class ClientSession: HTTPServerConnectionHandler {
     private unowned let proxy: ProxyServer
     private unowned let frontEnd: TransportFrontEnd
     let connection: HTTPServerConnection
     private var head: ReceivedRequestHead?
     private var body: [UInt8] = []
-    /// The request's body is over `limits.max_body_bytes`: it was answered 413, the rest is not kept.
-    private var refusedBody = false
+    /// The current request's body is streamed: its pieces and its end go to the exchange (if it is
+    /// still running; after its answer they are dropped, and the connection closes after that answer).
+    private var streaming = false
     private var exchange: RelayedExchange?
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
@@ -23,23 +28,50 @@ final class ClientSession: HTTPServerConnectionHandler {
     func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {
         self.head = head
         body = []
-        refusedBody = false
-        if case .length(let length) = head.framing, length > frontEnd.maxBodyBytes { return refuseBody() }
+        streaming = false
+        if case .length(let length) = head.framing, length > frontEnd.maxBodyBytes {
+            // The client's `Expect: 100-continue` is answered when the body can flow to the upstream.
+            return beginStreaming(length: .known(length), prefix: [])
+        }
         // The body is kept whole for a replay, so it is wanted at once: the client may send it.
         if connection.awaitsContinue { connection.sendContinue() }
     }
 
     func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {
-        guard !refusedBody else { return }
-        if body.count + bytes.count > frontEnd.maxBodyBytes { return refuseBody() }
+        if streaming {
+            exchange?.streamedBodyReceived(bytes)
+            return
+        }
+        guard head != nil else { return }
+        if body.count + bytes.count > frontEnd.maxBodyBytes {
+            // A chunked body that outgrew what is kept: streamed from here, the collected part first.
+            var prefix = body
+            prefix.append(contentsOf: bytes)
+            body = []
+            return beginStreaming(length: .unknown, prefix: prefix)
+        }
         body.append(contentsOf: bytes)
     }
 
     func connectionReceivedEnd(_ connection: HTTPServerConnection) {
-        guard let head, !refusedBody else { return }
+        if streaming {
+            exchange?.streamedBodyEnded()
+            return
+        }
+        guard let head else { return }
         self.head = nil
-        let exchange = RelayedExchange(proxy: proxy, session: self, head: head, body: body)
+        let exchange = RelayedExchange(proxy: proxy, session: self, head: head, body: .kept(body))
         body = []
+        self.exchange = exchange
+        exchange.begin()
+    }
+
+    private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
+        guard let head else { return }
+        self.head = nil
+        streaming = true
+        let exchange = RelayedExchange(proxy: proxy, session: self, head: head,
+                                       body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()
     }
@@ -58,18 +90,5 @@ final class ClientSession: HTTPServerConnectionHandler {
 
     func exchangeFinished(_ finished: RelayedExchange) {
         if exchange === finished { exchange = nil }
-    }
-
-    /// Over the body limit: answered at once, and the connection closes after the answer (the rest of the
-    /// body is not read as a next request).
-    private func refuseBody() {
-        refusedBody = true
-        body = []
-        proxy.refused("request body over limits.max_body_bytes")
-        connection.closeAfterResponse = true
-        let response = LocalResponse.bodyTooLarge
-        connection.respond(HTTPResponseHead(status: Int(response.status), reason: response.reason, fields: response.headers),
-                           body: Array(response.body.utf8))
-        proxy.metrics.countRequest(status: Int(response.status))
     }
 }

@@ -3,7 +3,8 @@ import HTTPWire
 
 /// One client request on the transport front end: carries out `RequestLifecycle`'s decisions with
 /// HTTPTransport's connections. The rules are the machine's; this class turns connection callbacks into
-/// its events and its actions into transport calls, and keeps the request (head and body) for a replay.
+/// its events and its actions into transport calls, and keeps the request (head, and a body up to
+/// `limits.max_body_bytes`) for a replay. A larger body is streamed (`StreamedRequestBody`).
 ///
 /// Lifetime: retained by itself from `begin()` until the machine's `finish`, which runs exactly once and
 /// lets go of every timer, queue place and connection.
@@ -18,9 +19,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// The token header as of arrival (the client's own copy of it was dropped then).
     private let injection: InjectSettings
     private let head: ReceivedRequestHead
-    private let body: [UInt8]
+    private let body: Body
+    /// `timeouts.continue_seconds` as of arrival.
+    private let continueWait: Double
     private var upstreamTarget: [UInt8] = []
     private var forwardedFields: [(name: String, value: String)] = []
+    /// The protocol a WebSocket-style handshake asks for (see `UpgradeTunnel`); nil for other requests.
+    private let upgradeProtocol: String?
 
     private var lifecycle: RequestLifecycle
     /// Actions waiting to run: an action that feeds the machine an event queues the new actions behind
@@ -40,7 +45,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
 
-    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: [UInt8]) {
+    /// A request body: kept whole (up to `limits.max_body_bytes`, so it can be sent again), or streamed.
+    enum Body {
+        case kept([UInt8])
+        case streamed(StreamedRequestBody)
+    }
+
+    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: Body) {
         self.proxy = proxy
         self.session = session
         client = session.connection
@@ -48,10 +59,21 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         injection = proxy.config.inject
         self.head = head
         self.body = body
+        upgradeProtocol = UpgradeTunnel.requestedProtocol(head, on: session.connection)
         let timeouts = proxy.config.timeouts
+        continueWait = timeouts.continueSeconds
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
             upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
+        streamed?.onProgress = { [weak self] in
+            guard let self, !self.finished else { return }
+            self.execute(self.lifecycle.streamedBodyProgressed())
+        }
+    }
+
+    private var streamed: StreamedRequestBody? {
+        if case .streamed(let body) = body { return body }
+        return nil
     }
 
     // MARK: - Arrival
@@ -202,18 +224,29 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream.setSilenceLimit(nil)
         var fields = forwardedFields
         if case .token(_, let authorization) = credential { fields.append((injection.header, authorization)) }
-        // A POST, PUT or PATCH always says how long its body is, even when it is empty.
-        let announcesLength = !body.isEmpty || head.method == .post || head.method == .put || head.method == .patch
-        upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
-                              body: announcesLength ? .known(body.count) : .none)
-        if !body.isEmpty { upstream.sendBody(body) }
-        upstream.finishRequest()
+        switch body {
+        case .kept(let bytes):
+            // A POST, PUT or PATCH always says how long its body is, even when it is empty.
+            let announcesLength = !bytes.isEmpty || head.method == .post || head.method == .put || head.method == .patch
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
+                                  body: announcesLength ? .known(bytes.count) : .none, upgrade: upgradeProtocol)
+            if !bytes.isEmpty { upstream.sendBody(bytes) }
+            upstream.finishRequest()
+        case .streamed(let streamed):
+            // Sent with `Expect: 100-continue` whether or not the client asked: a 401 then comes before the
+            // body leaves, and the request can still be replayed. The body flows from the upstream's 100
+            // or the end of the wait (`connectionCanSendMore`).
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields, body: streamed.length,
+                                  continueWait: continueWait)
+            streamed.attach(upstream)
+        }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.
     private func releaseUpstream() {
         guard let upstream else { return }
         self.upstream = nil
+        streamed?.detach()
         upstream.handler = nil
         upstream.setSilenceLimit(nil)
         if upstreamReadingPaused {
@@ -227,6 +260,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func closeUpstream() {
         guard let upstream else { return }
         self.upstream = nil
+        streamed?.detach()
         upstream.handler = nil
         upstream.close()
     }
@@ -239,12 +273,14 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard connection === upstream else { return }
         proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
-        if head.status == 101 {
+        if head.status == 101 && upgradeProtocol == nil {
             closeUpstream()
             return execute(lifecycle.upstreamFailed(.init(kind: .invalidResponse, responseStarted: true,
                                                           description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade"),
                                                     now: EventLoop.monotonicNow))
         }
+        // The transport's count is the truth about the body: a byte handed to the socket may have been read.
+        if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
         var challenges: [String] = []
         head.forEachField { name, value in
             if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
@@ -281,17 +317,32 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         execute(lifecycle.responseEnded(now: EventLoop.monotonicNow))
     }
 
-    func connectionCanSendMore(_ connection: HTTPClientConnection) {}
+    func connectionCanSendMore(_ connection: HTTPClientConnection) {
+        guard connection === upstream, !finished else { return }
+        streamed?.upstreamCanTakeMore(connection)
+    }
 
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         guard connection === upstream else { return }
         let failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
         upstream = nil
+        streamed?.detach()
         connection.handler = nil
         execute(lifecycle.upstreamFailed(failure, now: EventLoop.monotonicNow))
     }
 
     // MARK: - Client side
+
+    /// A piece of a streamed body from the client.
+    func streamedBodyReceived(_ bytes: UnsafeRawBufferPointer) {
+        guard !finished else { return }
+        streamed?.received(bytes)
+    }
+
+    func streamedBodyEnded() {
+        guard !finished else { return }
+        streamed?.clientFinished()
+    }
 
     func clientCanSendMore() {
         guard upstreamReadingPaused, let upstream else { return }
@@ -314,6 +365,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     // MARK: - Answers
 
     private func startRelaying(_ response: ReceivedResponseHead) {
+        if response.status == 101, let upgradeProtocol, let upstream { return switchProtocols(response, upstream, upgradeProtocol) }
         var fields: [(name: String, value: String)] = []
         var declaredLength: Int?
         response.forEachField { name, value in
@@ -336,6 +388,20 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream?.setSilenceLimit(proxy.config.timeouts.streamIdleSeconds)
         client.startResponse(HTTPResponseHead(status: response.status, reason: response.reason,
                                               fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: length)
+    }
+
+    /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the
+    /// tunnel counts as in flight from here). The connection is the tunnel's, never the pool's again.
+    private func switchProtocols(_ response: ReceivedResponseHead, _ connection: HTTPClientConnection, _ requested: String) {
+        upstream = nil
+        connection.handler = nil
+        let now = EventLoop.monotonicNow
+        guard UpgradeTunnel.open(proxy: proxy, client: client, upstream: connection, response: response, requestedProtocol: requested) else {
+            connection.close()
+            return execute(lifecycle.upstreamFailed(.init(kind: .connectionLost, responseStarted: true,
+                                                          description: "connection lost while switching protocols"), now: now))
+        }
+        execute(lifecycle.responseEnded(now: now))
     }
 
     private func respond(_ response: LocalResponse) {

@@ -171,6 +171,12 @@ final class ProxyServer {
         checkDrained()
     }
 
+    /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain.
+    func tunnelEnded(_ tunnel: any ProxiedExchange) {
+        active.removeValue(forKey: ObjectIdentifier(tunnel))
+        checkDrained()
+    }
+
     /// Called just before a final response is handed to evhttp. While draining, the process waits for
     /// it to be written out (a client that vanishes instead is covered by the drain timeout).
     func willSendFinalResponse(_ request: OpaquePointer) {

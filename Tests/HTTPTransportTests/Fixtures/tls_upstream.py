@@ -8,6 +8,9 @@ the client certificate, if any). Paths:
 
 * GET /big?N: N bytes of the pattern i % 251;
 * POST or PUT anything: the request body's length and a checksum (sum of bytes mod 2**32) as text;
+* GET with `Upgrade: echo`: 101 Switching Protocols, then "early" in the same TLS record as the head,
+  then every byte received is echoed until the client's close_notify, after which the server sends
+  "bye" and closes (byte-tunnel tests);
 * anything else: "ok".
 
 Options: --cert/--key (server certificate), --client-ca (require a client certificate signed by it),
@@ -51,8 +54,24 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _tunnel(self):
+        self.send_response_only(101, "Switching Protocols")
+        self.send_header("Upgrade", "echo")
+        self.send_header("Connection", "Upgrade")
+        self._headers_buffer.append(b"\r\nearly")
+        self.flush_headers()
+        while True:
+            data = self.connection.recv(65536)
+            if not data:
+                break
+            self.connection.sendall(data)
+        self.connection.sendall(b"bye")
+        self.close_connection = True
+
     def do_GET(self):
-        if self.path.startswith("/big?"):
+        if (self.headers.get("Upgrade") or "").lower() == "echo":
+            self._tunnel()
+        elif self.path.startswith("/big?"):
             n = int(self.path[5:])
             pattern = bytes(i % 251 for i in range(251 * 64))
             body = (pattern * (n // len(pattern) + 1))[:n]

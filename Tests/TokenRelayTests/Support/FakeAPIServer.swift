@@ -8,7 +8,16 @@ import Foundation
 /// 200 answers describe what arrived (`method`, `path`, `target`, `body_length`, `body_fnv1a64`),
 /// so tests can prove the proxy forwarded the body unchanged without echoing megabytes back.
 /// `/echo` returns the request body verbatim instead.
+///
+/// A head with `Expect: 100-continue` is judged before its body, as a real resource server does: an
+/// unusable token gets its 401 at once (the body is never read, the connection closes), a usable one
+/// gets `100 Continue`. `expectation = .ignore` plays an old server that never answers 100.
 final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set once in init
+    enum ExpectationMode: Sendable {
+        case checkTokenFirst
+        case ignore
+    }
+
     typealias TokenValidator = @Sendable (String) -> Bool
     typealias ResponseOverride = @Sendable (RecordedRequest) -> TestResponse?
 
@@ -18,6 +27,9 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
         var delay: Double = 0
         var forcedUnauthorized: [String: Int] = [:]
         var override: ResponseOverride?
+        var expectation = ExpectationMode.checkTokenFirst
+        var continuesSent = 0
+        var answeredBeforeBody = 0
     }
 
     private let validate: TokenValidator
@@ -34,7 +46,9 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
     init(validateToken: @escaping TokenValidator, tokenHeader: String? = nil) throws {
         validate = validateToken
         self.tokenHeader = tokenHeader
-        http = try MiniHTTPServer { [weak self] request in
+        http = try MiniHTTPServer(expectation: { [weak self] head in
+            self?.answerExpectation(head) ?? .sendContinue
+        }) { [weak self] request in
             self?.handle(request) ?? TestResponse(status: 503)
         }
     }
@@ -69,11 +83,40 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
         set { state.withLock { $0.override = newValue } }
     }
 
+    /// How a head with `Expect: 100-continue` is answered.
+    var expectation: ExpectationMode {
+        get { state.withLock { $0.expectation } }
+        set { state.withLock { $0.expectation = newValue } }
+    }
+    /// `100 Continue` answers sent.
+    var continuesSent: Int { state.withLock { $0.continuesSent } }
+    /// Requests answered (401) on their head alone, their body never read; they are in `requests` with
+    /// an empty body.
+    var answeredBeforeBody: Int { state.withLock { $0.answeredBeforeBody } }
+
     /// The next request to `path` (query ignored) gets 401 even with a valid token: simulates a
     /// token that died between the proxy's check and the upstream's (stale-generation tests).
     func forceUnauthorizedOnce(path: String) {
         state.withLock { $0.forcedUnauthorized[path, default: 0] += 1 }
     }
+
+    private func answerExpectation(_ head: RecordedRequest) -> MiniHTTPServer.ExpectationAnswer {
+        if expectation == .ignore { return .ignore }
+        let token = tokenHeader.map { head.header($0) } ?? head.bearerToken
+        guard let token, !token.isEmpty, validate(token) else {
+            state.withLock { s in
+                s.requests.append(head)
+                s.unauthorized += 1
+                s.answeredBeforeBody += 1
+            }
+            return .answer(Self.unauthorized)
+        }
+        state.withLock { $0.continuesSent += 1 }
+        return .sendContinue
+    }
+
+    private static let unauthorized = TestResponse.json(401, ["error": "invalid_token"],
+                                                        headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
 
     private func handle(_ request: RecordedRequest) -> TestResponse {
         let (delay, forced, override) = state.withLock { s in
@@ -86,8 +129,7 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
         let token = tokenHeader.map { request.header($0) } ?? request.bearerToken
         guard !forced, let token, !token.isEmpty, validate(token) else {
             state.withLock { $0.unauthorized += 1 }
-            return .json(401, ["error": "invalid_token"],
-                         headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
+            return Self.unauthorized
         }
         if let response = override?(request) { return response }
         if request.path == "/echo" {

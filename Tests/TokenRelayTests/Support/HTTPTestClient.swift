@@ -97,6 +97,10 @@ final class HTTPTestConnection {
         try LoopbackSocket.writeAll(fd, Data(text.utf8))
     }
 
+    func writeRaw(_ bytes: Data) throws {
+        try LoopbackSocket.writeAll(fd, bytes)
+    }
+
     func send(method: String, path: String, headers: [(String, String)] = [], body: Data? = nil,
               httpVersion: String = "HTTP/1.1") throws -> TestHTTPResponse {
         try write(method: method, path: path, headers: headers, body: body, httpVersion: httpVersion)

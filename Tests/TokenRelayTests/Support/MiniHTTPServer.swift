@@ -12,18 +12,33 @@ import Glibc
 final class MiniHTTPServer: @unchecked Sendable {
     typealias Handler = @Sendable (RecordedRequest) -> TestResponse
 
+    /// What the server does with a request head that carries `Expect: 100-continue` (RFC 9110 §10.1.1).
+    enum ExpectationAnswer: Sendable {
+        /// `100 Continue`, then the body is read (the default).
+        case sendContinue
+        /// No interim answer: the body is read as if nothing had been asked (an old server).
+        case ignore
+        /// A final answer instead of 100; the body is not read, and the connection closes after the answer
+        /// (whether the body follows cannot be known).
+        case answer(TestResponse)
+    }
+    typealias ExpectationHandler = @Sendable (RecordedRequest) -> ExpectationAnswer
+
     var port: Int { acceptor.port }
     var baseURL: String { "http://127.0.0.1:\(port)" }
     private var acceptor: LoopbackAcceptor!
     private let handler: Handler
+    private let expectation: ExpectationHandler?
 
     /// Number of TCP connections accepted so far (connection reuse checks).
     var acceptedConnections: Int { acceptor.acceptedConnections }
     /// Number of connections currently open.
     var openConnections: Int { acceptor.openConnections }
 
-    init(handler: @escaping Handler) throws {
+    /// `expectation`: consulted for a head with `Expect: 100-continue` (its body empty); nil sends 100.
+    init(expectation: ExpectationHandler? = nil, handler: @escaping Handler) throws {
         self.handler = handler
+        self.expectation = expectation
         acceptor = try LoopbackAcceptor(backlog: 512, socketTimeout: 120) { [weak self] fd, id in self?.serve(fd: fd, connectionID: id) }
     }
 
@@ -47,8 +62,13 @@ final class MiniHTTPServer: @unchecked Sendable {
         while !isStopped {
             let request: RecordedRequest
             do {
-                guard let parsed = try readRequest(reader, fd: fd, connectionID: connectionID) else { return }
-                request = parsed
+                switch try readRequest(reader, fd: fd, connectionID: connectionID) {
+                case nil: return
+                case .request(let parsed)?: request = parsed
+                case .answeredBeforeBody(let response)?:
+                    try? write(response, to: fd, connection: "close", headOnly: false)
+                    return
+                }
             } catch {
                 if !isStopped {
                     let body = Data("bad request: \(error)\n".utf8)
@@ -66,7 +86,13 @@ final class MiniHTTPServer: @unchecked Sendable {
         }
     }
 
-    private func readRequest(_ reader: SocketReader, fd: Int32, connectionID: Int) throws -> RecordedRequest? {
+    private enum Incoming {
+        case request(RecordedRequest)
+        /// The head's `Expect: 100-continue` got a final answer; the body was not read.
+        case answeredBeforeBody(TestResponse)
+    }
+
+    private func readRequest(_ reader: SocketReader, fd: Int32, connectionID: Int) throws -> Incoming? {
         var line = ""
         for _ in 0..<3 where line.isEmpty { // RFC 9112 §2.2: ignore a stray CRLF before a request
             guard let next = try reader.readLine() else { return nil }
@@ -78,7 +104,11 @@ final class MiniHTTPServer: @unchecked Sendable {
                                    headers: try reader.readHeaderFields(), body: Data(),
                                    connectionID: connectionID, wasChunked: false)
         if head.version == "HTTP/1.1" && head.header("Expect")?.lowercased() == "100-continue" {
-            try LoopbackSocket.writeAll(fd, Data("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            switch expectation?(head) ?? .sendContinue {
+            case .sendContinue: try LoopbackSocket.writeAll(fd, Data("HTTP/1.1 100 Continue\r\n\r\n".utf8))
+            case .ignore: break
+            case .answer(let response): return .answeredBeforeBody(response)
+            }
         }
         let chunked = head.headerTokens("Transfer-Encoding").last == "chunked"
         var body = Data()
@@ -90,8 +120,8 @@ final class MiniHTTPServer: @unchecked Sendable {
             }
             body = try reader.readExactly(length)
         }
-        return RecordedRequest(method: head.method, target: head.target, version: head.version,
-                               headers: head.headers, body: body, connectionID: connectionID, wasChunked: chunked)
+        return .request(RecordedRequest(method: head.method, target: head.target, version: head.version,
+                                        headers: head.headers, body: body, connectionID: connectionID, wasChunked: chunked))
     }
 
     /// HTTP/1.1 is persistent unless `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`.

@@ -53,6 +53,18 @@ final class RawUpstreamConnection {
                                body: body, connectionID: id, wasChunked: false)
     }
 
+    /// Reads a request head only (its body, if any, stays unread: for `Expect: 100-continue` tests).
+    func readHead() throws -> RecordedRequest? {
+        guard let line = try reader.readLine() else { return nil }
+        let parts = line.split(separator: " ")
+        guard parts.count == 3 else { throw TestSupportError("bad request line: \(line)") }
+        return RecordedRequest(method: String(parts[0]), target: String(parts[1]), version: String(parts[2]),
+                               headers: try reader.readHeaderFields(), body: Data(), connectionID: id, wasChunked: false)
+    }
+
+    /// Reads `count` body bytes.
+    func readBody(_ count: Int) throws -> Data { try reader.readExactly(count) }
+
     func write(_ text: String) throws { try LoopbackSocket.writeAll(fd, Data(text.utf8)) }
     func write(_ data: Data) throws { try LoopbackSocket.writeAll(fd, data) }
 

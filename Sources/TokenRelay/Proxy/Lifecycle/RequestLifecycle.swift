@@ -27,6 +27,10 @@
 ///   on a reused connection: the keep-alive race where the upstream closes just as we send).
 /// - Once a response has started reaching the client it cannot be replaced: an upstream failure then cuts
 ///   the client's connection (a truncated response, never a clean end).
+/// - A streamed request body (one too large to keep) can be sent only once: from its first byte on the
+///   upstream (`streamedBodyProgressed`), a refresh-triggering answer is the client's and a failure is
+///   not retried. Before that byte (the driver sends such a request with `Expect: 100-continue`, so a 401
+///   comes first) it is replayed like any other.
 ///
 /// Pure: no I/O, no clock of its own (`now` comes with each event), no transport import. The driver
 /// (`Exchange` on evhttp, `RelayedExchange` on HTTPTransport) feeds it events and carries out its actions
@@ -150,6 +154,17 @@ struct RequestLifecycle {
     /// The first byte of a streamed request body has left for the upstream.
     mutating func streamedBodyStarted() {
         bodyIsReplayable = false
+    }
+
+    /// A piece of a streamed request body (one too large to keep for a replay) has gone to the upstream.
+    /// From the first piece on the body cannot be sent again (no capture of a 401, no retry). The
+    /// response-head deadline then runs from the last piece: an upload lasts as long as the client and the
+    /// upstream need (a 20 MiB body must not be cut by the deadline meant for the answer), while an
+    /// upstream that stops taking the body, or never answers after it, still times out.
+    mutating func streamedBodyProgressed() -> [Action] {
+        bodyIsReplayable = false
+        guard phase == .awaitingResponse else { return [] }
+        return [.schedule(.responseHead, after: settings.upstreamSeconds)]
     }
 
     // MARK: - The upstream's answer

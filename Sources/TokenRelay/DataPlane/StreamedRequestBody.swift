@@ -1,0 +1,114 @@
+import HTTPTransport
+import HTTPWire
+
+/// A request body too large to keep for a replay (over `limits.max_body_bytes`): piped from the client to
+/// the upstream as it arrives, with backpressure both ways, never kept whole.
+///
+/// The client is read only while the body may flow: from the upstream's `100 Continue` (or the end of the
+/// wait for it) until the body ends, and only while the upstream can take more. Until then the body waits
+/// in the client's socket, so a 401 that comes before the body was asked for costs nothing: the request
+/// can be sent again and the body still flows once. What had to be read before the body could flow (the
+/// part of a chunked body that was buffered before it crossed the limit, or what one read had already
+/// taken when reading paused) is kept in `pending` and goes first: at most the limit plus one read.
+final class StreamedRequestBody {
+    private let client: HTTPServerConnection
+    /// How the body goes upstream: `.known(n)` for a client's `Content-Length`, `.unknown` (chunked) otherwise.
+    let length: BodyLength
+    private var pending: [UInt8]
+    private var clientEnded = false
+    /// The connection the request is being sent on, from `attach` until `detach`.
+    private var upstream: HTTPClientConnection?
+    private var flowing = false
+    private var finishedUpstream = false
+    /// Told each time body bytes are handed to the upstream.
+    var onProgress: (() -> Void)?
+
+    init(client: HTTPServerConnection, length: BodyLength, prefix: [UInt8]) {
+        self.client = client
+        self.length = length
+        pending = prefix
+        client.pauseReading()
+    }
+
+    // MARK: - The upstream side
+
+    /// The request head has gone out on `connection` with `Expect: 100-continue`; the body waits for
+    /// `upstreamCanTakeMore`.
+    func attach(_ connection: HTTPClientConnection) {
+        upstream = connection
+        flowing = false
+        finishedUpstream = false
+        client.pauseReading()
+    }
+
+    /// The connection is no longer this request's (its answer is complete, or it failed or was closed):
+    /// nothing more is sent to it, and the client is not read for it.
+    func detach() {
+        upstream = nil
+        flowing = false
+        if !clientEnded { client.pauseReading() }
+    }
+
+    /// The connection can take body bytes: after `100 Continue`, after the wait for it expired, or when
+    /// bytes that had to wait were written. A final answer that came first (`finalResponseFirst`) leaves
+    /// the body where it is.
+    func upstreamCanTakeMore(_ connection: HTTPClientConnection) {
+        guard connection === upstream else { return }
+        if !flowing {
+            guard connection.continueState == .received || connection.continueState == .waitExpired else { return }
+            flowing = true
+            // The client's own `Expect: 100-continue` is answered now, when its body can go somewhere.
+            client.sendContinue()
+        }
+        pump()
+    }
+
+    private func pump() {
+        guard flowing, let upstream else { return }
+        if !pending.isEmpty {
+            // Kept bytes go first, and at once: the upstream's send buffer takes them (they are bounded).
+            let bytes = pending
+            pending = []
+            hand(bytes.count) { upstream.sendBody(bytes) }
+        }
+        if clientEnded {
+            if !finishedUpstream {
+                finishedUpstream = true
+                upstream.finishRequest()
+            }
+        } else if upstream.canSendMore {
+            client.resumeReading()
+        } else {
+            client.pauseReading()
+        }
+    }
+
+    private func hand(_ count: Int, _ send: () -> Void) {
+        guard count > 0 else { return }
+        send()
+        onProgress?()
+    }
+
+    // MARK: - The client side
+
+    /// A piece of the body from the client: straight to the upstream while the body flows and the
+    /// upstream can take it, kept for later otherwise (what one read had already taken when reading
+    /// paused).
+    func received(_ bytes: UnsafeRawBufferPointer) {
+        guard flowing, let upstream, pending.isEmpty else {
+            pending.append(contentsOf: bytes)
+            client.pauseReading()
+            return
+        }
+        hand(bytes.count) { upstream.sendBody(bytes) }
+        if !upstream.canSendMore { client.pauseReading() }
+    }
+
+    /// The client's body is complete.
+    func clientFinished() {
+        clientEnded = true
+        // The end may come in the read that paused: the connection must read again for the next request.
+        client.resumeReading()
+        pump()
+    }
+}

@@ -1,0 +1,82 @@
+import HTTPTransport
+import HTTPWire
+import Logging
+
+/// A WebSocket (or other protocol upgrade) after the upstream's `101 Switching Protocols`: the client's
+/// connection and the upstream's are relayed byte for byte by a `ByteTunnel` until both directions end.
+///
+/// The handshake itself was an ordinary request (`RelayedExchange`: token injected, a 401 held, refreshed
+/// and replayed). From the 101 on, the tunnel is what the proxy counts as in flight: a graceful shutdown
+/// waits for it until the drain deadline and then cuts it (`abandon`). The client connection stays
+/// counted against `limits.max_client_connections` until the tunnel closes it; the upstream connection
+/// counts for its pool and is never returned to it. `timeouts.stream_idle_seconds` bounds a tunnel with
+/// no byte in either direction, as it bounds a silent response stream.
+final class UpgradeTunnel: ProxiedExchange {
+    /// Weak: at exit the proxy's front end closes its connections while the proxy is being freed, and the
+    /// tunnel's end report must not reach into it then.
+    private weak var proxy: ProxyServer?
+    private var tunnel: ByteTunnel?
+    private let openedAt = EventLoop.monotonicNow
+    private let protocolName: String
+
+    private init(proxy: ProxyServer, protocolName: String) {
+        self.proxy = proxy
+        self.protocolName = protocolName
+    }
+
+    /// Whether a client request asks to switch protocols in a way tokenrelay relays (RFC 9110 §7.8): a
+    /// bodiless HTTP/1.1 GET with `Upgrade` listed in `Connection`. The protocol asked for, or nil.
+    static func requestedProtocol(_ head: ReceivedRequestHead, on client: HTTPServerConnection) -> String? {
+        guard head.method == .get, client.requestAsksForUpgrade, let value = head.field("upgrade"), !value.isEmpty else { return nil }
+        return value
+    }
+
+    /// Answers the client with the upstream's 101 (its end-to-end fields, its `Upgrade`) and joins the two
+    /// connections. False when a side is gone already (the caller then treats the upstream as failed).
+    static func open(proxy: ProxyServer, client: HTTPServerConnection, upstream: HTTPClientConnection,
+                     response: ReceivedResponseHead, requestedProtocol: String) -> Bool {
+        guard let upstreamEnd = upstream.detachForTunnel() else { return false }
+        var fields: [(name: String, value: String)] = []
+        response.forEachField { name, value in
+            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        }
+        let switchedTo = response.field("upgrade") ?? requestedProtocol
+        fields = HeaderPolicy.forwardedResponseHeaders(fields) + [("Upgrade", switchedTo)]
+        guard let clientEnd = client.switchProtocols(HTTPResponseHead(status: 101, reason: response.reason, fields: fields)) else {
+            upstreamEnd.close()
+            return false
+        }
+        let opened = UpgradeTunnel(proxy: proxy, protocolName: switchedTo)
+        proxy.began(opened)
+        let settings = ByteTunnel.Settings(bufferLimit: 256 * 1024, idleTimeout: proxy.config.timeouts.streamIdleSeconds)
+        opened.tunnel = ByteTunnel(loop: proxy.loop.transport, clientEnd, upstreamEnd, settings: settings) { [weak opened] end in
+            opened?.ended(end)
+        }
+        return true
+    }
+
+    private func ended(_ end: ByteTunnel.End) {
+        guard let proxy else { return }
+        let fromClient = tunnel?.bytesFromFirst ?? 0
+        let fromUpstream = tunnel?.bytesFromSecond ?? 0
+        tunnel = nil
+        let reason: String = switch end {
+        case .closed: "closed"
+        case .idleTimeout: "idle timeout"
+        case .failed(let code): "connection failed (errno \(code))"
+        case .cut: "cut at shutdown"
+        }
+        proxy.logger.info("upgraded connection ended", metadata: [
+            "protocol": "\(protocolName)", "reason": "\(reason)", "bytes_from_client": "\(fromClient)",
+            "bytes_from_upstream": "\(fromUpstream)", "seconds": "\(Int(EventLoop.monotonicNow - openedAt))",
+        ])
+        proxy.tunnelEnded(self)
+    }
+
+    func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {}
+
+    /// The drain deadline passed: the tunnel is cut (a WebSocket may stay open for hours).
+    func abandon() {
+        tunnel?.close()
+    }
+}
