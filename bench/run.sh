@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark tokenrelay against nginx as a reverse proxy, on 127.0.0.1 only, in one run.
+# Benchmark tokenrelay against nginx as a reverse proxy, on 127.0.0.1 only, in one run: tokenrelay on both
+# engines of its proxied port (`data_plane: "transport"`, the default, and `"evhttp"`, the old one) beside
+# nginx (1 worker, keep-alive upstream pool, the same header injection).
 #
-#   bench/run.sh                      # defaults below; about 4-6 minutes
+#   bench/run.sh                      # defaults below; about 6-9 minutes
 #   ROUNDS=1 DURATION=5 CALLGRIND=0 bench/run.sh   # quick look
 #
 # Knobs (environment):
@@ -14,10 +16,12 @@
 #   COUNT_LARGE        requests per strace count, /large                    (default 300)
 #   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
-#   TRANSPORT=0        leave out transport-bench-relay (the new HTTPTransport under a minimal relay)
+#   EVHTTP=0           leave out tokenrelay on the evhttp engine (data_plane: evhttp)
+#   BENCH_RELAY=1      also measure transport-bench-relay (HTTPTransport under a minimal relay, no lifecycle)
+#   CG_KEEP=1          keep the callgrind dumps in bench/results/callgrind-PROXY-PATH.out
 #   IDLE_CLIENTS       idle keep-alive connections held open for the RSS figure (default 10000; 0 skips)
 #   PIN=0              do not pin (default: proxies on CPU 0, upstream and wrk on CPU 1)
-#   BASE_PORT          first of 9 consecutive 127.0.0.1 ports               (default 18590)
+#   BASE_PORT          first of 13 consecutive 127.0.0.1 ports              (default 18590)
 #   SKIP_BUILD=1       use the existing binary as is
 #   PERF=1             afterwards, `perf record -g` tokenrelay during one more /small run
 #
@@ -36,7 +40,9 @@ CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
 # tokenrelay's release build always links the Swift runtime statically (Package.swift), as deployed.
 STDLIB=static
-TRANSPORT=${TRANSPORT:-1}
+EVHTTP=${EVHTTP:-1}
+BENCH_RELAY=${BENCH_RELAY:-0}
+CG_KEEP=${CG_KEEP:-0}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
 # 10,000 idle clients need descriptors: raise the limit for everything started from here.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -55,13 +61,17 @@ RELAY_BIN=$SCRATCH/release/transport-bench-relay
 
 UP_PORT=$BASE_PORT                 # upstream nginx
 NGX_PORT=$((BASE_PORT + 1))        # nginx reverse proxy
-TR_PORT=$((BASE_PORT + 2))         # tokenrelay proxy
-TR_ADMIN_PORT=$((BASE_PORT + 3))   # tokenrelay admin
-CG_NGX_PORT=$((BASE_PORT + 4))     # nginx under callgrind
-CG_TR_PORT=$((BASE_PORT + 5))      # tokenrelay under callgrind
-CG_TR_ADMIN_PORT=$((BASE_PORT + 6))
-TP_PORT=$((BASE_PORT + 7))         # transport-bench-relay
-CG_TP_PORT=$((BASE_PORT + 8))      # transport-bench-relay under callgrind
+CG_NGX_PORT=$((BASE_PORT + 2))     # nginx under callgrind
+# tokenrelay, one instance per engine (proxy name = engine name), each with its admin port, and a second
+# instance of each under callgrind.
+declare -A TR_PORT_OF=([transport]=$((BASE_PORT + 3)) [evhttp]=$((BASE_PORT + 5)))
+declare -A TR_ADMIN_PORT_OF=([transport]=$((BASE_PORT + 4)) [evhttp]=$((BASE_PORT + 6)))
+declare -A CG_TR_PORT_OF=([transport]=$((BASE_PORT + 7)) [evhttp]=$((BASE_PORT + 9)))
+declare -A CG_TR_ADMIN_PORT_OF=([transport]=$((BASE_PORT + 8)) [evhttp]=$((BASE_PORT + 10)))
+RL_PORT=$((BASE_PORT + 11))        # transport-bench-relay
+CG_RL_PORT=$((BASE_PORT + 12))     # transport-bench-relay under callgrind
+ENGINES=(transport)
+if [[ "$EVHTTP" == 1 ]]; then ENGINES=(evhttp transport); fi
 TOKEN=bench-token-123456
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -126,15 +136,15 @@ fi
 if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
     log "building tokenrelay (release, $STDLIB Swift runtime, scratch path ${SCRATCH#"$REPO_DIR"/})"
     (cd "$REPO_DIR" && swift build -c release "${BUILD_FLAGS[@]}" --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 3) >&2
-    if [[ "$TRANSPORT" == 1 ]]; then
+    if [[ "$BENCH_RELAY" == 1 ]]; then
         (cd "$REPO_DIR" && swift build -c release "${BUILD_FLAGS[@]}" --scratch-path "$SCRATCH" --product transport-bench-relay 2>&1 | tail -n 1) >&2
     fi
 fi
-if [[ "$TRANSPORT" == 1 && ! -x "$RELAY_BIN" ]]; then die "transport-bench-relay missing: $RELAY_BIN (run without SKIP_BUILD=1)"; fi
+if [[ "$BENCH_RELAY" == 1 && ! -x "$RELAY_BIN" ]]; then die "transport-bench-relay missing: $RELAY_BIN (run without SKIP_BUILD=1)"; fi
 [[ -x "$BIN" ]] || die "tokenrelay binary missing: $BIN"
 
 # ---------------------------------------------------------------- ports
-for p in "$UP_PORT" "$NGX_PORT" "$TR_PORT" "$TR_ADMIN_PORT" "$CG_NGX_PORT" "$CG_TR_PORT" "$CG_TR_ADMIN_PORT" "$TP_PORT" "$CG_TP_PORT"; do
+for p in $(seq "$BASE_PORT" $((BASE_PORT + 12))); do
     if [[ -n "$(ss -Htln "sport = :$p" 2>/dev/null)" ]]; then
         die "port $p is in use; pick another range with BASE_PORT=..."
     fi
@@ -142,7 +152,6 @@ done
 
 # ---------------------------------------------------------------- temp dir
 mkdir -p "$RESULTS_DIR"
-TR_LOG=$RESULTS_DIR/latest-tokenrelay.log   # kept after the run for diagnosis
 TMP=$(mktemp -d /tmp/tokenrelay-bench.XXXXXX)
 # nginx workers started by root run as 'nobody' and must read /large.
 chmod 0755 "$TMP"
@@ -240,9 +249,10 @@ proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
 
 printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
 chmod 0600 "$TMP/tokens.json"
-tokenrelay_conf() { # port admin-port token-file
+tokenrelay_conf() { # port admin-port token-file engine
     cat <<EOF
 { "listen": "127.0.0.1:$1",
+  "data_plane": "$4",
   "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
@@ -250,11 +260,16 @@ tokenrelay_conf() { # port admin-port token-file
   "limits": { "max_client_connections": 20000 } }
 EOF
 }
-tokenrelay_conf "$TR_PORT" "$TR_ADMIN_PORT" "$TMP/tokens.json" >"$TMP/tokenrelay.json"
-mkdir -p "$TMP/cgtr"
-cp "$TMP/tokens.json" "$TMP/cgtr/tokens.json"
-chmod 0600 "$TMP/cgtr/tokens.json"
-tokenrelay_conf "$CG_TR_PORT" "$CG_TR_ADMIN_PORT" "$TMP/cgtr/tokens.json" >"$TMP/cgtr/tokenrelay.json"
+# Every instance has its own token file (the file is its state; instances must not share it).
+for e in "${ENGINES[@]}"; do
+    for d in "tr-$e" "cgtr-$e"; do
+        mkdir -p "$TMP/$d"
+        cp "$TMP/tokens.json" "$TMP/$d/tokens.json"
+        chmod 0600 "$TMP/$d/tokens.json"
+    done
+    tokenrelay_conf "${TR_PORT_OF[$e]}" "${TR_ADMIN_PORT_OF[$e]}" "$TMP/tr-$e/tokens.json" "$e" >"$TMP/tr-$e/tokenrelay.json"
+    tokenrelay_conf "${CG_TR_PORT_OF[$e]}" "${CG_TR_ADMIN_PORT_OF[$e]}" "$TMP/cgtr-$e/tokens.json" "$e" >"$TMP/cgtr-$e/tokenrelay.json"
+done
 
 # ---------------------------------------------------------------- helpers
 wait_port() { # port seconds
@@ -319,25 +334,29 @@ PIDS+=("$NGX_MASTER")
 wait_port "$NGX_PORT" 5 || { cat "$TMP/ngx/error.log" >&2; die "nginx proxy did not start"; }
 NGX_PID=$(nginx_worker "$NGX_MASTER") || die "nginx proxy worker not found"
 
-log "starting tokenrelay on 127.0.0.1:$TR_PORT"
-"${PROXY_CPU[@]}" "$BIN" run --config "$TMP/tokenrelay.json" 2>"$TR_LOG" &
-TR_PID=$!
-PIDS+=("$TR_PID")
-wait_log "$TR_LOG" 'msg=listening' "$TR_PID" 10 || { cat "$TR_LOG" >&2; die "tokenrelay did not start"; }
-wait_port "$TR_PORT" 5 || die "tokenrelay not listening on $TR_PORT"
-
-PROXIES=(nginx tokenrelay)
-declare -A PID_OF=([nginx]=$NGX_PID [tokenrelay]=$TR_PID)
-declare -A PORT_OF=([nginx]=$NGX_PORT [tokenrelay]=$TR_PORT)
-if [[ "$TRANSPORT" == 1 ]]; then
-    log "starting transport-bench-relay on 127.0.0.1:$TP_PORT"
-    "${PROXY_CPU[@]}" "$RELAY_BIN" "$TP_PORT" "$UP_PORT" "$TOKEN" 2>"$RESULTS_DIR/latest-transport.log" &
-    TP_PID=$!
-    PIDS+=("$TP_PID")
-    wait_port "$TP_PORT" 10 || { cat "$RESULTS_DIR/latest-transport.log" >&2; die "transport-bench-relay did not start"; }
-    PROXIES+=(transport)
-    PID_OF[transport]=$TP_PID
-    PORT_OF[transport]=$TP_PORT
+PROXIES=(nginx)
+declare -A PID_OF=([nginx]=$NGX_PID)
+declare -A PORT_OF=([nginx]=$NGX_PORT)
+declare -A LOG_OF=()
+for e in "${ENGINES[@]}"; do
+    log "starting tokenrelay (data_plane: $e) on 127.0.0.1:${TR_PORT_OF[$e]}"
+    LOG_OF[$e]=$RESULTS_DIR/latest-tokenrelay-$e.log
+    "${PROXY_CPU[@]}" "$BIN" run --config "$TMP/tr-$e/tokenrelay.json" 2>"${LOG_OF[$e]}" &
+    PID_OF[$e]=$!
+    PIDS+=("${PID_OF[$e]}")
+    wait_log "${LOG_OF[$e]}" 'msg=listening' "${PID_OF[$e]}" 10 || { cat "${LOG_OF[$e]}" >&2; die "tokenrelay ($e) did not start"; }
+    wait_port "${TR_PORT_OF[$e]}" 5 || die "tokenrelay ($e) not listening on ${TR_PORT_OF[$e]}"
+    PORT_OF[$e]=${TR_PORT_OF[$e]}
+    PROXIES+=("$e")
+done
+if [[ "$BENCH_RELAY" == 1 ]]; then
+    log "starting transport-bench-relay on 127.0.0.1:$RL_PORT"
+    "${PROXY_CPU[@]}" "$RELAY_BIN" "$RL_PORT" "$UP_PORT" "$TOKEN" 2>"$RESULTS_DIR/latest-relay.log" &
+    PID_OF[relay]=$!
+    PIDS+=("${PID_OF[relay]}")
+    wait_port "$RL_PORT" 10 || { cat "$RESULTS_DIR/latest-relay.log" >&2; die "transport-bench-relay did not start"; }
+    PROXIES+=(relay)
+    PORT_OF[relay]=$RL_PORT
 fi
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A RSS_IDLE RSS_AFTER
@@ -432,26 +451,33 @@ if [[ "$CALLGRIND" == 1 ]]; then
     log "starting nginx and tokenrelay under callgrind (slow)"
     "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/nginx.out" \
         "$NGINX" -p "$TMP/cgngx/" -e "$TMP/cgngx/error.log" -c "$TMP/cgngx/nginx.conf" 2>"$TMP/cg/nginx.err" &
-    CG_NGX_PID=$!
-    PIDS+=("$CG_NGX_PID")
-    # valgrind 3.19 cannot read the DWARF 5 debug info of Swift's static runtime: count on a copy without it.
+    declare -A CG_PID_OF=([nginx]=$!)
+    declare -A CG_PORT_OF=([nginx]=$CG_NGX_PORT)
+    PIDS+=("${CG_PID_OF[nginx]}")
+    # valgrind 3.19 cannot read the DWARF 5 debug info of Swift's static runtime: count on a copy without it
+    # (the symbol table stays, so function names do too).
     objcopy --strip-debug "$BIN" "$TMP/cg/tokenrelay"
-    "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/tokenrelay.out" \
-        "$TMP/cg/tokenrelay" run --config "$TMP/cgtr/tokenrelay.json" 2>"$TMP/cg/tokenrelay.err" &
-    CG_TR_PID=$!
-    PIDS+=("$CG_TR_PID")
-    wait_port "$CG_NGX_PORT" 60 || { cat "$TMP/cg/nginx.err" >&2; die "nginx under callgrind did not start"; }
-    wait_log "$TMP/cg/tokenrelay.err" 'msg=listening' "$CG_TR_PID" 120 || { cat "$TMP/cg/tokenrelay.err" >&2; die "tokenrelay under callgrind did not start"; }
-    declare -A CG_PID_OF=([nginx]=$CG_NGX_PID [tokenrelay]=$CG_TR_PID)
-    declare -A CG_PORT_OF=([nginx]=$CG_NGX_PORT [tokenrelay]=$CG_TR_PORT)
-    if [[ "$TRANSPORT" == 1 ]]; then
-        "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/transport.out" \
-            "$RELAY_BIN" "$CG_TP_PORT" "$UP_PORT" "$TOKEN" 2>"$TMP/cg/transport.err" &
-        CG_PID_OF[transport]=$!
-        PIDS+=("${CG_PID_OF[transport]}")
-        CG_PORT_OF[transport]=$CG_TP_PORT
-        wait_port "$CG_TP_PORT" 60 || { cat "$TMP/cg/transport.err" >&2; die "transport-bench-relay under callgrind did not start"; }
+    for e in "${ENGINES[@]}"; do
+        "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/$e.out" \
+            "$TMP/cg/tokenrelay" run --config "$TMP/cgtr-$e/tokenrelay.json" 2>"$TMP/cg/$e.err" &
+        CG_PID_OF[$e]=$!
+        CG_PORT_OF[$e]=${CG_TR_PORT_OF[$e]}
+        PIDS+=("${CG_PID_OF[$e]}")
+    done
+    if [[ "$BENCH_RELAY" == 1 ]]; then
+        "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/relay.out" \
+            "$RELAY_BIN" "$CG_RL_PORT" "$UP_PORT" "$TOKEN" 2>"$TMP/cg/relay.err" &
+        CG_PID_OF[relay]=$!
+        PIDS+=("${CG_PID_OF[relay]}")
+        CG_PORT_OF[relay]=$CG_RL_PORT
     fi
+    for p in "${PROXIES[@]}"; do
+        if [[ "$p" == nginx || "$p" == relay ]]; then
+            wait_port "${CG_PORT_OF[$p]}" 120 || { cat "$TMP/cg/$p.err" >&2; die "$p under callgrind did not start"; }
+        else
+            wait_log "$TMP/cg/$p.err" 'msg=listening' "${CG_PID_OF[$p]}" 180 || { cat "$TMP/cg/$p.err" >&2; die "tokenrelay ($p) under callgrind did not start"; }
+        fi
+    done
     for s in "${SCENARIOS[@]}"; do
         for p in "${PROXIES[@]}"; do
             pid=${CG_PID_OF[$p]}
@@ -465,6 +491,7 @@ if [[ "$CALLGRIND" == 1 ]]; then
             dump=$(ls -t "$TMP/cg/$p.out".* 2>/dev/null | head -n 1)
             [[ -n "$dump" && -n "$n" && "$n" -gt 0 ]] || die "$p / $s: callgrind produced no dump"
             INSN[$p.$s]=$(awk -v n="$n" '/^(summary|totals):/ {printf "%.0f", $2 / n; exit}' "$dump")
+            if [[ "$CG_KEEP" == 1 ]]; then cp "$dump" "$RESULTS_DIR/callgrind-$p-$s.out"; fi
             log "$p / $s: ${INSN[$p.$s]} user-space instructions per request over $n requests"
         done
     done
@@ -520,7 +547,7 @@ mb() { awk -v k="$1" 'BEGIN {printf "%.1fM", k / 1024}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "x%.2f", a / b }'; }
 REPORT=$RESULTS_DIR/latest.txt
 {
-    echo "tokenrelay vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'), tokenrelay Swift runtime: $STDLIB)"
+    echo "tokenrelay (evhttp = data_plane evhttp, transport = data_plane transport) vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'), tokenrelay Swift runtime: $STDLIB)"
     echo "small = /small, 100-byte body, wrk -t1 -c$CONNECTIONS; large = /large, 1 MiB body, wrk -t1 -c$LARGE_CONNECTIONS"
     echo "timed: medians of $ROUNDS interleaved rounds of ${DURATION}s; pinned: ${PROXY_CPU[*]:-no}"
     echo "syscalls/req: strace -c -f over $COUNT_SMALL (small) / $COUNT_LARGE (large) requests, c=8"
@@ -547,6 +574,13 @@ REPORT=$RESULTS_DIR/latest.txt
         done
     done
     echo
+    echo "timed figures, every round (how noisy the medians above are):"
+    for s in "${SCENARIOS[@]}"; do
+        for p in "${PROXIES[@]}"; do
+            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}"
+        done
+    done
+    echo
     echo "RSS      idle       after load   with $IDLE_CLIENTS idle clients   (nginx: worker only)"
     for p in "${PROXIES[@]}"; do
         idle_clients=${RSS_IDLE_CLIENTS[$p]:-}
@@ -563,10 +597,12 @@ REPORT=$RESULTS_DIR/latest.txt
     echo "errors = wrk non-2xx/3xx responses + socket errors over all timed rounds; raw: bench/results/latest-wrk.txt"
 } | tee "$RESULTS_DIR/latest.txt"
 
-if grep -qiE 'level=(error|warn|critical)' "$TR_LOG"; then
-    log "tokenrelay logged warnings/errors:"
-    grep -iE 'level=(error|warn|critical)' "$TR_LOG" | sort | uniq -c | sort -rn | head -n 10 >&2
-fi
+for e in "${ENGINES[@]}"; do
+    if grep -qiE 'level=(error|warn|critical)' "${LOG_OF[$e]}"; then
+        log "tokenrelay ($e) logged warnings/errors:"
+        grep -iE 'level=(error|warn|critical)' "${LOG_OF[$e]}" | sort | uniq -c | sort -rn | head -n 10 >&2
+    fi
+done
 
 # ---------------------------------------------------------------- perf (optional)
 if [[ "$PERF" == 1 ]]; then
@@ -576,12 +612,12 @@ if [[ "$PERF" == 1 ]]; then
         set +e +o pipefail   # head closing pipes must not abort the script here
         PERF_OUT=$RESULTS_DIR/perf-latest.txt
         PERF_DATA=$RESULTS_DIR/perf-latest.data
-        log "profiling tokenrelay with perf during a ${DURATION}s /small run"
-        perf record -q -F 999 -g -p "$TR_PID" -o "$PERF_DATA" -- sleep "$((DURATION + 1))" \
+        log "profiling tokenrelay (transport) with perf during a ${DURATION}s /small run"
+        perf record -q -F 999 -g -p "${PID_OF[transport]}" -o "$PERF_DATA" -- sleep "$((DURATION + 1))" \
             >/dev/null 2>"$TMP/perf.err" &
         PERF_PID=$!
         sleep 0.5
-        "${LOAD_CPU[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" "http://127.0.0.1:$TR_PORT/small" >/dev/null 2>&1 || true
+        "${LOAD_CPU[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" "http://127.0.0.1:${PORT_OF[transport]}/small" >/dev/null 2>&1 || true
         wait "$PERF_PID" || { cat "$TMP/perf.err" >&2; log "perf record failed"; }
         if [[ -s "$PERF_DATA" ]]; then
             demangle() { if command -v swift-demangle >/dev/null 2>&1; then swift-demangle --simplified; else cat; fi; }

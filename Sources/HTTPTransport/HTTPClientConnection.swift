@@ -355,30 +355,34 @@ public final class HTTPClientConnection {
         requestBodySent = 0
         var out: [UInt8] = []
         out.reserveCapacity(64 + target.count + fields.count * 32)
-        out.append(contentsOf: method.utf8)
+        out.appendUTF8(method)
         out.append(0x20)
         out.append(contentsOf: target)
-        out.append(contentsOf: " HTTP/1.1\r\n".utf8)
+        out.appendASCII(" HTTP/1.1\r\n")
         for field in fields where isSendableField(field.name, field.value) {
             if expectContinue && field.name.lowercased() == "expect" { continue }
-            out.append(contentsOf: field.name.utf8)
-            out.append(contentsOf: ": ".utf8)
-            out.append(contentsOf: field.value.utf8)
-            out.append(contentsOf: "\r\n".utf8)
+            out.appendUTF8(field.name)
+            out.appendASCII(": ")
+            out.appendUTF8(field.value)
+            out.appendASCII("\r\n")
         }
-        if expectContinue { out.append(contentsOf: "Expect: 100-continue\r\n".utf8) }
+        if expectContinue { out.appendASCII("Expect: 100-continue\r\n") }
         if let upgrade, body == .none, isSendableField("Upgrade", upgrade) {
-            out.append(contentsOf: "Upgrade: \(upgrade)\r\nConnection: Upgrade\r\n".utf8)
+            out.appendASCII("Upgrade: ")
+            out.appendUTF8(upgrade)
+            out.appendASCII("\r\nConnection: Upgrade\r\n")
         }
         switch framing {
         case .length(let n):
-            out.append(contentsOf: "Content-Length: \(n)\r\n".utf8)
+            out.appendASCII("Content-Length: ")
+            out.appendUTF8(String(n))
+            out.appendASCII("\r\n")
         case .chunked:
-            out.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
+            out.appendASCII("Transfer-Encoding: chunked\r\n")
         case .none, .closeDelimited:
             break
         }
-        out.append(contentsOf: "\r\n".utf8)
+        out.appendASCII("\r\n")
         if framing == .none || framing == .length(0) || expectContinue {
             stream.write(out)
         } else {

@@ -109,32 +109,32 @@ func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
 func serializeResponseHead(_ head: HTTPResponseHead, version: HTTPVersion, framing: ResponseFraming, close: Bool) -> [UInt8] {
     var out: [UInt8] = []
     out.reserveCapacity(128 + head.fields.count * 32)
-    out.append(contentsOf: "HTTP/1.1 ".utf8)
-    out.append(contentsOf: String(head.status).utf8)
+    out.appendASCII("HTTP/1.1 ")
+    out.appendUTF8(String(head.status))
     out.append(0x20)
-    out.append(contentsOf: head.reason.utf8.filter { $0 >= 0x20 && $0 != 0x7F })
-    out.append(contentsOf: "\r\n".utf8)
+    for b in head.reason.utf8 where b >= 0x20 && b != 0x7F { out.append(b) }
+    out.appendASCII("\r\n")
     for field in head.fields where isSendableField(field.name, field.value) {
-        out.append(contentsOf: field.name.utf8)
-        out.append(contentsOf: ": ".utf8)
-        out.append(contentsOf: field.value.utf8)
-        out.append(contentsOf: "\r\n".utf8)
+        out.appendUTF8(field.name)
+        out.appendASCII(": ")
+        out.appendUTF8(field.value)
+        out.appendASCII("\r\n")
     }
     switch framing {
     case .none, .closeDelimited: break
     case .length(let n):
-        out.append(contentsOf: "Content-Length: ".utf8)
-        out.append(contentsOf: String(n).utf8)
-        out.append(contentsOf: "\r\n".utf8)
+        out.appendASCII("Content-Length: ")
+        out.appendUTF8(String(n))
+        out.appendASCII("\r\n")
     case .chunked:
-        out.append(contentsOf: "Transfer-Encoding: chunked\r\n".utf8)
+        out.appendASCII("Transfer-Encoding: chunked\r\n")
     }
     if close {
-        out.append(contentsOf: "Connection: close\r\n".utf8)
+        out.appendASCII("Connection: close\r\n")
     } else if version == .http10 {
-        out.append(contentsOf: "Connection: keep-alive\r\n".utf8)
+        out.appendASCII("Connection: keep-alive\r\n")
     }
-    out.append(contentsOf: "\r\n".utf8)
+    out.appendASCII("\r\n")
     return out
 }
 
@@ -147,9 +147,19 @@ enum ResponseFraming: Equatable {
 
 /// A field the transport may write: a token name, a value without CR, LF, NUL or other controls (so that
 /// no value can end the head early), and not one of the framing fields the transport writes itself.
+/// Called for every field of every head sent, so it reads the bytes in place and allocates nothing.
 func isSendableField(_ name: String, _ value: String) -> Bool {
-    guard !name.isEmpty else { return false }
-    for b in name.utf8 {
+    let nameIsToken = name.utf8.withContiguousStorageIfAvailable(isToken) ?? isToken(Array(name.utf8))
+    guard nameIsToken else { return false }
+    let valueIsClean = value.utf8.withContiguousStorageIfAvailable(hasNoControls) ?? hasNoControls(Array(value.utf8))
+    guard valueIsClean else { return false }
+    return !(asciiEqualIgnoringCase(name, "content-length") || asciiEqualIgnoringCase(name, "transfer-encoding")
+        || asciiEqualIgnoringCase(name, "connection"))
+}
+
+private func isToken<C: Collection<UInt8>>(_ bytes: C) -> Bool {
+    guard !bytes.isEmpty else { return false }
+    for b in bytes {
         switch b {
         case 0x61...0x7A, 0x41...0x5A, 0x30...0x39, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
             continue
@@ -157,10 +167,38 @@ func isSendableField(_ name: String, _ value: String) -> Bool {
             return false
         }
     }
-    for b in value.utf8 where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
-    let lower = Array(name.utf8)
-    for framing in ["content-length", "transfer-encoding", "connection"] where asciiEqualIgnoringCase(lower[...], Array(framing.utf8)) {
-        return false
-    }
     return true
+}
+
+private func hasNoControls<C: Collection<UInt8>>(_ bytes: C) -> Bool {
+    for b in bytes where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
+    return true
+}
+
+/// `name` equals `lowercase` (which must be lower-case ASCII) ignoring ASCII case, without copying either.
+func asciiEqualIgnoringCase(_ name: String, _ lowercase: StaticString) -> Bool {
+    let utf8 = name.utf8
+    guard utf8.count == lowercase.utf8CodeUnitCount else { return false }
+    return lowercase.withUTF8Buffer { wanted in
+        var i = 0
+        for x in utf8 {
+            let lowerX = (x >= 0x41 && x <= 0x5A) ? x | 0x20 : x
+            if lowerX != wanted[i] { return false }
+            i &+= 1
+        }
+        return true
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Appends a string's UTF-8 bytes with one copy (appending a `String.UTF8View` goes byte by byte).
+    mutating func appendUTF8(_ string: String) {
+        let copied: Void? = string.utf8.withContiguousStorageIfAvailable { append(contentsOf: $0) }
+        if copied == nil { append(contentsOf: string.utf8) }
+    }
+
+    /// Appends a literal's bytes with one copy.
+    mutating func appendASCII(_ literal: StaticString) {
+        literal.withUTF8Buffer { append(contentsOf: $0) }
+    }
 }

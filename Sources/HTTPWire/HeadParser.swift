@@ -262,6 +262,10 @@ public struct HeadParser: Sendable {
     private func parseFields(_ buffer: UnsafeMutableRawBufferPointer, from: Int, headEnd: Int, fields: inout [FieldLine],
                              facts: inout FramingFacts,
                              onField: (Int, Range<Int>, Range<Int>) throws(HTTPWireError) -> Void) throws(HTTPWireError) {
+        // Reserved when the first head arrives, not when the head value is made (with each connection): a
+        // connection that never sends a request (pre-opened by a client, idle) holds no field table, and
+        // every later head reuses this one.
+        if fields.capacity < 32 { fields.reserveCapacity(32) }
         let bytes = UnsafeRawBufferPointer(buffer)
         var lineStart = from
         var previousTerminator = 0..<0   // the line ending before the current line, for folding

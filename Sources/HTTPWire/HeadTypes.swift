@@ -97,7 +97,8 @@ public struct RequestHead: Sendable {
     /// Bytes of the head, leading empty lines and the final empty line included: the body starts here.
     public var headLength = 0
 
-    public init() { fields.reserveCapacity(32) }
+    /// The field table is reserved by the first parsed head, not here (see `HeadParser`).
+    public init() {}
 }
 
 public struct ResponseHead: Sendable {
@@ -110,5 +111,6 @@ public struct ResponseHead: Sendable {
     /// 1xx: another head follows on the same connection.
     public var isInformational: Bool { status >= 100 && status < 200 }
 
-    public init() { fields.reserveCapacity(32) }
+    /// The field table is reserved by the first parsed head, not here (see `HeadParser`).
+    public init() {}
 }

@@ -1,0 +1,39 @@
+@testable import HTTPTransport
+import XCTest
+
+/// The check every outgoing field passes (request and response heads): the framing fields stay the
+/// transport's whatever their case, and no name or value can end or split the head.
+final class SendableFieldTests: XCTestCase {
+    func testOrdinaryFieldsPass() {
+        XCTAssertTrue(isSendableField("Authorization", "Bearer abc"))
+        XCTAssertTrue(isSendableField("X-Custom_Name", "a\tb"))
+        XCTAssertTrue(isSendableField("Content-Type", "text/plain; charset=utf-8"))
+        XCTAssertTrue(isSendableField("Connection-Id", "1"))   // a prefix of "connection" is another field
+        XCTAssertTrue(isSendableField("Content-Lengths", "1"))
+    }
+
+    func testFramingFieldsAreRefusedInAnyCase() {
+        for name in ["Content-Length", "content-length", "CONTENT-LENGTH", "Transfer-Encoding", "transfer-ENCODING",
+                     "Connection", "connection"] {
+            XCTAssertFalse(isSendableField(name, "x"), name)
+        }
+    }
+
+    func testNamesMustBeTokens() {
+        for name in ["", "Bad Name", "Bad:Name", "Bad\r\nName", "Bäd", "X(y)"] {
+            XCTAssertFalse(isSendableField(name, "x"), name)
+        }
+    }
+
+    func testValuesWithControlsAreRefused() {
+        for value in ["a\r\nInjected: 1", "a\nb", "a\u{0}b", "a\u{7F}b", "a\u{1B}b"] {
+            XCTAssertFalse(isSendableField("X-Test", value), value.debugDescription)
+        }
+    }
+
+    func testReasonControlsAreDroppedFromTheStatusLine() {
+        let head = serializeResponseHead(HTTPResponseHead(status: 200, reason: "O\r\nK\u{7F}"), version: .http11,
+                                         framing: .length(0), close: false)
+        XCTAssertEqual(String(decoding: head, as: UTF8.self), "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+    }
+}

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Where tokenrelay's user-space instructions go per proxied request: callgrind's per-function inclusive and
+# self costs over a fixed number of requests (counters zeroed after a warm-up), on the release build
+# bench/run.sh measures (.build-bench, git-ignored like every .build*). Functions are named from the
+# symbol table; code the optimiser inlined is charged to the function it was inlined into.
+#
+#   bench/profile.sh                    # data_plane transport, /small, 2000 requests
+#   ENGINE=evhttp PATH_=large COUNT=40 bench/profile.sh
+#   BIN=/path/to/tokenrelay SKIP_BUILD=1 bench/profile.sh   # another build (before/after a change)
+#
+# Knobs: ENGINE (transport|evhttp), PATH_ (small|large), COUNT (requests counted), CONNECTIONS (wrk, 4),
+# BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix).
+# A build with debug info (`-Xswiftc -g`) does not help here: valgrind 3.19 gives up on the DWARF 5
+# forms (strx1, addrx) in the static Swift runtime's debug info, so the binary is profiled without it.
+# Output: bench/results/profile-ENGINE-PATH[TAG].txt and the raw dump profile-ENGINE-PATH[TAG].callgrind
+# (open with callgrind_annotate --tree=caller, or kcachegrind).
+set -euo pipefail
+
+ENGINE=${ENGINE:-transport}
+PATH_=${PATH_:-small}
+COUNT=${COUNT:-2000}
+CONNECTIONS=${CONNECTIONS:-4}
+BASE_PORT=${BASE_PORT:-18620}
+SKIP_BUILD=${SKIP_BUILD:-0}
+TOP=${TOP:-40}
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
+RESULTS_DIR=$BENCH_DIR/results
+SCRATCH=$REPO_DIR/.build-bench
+BIN=${BIN:-$SCRATCH/release/tokenrelay}
+TAG=${TAG:-}
+UP_PORT=$BASE_PORT
+TR_PORT=$((BASE_PORT + 1))
+ADMIN_PORT=$((BASE_PORT + 2))
+TOKEN=bench-token-123456
+
+log() { printf '[profile] %s\n' "$*" >&2; }
+die() { printf '[profile] ERROR: %s\n' "$*" >&2; exit 1; }
+
+PIDS=()
+TMP=""
+cleanup() {
+    local rc=$? pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf "$TMP"; fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for tool in wrk valgrind callgrind_annotate callgrind_control; do
+    command -v "$tool" >/dev/null 2>&1 || die "$tool missing (bench/run.sh installs wrk, nginx-light, valgrind)"
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[[ -x "$NGINX" ]] || die "nginx not found"
+
+if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
+    log "building tokenrelay (release) in ${SCRATCH#"$REPO_DIR"/}"
+    (cd "$REPO_DIR" && swift build -c release --static-swift-stdlib --scratch-path "$SCRATCH" --product tokenrelay 2>&1 | tail -n 2) >&2
+fi
+[[ -x "$BIN" ]] || die "binary missing: $BIN"
+
+mkdir -p "$RESULTS_DIR"
+TMP=$(mktemp -d /tmp/tokenrelay-profile.XXXXXX)
+chmod 0755 "$TMP"
+mkdir -p "$TMP/www" "$TMP/up"
+head -c 1048576 /dev/urandom >"$TMP/www/large"
+chmod 0644 "$TMP/www/large"
+SMALL_BODY=$(printf 'x%.0s' $(seq 1 99))
+cat >"$TMP/up/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $TMP/up/nginx.pid;
+error_log $TMP/up/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $TMP/up/client_body;
+    proxy_temp_path $TMP/up/proxy;
+    fastcgi_temp_path $TMP/up/fastcgi;
+    uwsgi_temp_path $TMP/up/uwsgi;
+    scgi_temp_path $TMP/up/scgi;
+    default_type application/octet-stream;
+    keepalive_requests 1000000;
+    sendfile on;
+    server {
+        listen 127.0.0.1:$UP_PORT;
+        location = /large { root $TMP/www; }
+        location = /small { return 200 "$SMALL_BODY\n"; }
+    }
+}
+EOF
+printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
+chmod 0600 "$TMP/tokens.json"
+cat >"$TMP/tokenrelay.json" <<EOF
+{ "listen": "127.0.0.1:$TR_PORT",
+  "data_plane": "$ENGINE",
+  "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
+  "tokens": { "file": "$TMP/tokens.json" },
+  "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
+  "admin": { "listen": "127.0.0.1:$ADMIN_PORT" } }
+EOF
+cat >"$TMP/count.lua" <<'EOF'
+local done_count = 0
+local limit = tonumber(os.getenv("COUNT"))
+response = function(status, headers, body)
+    done_count = done_count + 1
+    if done_count == limit then
+        local f = io.open(os.getenv("MARKER"), "w")
+        f:close()
+        wrk.thread:stop()
+    end
+end
+EOF
+wrk_count() { # count -> wrk output
+    local marker=$TMP/count.done w
+    rm -f "$marker"
+    COUNT=$1 MARKER=$marker wrk -t1 -c"$CONNECTIONS" -d600s -s "$TMP/count.lua" "http://127.0.0.1:$TR_PORT/$PATH_" >"$TMP/count.out" 2>&1 &
+    w=$!
+    for _ in $(seq 1 12000); do [[ -e "$marker" ]] && break; kill -0 "$w" 2>/dev/null || break; sleep 0.05; done
+    kill -INT "$w" 2>/dev/null || true
+    wait "$w" 2>/dev/null || true
+    cat "$TMP/count.out"
+}
+
+"$NGINX" -p "$TMP/up/" -e "$TMP/up/error.log" -c "$TMP/up/nginx.conf" &
+PIDS+=($!)
+objcopy --strip-debug "$BIN" "$TMP/tokenrelay"
+valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+    "$TMP/tokenrelay" run --config "$TMP/tokenrelay.json" 2>"$TMP/tokenrelay.err" &
+CG_PID=$!
+PIDS+=("$CG_PID")
+for _ in $(seq 1 3600); do
+    grep -q 'msg=listening' "$TMP/tokenrelay.err" 2>/dev/null && break
+    kill -0 "$CG_PID" 2>/dev/null || { cat "$TMP/tokenrelay.err" >&2; die "tokenrelay under callgrind exited"; }
+    sleep 0.05
+done
+grep -q 'msg=listening' "$TMP/tokenrelay.err" || die "tokenrelay under callgrind did not start"
+
+wrk_count 20 >/dev/null
+callgrind_control -z "$CG_PID" >/dev/null 2>&1
+out=$(wrk_count "$COUNT")
+rm -f "$TMP/cg.out".*
+callgrind_control -d "$CG_PID" >/dev/null 2>&1
+n=$(awk '/requests in/ {print $1; exit}' <<<"$out")
+dump=$(ls -t "$TMP/cg.out".* 2>/dev/null | head -n 1)
+[[ -n "$dump" && -n "$n" && "$n" -gt 0 ]] || die "no callgrind dump"
+RAW=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.callgrind
+cp "$dump" "$RAW"
+
+demangle() { if command -v swift-demangle >/dev/null 2>&1; then swift-demangle --simplified; else cat; fi; }
+total=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
+REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.txt
+{
+    echo "tokenrelay data_plane $ENGINE, /$PATH_, $n requests (c=$CONNECTIONS), $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    awk -v t="$total" -v n="$n" 'BEGIN {printf "user-space instructions: %d per request\n", t / n}'
+    echo
+    echo "--- inclusive (instructions per request, % of all) ---"
+    callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null \
+        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ .*\(/ || /^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
+        | head -n "$TOP" | demangle
+    echo
+    echo "--- self (instructions per request, % of all) ---"
+    callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null \
+        | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
+        | head -n "$TOP" | demangle
+} | tee "$REPORT"
+log "dump kept in $RAW"
