@@ -110,7 +110,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         forwardedFields = ForwardingHeaders.apply(
             to: HeaderPolicy.forwardedRequestHeaders(clientFields, keepAuthorization: passthrough, injectedHeader: injection.headerKey),
             clientAddress: client.peer.host, settings: proxy.config.forwarding)
-        forwardedFields.append(("Host", route.upstream.authority))
+        forwardedFields.append(("Host", route.authority))
         execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: now))
     }
 

@@ -261,7 +261,7 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
         let started = call.start(on: connection, method: method, target: target) { request in
             let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
             for header in forwardedHeaders { headers.add(header.name, header.value) }
-            headers.add("Host", route.upstream.authority)
+            headers.add("Host", route.authority)
             if case .token(_, let authorization) = credential { headers.add(injection.header, authorization) }
             let length = EvBuffer.length(body)
             // evhttp adds Content-Length only for POST and PUT (docs/evhttp.md, content-length); framing is ours.

@@ -71,13 +71,33 @@ struct RequestTarget {
         return .success(target)
     }
 
-    /// A path segment that is `.` or `..`, also percent-encoded (`%2e`), before any query.
+    /// A path segment that is `.` or `..`, also percent-encoded (`%2e`), before any query. Scanned as bytes:
+    /// it runs on every request, and most paths have no dot at all.
     static func hasDotSegment(_ target: String) -> Bool {
-        let path = target.utf8.prefix { $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") }
-        return path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).contains { segment in
-            let lowered = String(decoding: segment, as: UTF8.self).lowercased().replacing("%2e", with: ".")
-            return lowered == "." || lowered == ".."
+        var dots = 0
+        var onlyDots = true
+        var pendingPercent = 0   // bytes of a "%2e" seen so far
+        for byte in target.utf8 {
+            if byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
+            if byte == UInt8(ascii: "/") {
+                if onlyDots && pendingPercent == 0 && (dots == 1 || dots == 2) { return true }
+                dots = 0
+                onlyDots = true
+                pendingPercent = 0
+                continue
+            }
+            guard onlyDots else { continue }
+            switch (pendingPercent, byte) {
+            case (0, UInt8(ascii: ".")): dots += 1
+            case (0, UInt8(ascii: "%")): pendingPercent = 1
+            case (1, UInt8(ascii: "2")): pendingPercent = 2
+            case (2, UInt8(ascii: "e")), (2, UInt8(ascii: "E")):
+                pendingPercent = 0
+                dots += 1
+            default: onlyDots = false
+            }
         }
+        return onlyDots && pendingPercent == 0 && (dots == 1 || dots == 2)
     }
 
     private func namesUpstream(scheme: String, host: String, port: Int) -> Bool {

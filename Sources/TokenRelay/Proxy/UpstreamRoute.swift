@@ -9,6 +9,8 @@ import HTTPTransport
 /// and a connection always goes back to the pool it came from.
 final class UpstreamRoute {
     let upstream: HTTPEndpoint
+    /// The `Host` every forwarded request carries (computed once, not per request).
+    let authority: String
     /// evhttp's connections (`data_plane: evhttp`); opens none until asked.
     let pool: UpstreamPool
     /// HTTPTransport's connections (`data_plane: transport`).
@@ -18,6 +20,7 @@ final class UpstreamRoute {
 
     init(config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
         upstream = config.upstream.url
+        authority = config.upstream.url.authority
         passthroughPrefixes = config.upstream.passthroughPrefixes
         let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
                                                 timeoutSeconds: config.timeouts.upstreamSeconds)

@@ -74,7 +74,8 @@ final class RefreshCoordinator {
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
                                                    needsRefreshToken: endpoint.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
                                                    sharedStore: store.isShared)
-        machine = RefreshMachine(tokens: initialTokens, settings: machineSettings, now: Self.now())
+        machine = RefreshMachine(tokens: initialTokens, settings: machineSettings,
+                                 now: RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: 0.5))
         cachedGeneration = machine.generation
         if store.isShared { machine.awaitStore("connecting to \(store.kind)") }
         publish()
@@ -92,8 +93,11 @@ final class RefreshCoordinator {
     /// 30 days.
     private static let longestTimer = 30.0 * 86_400
 
-    private static func now() -> RefreshMachine.Instant {
-        RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: Double.random(in: 0...1))
+    /// Drawn on the loop's thread only, like everything the coordinator owns.
+    private var jitter = JitterSource()
+
+    private func now() -> RefreshMachine.Instant {
+        RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: jitter.next())
     }
 
     /// Starts the timers: proactive refresh (at once if the stored token is already due) and the store
@@ -103,10 +107,10 @@ final class RefreshCoordinator {
         store.onReachability = { [weak self] outage in
             guard let self else { return }
             self.metrics.storeConnected.record(outage == nil ? 1 : 0)
-            self.execute(outage.map { self.machine.storeUnreachable($0, now: Self.now()) } ?? self.machine.storeReachable(now: Self.now()))
+            self.execute(outage.map { self.machine.storeUnreachable($0, now: self.now()) } ?? self.machine.storeReachable(now: self.now()))
         }
         store.start()
-        execute(machine.start(now: Self.now(), inFlight: store.readInFlightRecord()))
+        execute(machine.start(now: self.now(), inFlight: store.readInFlightRecord()))
         let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
             self?.watchStore()
             self?.publish()
@@ -118,7 +122,7 @@ final class RefreshCoordinator {
     // MARK: - Questions the proxy and the admin listener ask
 
     func admit() -> Admission {
-        let (admission, actions) = machine.admit(now: Self.now())
+        let (admission, actions) = machine.admit(now: self.now())
         execute(actions)
         switch admission {
         case .send(let generation): return .send(generation: generation, authorization: authorizationValue(generation))
@@ -130,7 +134,7 @@ final class RefreshCoordinator {
 
     /// A request sent with `sentGeneration` came back with a refresh-triggering status (its first send).
     func unauthorized(sentGeneration: UInt64) -> UnauthorizedDecision {
-        let (decision, actions) = machine.unauthorized(sentGeneration: sentGeneration, now: Self.now())
+        let (decision, actions) = machine.unauthorized(sentGeneration: sentGeneration, now: self.now())
         execute(actions)
         return decision
     }
@@ -138,7 +142,7 @@ final class RefreshCoordinator {
     /// Operator-requested refresh (`POST /refresh`): clears the latch and the storm guard, joins a
     /// running refresh.
     func forceRefresh(completion: @escaping (Outcome) -> Void) {
-        let (immediate, actions) = machine.forceRefresh(now: Self.now())
+        let (immediate, actions) = machine.forceRefresh(now: self.now())
         if immediate == nil { completions.append(completion) }
         execute(actions)
         if let immediate { completion(immediate) }
@@ -170,7 +174,7 @@ final class RefreshCoordinator {
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
                                                    needsRefreshToken: settings.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
                                                    sharedStore: store.isShared)
-        execute(machine.apply(machineSettings, now: Self.now()))
+        execute(machine.apply(machineSettings, now: self.now()))
     }
 
     var state: State { machine.state }
@@ -207,7 +211,7 @@ final class RefreshCoordinator {
 
     /// Graceful shutdown: no new refresh cycles or retries from now on.
     func stopRefreshing() {
-        execute(machine.shutdown(now: Self.now()))
+        execute(machine.shutdown(now: self.now()))
     }
 
     /// At exit, after the loop has stopped: one last synchronous write of tokens that could not be
@@ -274,7 +278,7 @@ final class RefreshCoordinator {
                 // Taken out of the table while its handler runs: re-arming the same kind inside the
                 // handler must not free the event that is calling us.
                 let firing = self.timers.removeValue(forKey: kind)
-                self.execute(self.machine.timerFired(kind, now: Self.now()))
+                self.execute(self.machine.timerFired(kind, now: self.now()))
                 withExtendedLifetime(firing) {}
             }
             timers[kind] = timer
@@ -294,11 +298,11 @@ final class RefreshCoordinator {
                         self.store.noteAdopted()
                         self.deliver(read, source: "lock") {
                             self.machine.lockAcquired(store: read, lockValidUntil: self.store.lockValidUntil,
-                                                      inFlight: self.store.readInFlightRecord(), now: Self.now())
+                                                      inFlight: self.store.readInFlightRecord(), now: self.now())
                         }
                     }
                 } else {
-                    self.execute(self.machine.lockTimedOut(now: Self.now()))
+                    self.execute(self.machine.lockTimedOut(now: self.now()))
                 }
             }
         case .releaseLock:
@@ -306,14 +310,14 @@ final class RefreshCoordinator {
         case .presentRefreshToken(let tokens):
             endpoint.refresh(current: tokens) { [weak self] result, retryAfter in
                 guard let self else { return }
-                self.execute(self.machine.tokenEndpointAnswered(result, retryAfter: retryAfter, now: Self.now()))
+                self.execute(self.machine.tokenEndpointAnswered(result, retryAfter: retryAfter, now: self.now()))
             }
         case .persist(let tokens):
             write(tokens)
         case .readStore:
             store.read { [weak self] read in
                 guard let self else { return }
-                self.deliver(read, source: "reread") { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: Self.now()) }
+                self.deliver(read, source: "reread") { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: self.now()) }
             }
         case .latchLoginRequired(let reason):
             store.latchLoginRequired(machine.tokens, reason: reason)
@@ -352,12 +356,12 @@ final class RefreshCoordinator {
             guard let self else { return }
             switch outcome {
             case .written:
-                self.execute(self.machine.persisted(now: Self.now()))
+                self.execute(self.machine.persisted(now: self.now()))
             case .failed(let error):
-                self.execute(self.machine.persistFailed(error, now: Self.now()))
+                self.execute(self.machine.persistFailed(error, now: self.now()))
             case .conflict(let read):
                 self.metrics.storeConflicts.increment()
-                self.deliver(read, source: "conflict") { self.machine.persistConflicted(read, now: Self.now()) }
+                self.deliver(read, source: "conflict") { self.machine.persistConflicted(read, now: self.now()) }
                 // Adopted or not, the next write is based on the version just read: one that lost to an
                 // older token set (ours are the live ones) then writes over it.
                 self.store.noteAdopted()
@@ -371,13 +375,13 @@ final class RefreshCoordinator {
         do {
             writer = try store.inFlightRecordWriter(for: record)
         } catch {
-            return execute(machine.inFlightRecordFailed("\(error)", now: Self.now()))
+            return execute(machine.inFlightRecordFailed("\(error)", now: self.now()))
         }
         OffLoopWork.run(on: loop, { Result { try writer() } }) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
-            case .success: self.execute(self.machine.inFlightRecorded(now: Self.now()))
-            case .failure(let error): self.execute(self.machine.inFlightRecordFailed("\(error)", now: Self.now()))
+            case .success: self.execute(self.machine.inFlightRecorded(now: self.now()))
+            case .failure(let error): self.execute(self.machine.inFlightRecordFailed("\(error)", now: self.now()))
             }
         }
     }
@@ -411,7 +415,7 @@ final class RefreshCoordinator {
     private func readChangedStore(source: String) {
         store.read { [weak self] read in
             guard let self else { return }
-            self.deliver(read, source: source) { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: Self.now()) }
+            self.deliver(read, source: source) { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: self.now()) }
         }
     }
 
