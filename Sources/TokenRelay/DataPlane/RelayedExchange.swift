@@ -28,11 +28,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private let upgradeProtocol: String?
 
     private var lifecycle: RequestLifecycle
-    /// Actions waiting to run: an action that feeds the machine an event queues the new actions behind
-    /// the ones still pending, so they run in order.
-    private var pending: [RequestLifecycle.Action] = []
-    private var executing = false
-    private var finished = false
+    private let queue = LifecycleActionQueue()
+    private var finished: Bool { queue.isFinished }
 
     private let arrivedAt = EventLoop.monotonicNow
     private var sentAt = 0.0
@@ -125,14 +122,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     // MARK: - Carrying out the machine's actions
 
     private func execute(_ actions: [RequestLifecycle.Action]) {
-        pending += actions
-        guard !executing else { return }
-        executing = true
-        while !pending.isEmpty {
-            let action = pending.removeFirst()
-            if !finished { perform(action) }
-        }
-        executing = false
+        queue.run(actions) { perform($0) }
     }
 
     private func perform(_ action: RequestLifecycle.Action) {
@@ -425,7 +415,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     /// Frees everything the exchange still holds; the machine's last action, exactly once.
     private func finish(_ summary: RequestLifecycle.Summary) {
-        finished = true
         ticket?.cancel()
         ticket = nil
         timers.values.forEach { $0.cancel() }

@@ -29,11 +29,8 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
     private var body: OpaquePointer?
 
     private var lifecycle: RequestLifecycle
-    /// Actions waiting to run: an action that feeds the machine an event (a refused hold, the refresh
-    /// rules' answer) queues the new actions behind the ones still pending, so they run in order.
-    private var pending: [RequestLifecycle.Action] = []
-    private var executing = false
-    private var finished = false
+    private let queue = LifecycleActionQueue()
+    private var finished: Bool { queue.isFinished }
 
     private let arrivedAt = EventLoop.monotonicNow
     private var sentAt = 0.0
@@ -162,14 +159,7 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
     // MARK: - Carrying out the machine's actions
 
     private func execute(_ actions: [RequestLifecycle.Action]) {
-        pending += actions
-        guard !executing else { return }
-        executing = true
-        while !pending.isEmpty {
-            let action = pending.removeFirst()
-            if !finished { perform(action) }
-        }
-        executing = false
+        queue.run(actions) { perform($0) }
     }
 
     private func perform(_ action: RequestLifecycle.Action) {
@@ -474,7 +464,6 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
 
     /// Frees everything the exchange still holds; the machine's last action, exactly once.
     private func finish(_ summary: RequestLifecycle.Summary) {
-        finished = true
         detachFromClient()
         call?.cancel()
         call = nil
