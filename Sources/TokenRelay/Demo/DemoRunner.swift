@@ -68,7 +68,11 @@ public enum DemoRunner {
             "refresh": ["grant": "refresh_token", "token_url": tokenServer.url, "client_id": "demo-app",
                         "client_secret_file": secretPath, "client_auth": "client_secret_basic",
                         // Off so that the demo shows the 401 path; in production proactive refresh makes it rare.
-                        "proactive": false],
+                        "proactive": false,
+                        // The demo's 2-second tokens make a refresh every burst, 12 in 30 s: the storm guard
+                        // (5 in 30 s by default, meant for an API that keeps refusing fresh tokens) would stop
+                        // the demo after its fifth burst.
+                        "storm_max_refreshes": 1000],
             "admin": ["listen": "127.0.0.1:\(listenPort == 0 ? 0 : listenPort + 1)"],
         ]
         let config = try ConfigLoader.parse(Data(try JSONWriter.data(json)), source: "demo config")

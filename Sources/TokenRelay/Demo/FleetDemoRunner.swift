@@ -98,7 +98,9 @@ public enum FleetDemoRunner {
             "upstream": ["url": api.url],
             "tokens": ["redis": ["url": "unix://\(socket)", "key": "tokenrelay:demo"]],
             "refresh": ["grant": "refresh_token", "token_url": tokenServer.url, "client_id": "demo-app",
-                        "client_secret_file": secretPath, "client_auth": "client_secret_basic", "proactive": false],
+                        "client_secret_file": secretPath, "client_auth": "client_secret_basic", "proactive": false,
+                        // A refresh every few seconds is the demo's point, not a storm (see DemoRunner).
+                        "storm_max_refreshes": 1000],
             "admin": ["listen": "127.0.0.1:0"],
         ]
         let config = try ConfigLoader.parse(Data(try JSONWriter.data(json)), source: "demo config")
