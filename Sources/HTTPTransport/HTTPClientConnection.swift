@@ -439,15 +439,7 @@ public final class HTTPClientConnection {
             return
         }
         requestBodyBytesSent += bytes.count
-        let head = pendingHead ?? []
-        pendingHead = nil
-        head.withUnsafeBytes { headBytes in
-            if framing == .chunked {
-                writeChunk(bytes, after: headBytes, to: stream)
-            } else {
-                stream.write(parts: headBytes, bytes)
-            }
-        }
+        writeBodyPiece(bytes, after: &pendingHead, chunked: framing == .chunked, to: stream)
     }
 
     public func sendBody(_ bytes: [UInt8]) {

@@ -290,15 +290,7 @@ public final class HTTPServerConnection {
             bodyOwed -= bytes.count
             if bytes.count == 0 { return }
         }
-        let head = pendingHead ?? []
-        pendingHead = nil
-        head.withUnsafeBytes { headBytes in
-            if framing == .chunked {
-                writeChunk(bytes, after: headBytes, to: stream)
-            } else {
-                stream.write(parts: headBytes, bytes)
-            }
-        }
+        writeBodyPiece(bytes, after: &pendingHead, chunked: framing == .chunked, to: stream)
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -576,6 +568,20 @@ let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?)
     guard let context else { return }
     let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
     withExtendedLifetime(connection) { connection.headTimerFired() }
+}
+
+/// A piece of a message body, for both sides: after the head if it has not gone yet (one write instead of
+/// two), as one chunk when the body is chunked.
+func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after pendingHead: inout [UInt8]?, chunked: Bool, to stream: SocketStream) {
+    let head = pendingHead ?? []
+    pendingHead = nil
+    head.withUnsafeBytes { headBytes in
+        if chunked {
+            writeChunk(bytes, after: headBytes, to: stream)
+        } else {
+            stream.write(parts: headBytes, bytes)
+        }
+    }
 }
 
 /// One chunk of a chunked body (size line, data, CRLF) in one writev, after `prefix` (a head not yet sent).

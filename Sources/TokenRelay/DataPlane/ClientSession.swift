@@ -29,7 +29,7 @@ final class ClientSession: HTTPServerConnectionHandler {
         self.head = head
         body = []
         streaming = false
-        if case .length(let length) = head.framing, length > frontEnd.maxBodyBytes {
+        if case .length(let length) = head.framing, length > proxy.config.limits.maxBodyBytes {
             // The client's `Expect: 100-continue` is answered when the body can flow to the upstream.
             return beginStreaming(length: .known(length), prefix: [])
         }
@@ -43,7 +43,7 @@ final class ClientSession: HTTPServerConnectionHandler {
             return
         }
         guard head != nil else { return }
-        if body.count + bytes.count > frontEnd.maxBodyBytes {
+        if body.count + bytes.count > proxy.config.limits.maxBodyBytes {
             // A chunked body that outgrew what is kept: streamed from here, the collected part first.
             var prefix = body
             prefix.append(contentsOf: bytes)

@@ -126,7 +126,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     private func perform(_ action: RequestLifecycle.Action) {
-        let now = EventLoop.monotonicNow
         switch action {
         case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
         case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
@@ -138,11 +137,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .releaseConnection: releaseUpstream()
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): timers[timer]?.cancel()
-        case .hold:
-            if !proxy.hold(self) { execute(lifecycle.holdRefused(now: now)) }
-        case .unhold: proxy.unhold(self)
-        case .consultRefreshRules(let sentGeneration):
-            execute(lifecycle.refreshRulesDecided(proxy.coordinator.unauthorized(sentGeneration: sentGeneration), now: now))
+        case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
+            execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
         case .captureResponse:
             if let arrivingHead { captured = (arrivingHead, []) }
         case .relayResponse:
@@ -151,11 +147,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .respondCaptured: respondCaptured()
         case .respond(let response): respond(response)
         case .abortClient: client.close()
-        case .countReplay(.staleGeneration): proxy.metrics.replaysStaleGeneration.increment()
-        case .countReplay(.afterRefresh): proxy.metrics.replaysAfterRefresh.increment()
-        case .upstreamFailed(let failure): proxy.upstreamFailed(failure)
-        case .retrying(let failure):
-            proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
         case .finish(let summary): finish(summary)
         }
     }
@@ -271,14 +262,18 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
         if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
+        // Challenges are read only for a refresh-triggering status: most responses are not one, and reading
+        // them turns every field name into a String.
+        let triggerStatuses = proxy.config.refresh.triggerStatuses
         var challenges: [String] = []
-        head.forEachField { name, value in
-            if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
-                challenges.append(String(decoding: value, as: UTF8.self))
+        if triggerStatuses.contains(head.status) {
+            head.forEachField { name, value in
+                if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
+                    challenges.append(String(decoding: value, as: UTF8.self))
+                }
             }
         }
-        let expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
-                                                           triggerStatuses: proxy.config.refresh.triggerStatuses)
+        let expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges, triggerStatuses: triggerStatuses)
         arrivingHead = head
         execute(lifecycle.responseHead(status: head.status, indicatesExpiredToken: expired))
         arrivingHead = nil
@@ -419,24 +414,18 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         ticket = nil
         timers.values.forEach { $0.cancel() }
         timers.removeAll()
-        closeUpstreamUnlessReleased()
-        if let hold = summary.hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
-            proxy.metrics.recordHold(seconds: hold.seconds, outcome: outcome)
-        }
+        // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
+        closeUpstream()
         let status = Int32(clamping: summary.status)
         let logTarget = proxy.config.accessLog.enabled ? String(decoding: head.target, as: UTF8.self) : nil
         session.exchangeFinished(self)
         route.requestEnded()
         proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
             method: head.methodName, target: logTarget, status: status,
-            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))
+            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation), hold: summary.hold)
         let retained = selfRetain
         selfRetain = nil
         retained?.release()
     }
 
-    /// A connection still held at the end is mid-request (the client went away, or shutdown): closed.
-    private func closeUpstreamUnlessReleased() {
-        closeUpstream()
-    }
 }

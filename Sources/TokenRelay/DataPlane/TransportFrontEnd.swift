@@ -7,14 +7,12 @@ final class TransportFrontEnd {
     private unowned let proxy: ProxyServer
     private let server: HTTPServer
     private var sessions: [ObjectIdentifier: ClientSession] = [:]
-    private(set) var maxBodyBytes: Int
 
     var port: UInt16 { server.port }
     var openConnections: Int { sessions.count }
 
     init(proxy: ProxyServer, config: Config) throws {
         self.proxy = proxy
-        maxBodyBytes = config.limits.maxBodyBytes
         do {
             server = try HTTPServer(loop: proxy.loop.transport, host: config.listen.host, port: UInt16(clamping: config.listen.port),
                                     backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
@@ -41,7 +39,6 @@ final class TransportFrontEnd {
     /// A reload: the connection limit applies at once, timeouts to new connections, the body limit to the
     /// next request.
     func apply(_ config: Config) {
-        maxBodyBytes = config.limits.maxBodyBytes
         server.settings = Self.settings(config)
     }
 

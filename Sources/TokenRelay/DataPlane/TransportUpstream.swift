@@ -1,3 +1,4 @@
+import Glibc
 import HTTPTransport
 import HTTPWire
 
@@ -25,7 +26,7 @@ enum TransportUpstream {
         case .connectFailed(let reason):
             return .init(kind: .connect, responseStarted: false, description: "could not connect (\(reason))")
         case .failed(let code) where !connected:
-            return .init(kind: .connect, responseStarted: false, description: "could not connect (\(errnoName(code)))")
+            return .init(kind: .connect, responseStarted: false, description: "could not connect (\(String(cString: strerror(code))))")
         case .peerClosed where !connected:
             return .init(kind: .connect, responseStarted: false, description: "could not connect")
         case .protocolError(let error):
@@ -40,14 +41,4 @@ enum TransportUpstream {
         }
     }
 
-    private static func errnoName(_ code: Int32) -> String {
-        switch code {
-        case 111: return "connection refused"
-        case 104: return "connection reset"
-        case 110: return "timed out"
-        case 113: return "no route to host"
-        case 101: return "network unreachable"
-        default: return "errno \(code)"
-        }
-    }
 }

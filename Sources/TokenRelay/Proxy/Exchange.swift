@@ -163,7 +163,6 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
     }
 
     private func perform(_ action: RequestLifecycle.Action) {
-        let now = EventLoop.monotonicNow
         switch action {
         case .acquireConnection(let admittedEarlier): acquireConnection(admittedEarlier: admittedEarlier)
         case .cancelConnectionWait:
@@ -178,11 +177,8 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(.connect): connectWatchdog = nil
         case .cancel(let timer): timers[timer] = nil
-        case .hold:
-            if !proxy.hold(self) { execute(lifecycle.holdRefused(now: now)) }
-        case .unhold: proxy.unhold(self)
-        case .consultRefreshRules(let sentGeneration):
-            execute(lifecycle.refreshRulesDecided(proxy.coordinator.unauthorized(sentGeneration: sentGeneration), now: now))
+        case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
+            execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
         case .captureResponse:
             if let arrivingResponse { captured = CapturedResponse(response: arrivingResponse) }
         case .relayResponse:
@@ -191,11 +187,6 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
         case .respondCaptured: replyCaptured401()
         case .respond(let response): reply(response)
         case .abortClient(let flushFirst): abortClient(flushingFirst: flushFirst)
-        case .countReplay(.staleGeneration): proxy.metrics.replaysStaleGeneration.increment()
-        case .countReplay(.afterRefresh): proxy.metrics.replaysAfterRefresh.increment()
-        case .upstreamFailed(let failure): proxy.upstreamFailed(failure)
-        case .retrying(let failure):
-            proxy.logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
         case .finish(let summary): finish(summary)
         }
     }
@@ -474,15 +465,12 @@ final class Exchange: OutgoingRequestDelegate, ProxiedExchange {
         if waitingForConnection { route.pool.cancelWait(for: self) }
         waitingForConnection = false
         returnConnection()
-        if let hold = summary.hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
-            proxy.metrics.recordHold(seconds: hold.seconds, outcome: outcome)
-        }
         if let body { evbuffer_free(body) }
         body = nil
         let status = Int32(clamping: summary.status)
         proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
             method: AccessLogEntry.name(of: method), target: accessLogTarget, status: status,
-            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation))
+            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation), hold: summary.hold)
         let retained = selfRetain
         selfRetain = nil
         retained?.release()

@@ -129,6 +129,32 @@ final class ProxyServer {
         logger.info("request refused", metadata: ["reason": "\(reason)"])
     }
 
+    // MARK: - Actions that are the same on both engines
+
+    /// Carries out an action of `RequestLifecycle` that involves no connection (the held list, the refresh
+    /// rules, counters, the log) for either engine's driver, and returns the actions of any event it fed
+    /// back into the machine. Drivers pass every other action to their own transport.
+    func carryOut(_ action: RequestLifecycle.Action, for exchange: any ProxiedExchange,
+                  lifecycle: inout RequestLifecycle) -> [RequestLifecycle.Action] {
+        let now = EventLoop.monotonicNow
+        switch action {
+        case .hold:
+            return hold(exchange) ? [] : lifecycle.holdRefused(now: now)
+        case .unhold:
+            unhold(exchange)
+        case .consultRefreshRules(let sentGeneration):
+            return lifecycle.refreshRulesDecided(coordinator.unauthorized(sentGeneration: sentGeneration), now: now)
+        case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
+        case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
+        case .upstreamFailed(let failure): upstreamFailed(failure)
+        case .retrying(let failure):
+            logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        default:
+            assertionFailure("\(action) is the driver's to carry out")
+        }
+        return []
+    }
+
     // MARK: - Held requests
 
     func hold(_ exchange: any ProxiedExchange) -> Bool {
@@ -164,7 +190,12 @@ final class ProxyServer {
 
     var activeCount: Int { active.count }
 
-    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, summary: AccessLogEntry) {
+    /// `hold`: the machine's hold record for a request that was held (duration and outcome).
+    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, summary: AccessLogEntry,
+                          hold: (seconds: Double, outcome: RequestLifecycle.HoldOutcome)? = nil) {
+        if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
+            metrics.recordHold(seconds: hold.seconds, outcome: outcome)
+        }
         active.removeValue(forKey: ObjectIdentifier(exchange))
         if status > 0 { metrics.countRequest(status: Int(status)) }
         if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
