@@ -16,7 +16,8 @@
 #   COUNT_LARGE        requests per strace count, /large                    (default 300)
 #   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
-#   EVHTTP=0           leave out tokenrelay on the evhttp engine (data_plane: evhttp)
+#   EVHTTP=1           also a second tokenrelay with `data_plane: evhttp` (retired: since the engine was removed
+#                      it runs on the transport too; the evhttp figures in bench/README.md are from before)
 #   BENCH_RELAY=1      also measure transport-bench-relay (HTTPTransport under a minimal relay, no lifecycle)
 #   CG_KEEP=1          keep the callgrind dumps in bench/results/callgrind-PROXY-PATH.out
 #   IDLE_CLIENTS       idle keep-alive connections held open for the RSS figure (default 10000; 0 skips)
@@ -40,7 +41,7 @@ CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
 # tokenrelay's release build always links the Swift runtime statically (Package.swift), as deployed.
 STDLIB=static
-EVHTTP=${EVHTTP:-1}
+EVHTTP=${EVHTTP:-0}
 BENCH_RELAY=${BENCH_RELAY:-0}
 CG_KEEP=${CG_KEEP:-0}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}

@@ -53,10 +53,6 @@ class RelayTestCase: XCTestCase {
             "admin": ["listen": "127.0.0.1:0"],
             "log": ["level": "debug"],
         ]
-        // The engine the suite runs on (TOKENRELAY_TEST_DATA_PLANE), also in configs written for a reload.
-        if let engine = ProcessInfo.processInfo.environment["TOKENRELAY_TEST_DATA_PLANE"], !engine.isEmpty {
-            config["data_plane"] = engine
-        }
         for (key, value) in overrides {
             if let nested = value as? [String: Any], var existing = config[key] as? [String: Any] {
                 existing.merge(nested) { _, new in new }

@@ -11,8 +11,6 @@ final class HTTPListener {
     /// `evhttp_free` needs the `event_base` still alive: the listener keeps its loop.
     private let loop: EventLoop
     private var boundSocket: OpaquePointer?
-    /// Kept until after `evhttp_free`, which calls the close callbacks that point into it.
-    private var connections: ClientConnections?
     private(set) var boundPort: Int = 0
 
     struct BindError: Error, CustomStringConvertible {
@@ -63,19 +61,6 @@ final class HTTPListener {
         _ = listen(evhttp_bound_socket_get_fd(boundSocket), Int32(clamping: backlog))
     }
 
-    /// Hands every accepted connection to `connections`, which may pause and resume accepting.
-    func track(_ connections: ClientConnections) {
-        self.connections = connections
-        evhttp_set_bevcb(http, acceptedConnectionTrampoline, unretainedContext(connections))
-        connections.setAccepting = { [unowned self] accept in self.setAccepting(accept) }
-    }
-
-    /// Pausing leaves new connections in the kernel's listen backlog; the socket stays bound.
-    private func setAccepting(_ accept: Bool) {
-        guard let boundSocket, let listener = evhttp_bound_socket_get_listener(boundSocket) else { return }
-        if accept { evconnlistener_enable(listener) } else { evconnlistener_disable(listener) }
-    }
-
     /// Stops accepting new connections; connections already open keep being served.
     func stopAccepting() {
         if let boundSocket {
@@ -85,7 +70,6 @@ final class HTTPListener {
     }
 
     deinit {
-        connections?.setAccepting = nil  // evhttp_free below closes connections, which may try to resume accepting
         evhttp_free(http)
     }
 }

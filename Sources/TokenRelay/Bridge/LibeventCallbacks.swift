@@ -63,41 +63,6 @@ let outgoingDoneTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPoin
     withExtendedLifetime(call) { call.completed(request) }
 }
 
-/// `evhttp_set_bevcb` callback for `ClientConnections`: evhttp has accepted a connection and asks for its
-/// bufferevent. This is the only moment a new connection is visible.
-let acceptedConnectionTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> OpaquePointer? = { base, context in
-    let connections = target(context, as: ClientConnections.self)
-    return withExtendedLifetime(connections) { connections.bufferEventForAcceptedConnection(base: base) }
-}
-
-/// A client connection is being freed (hang-up, timeout, close after a response, our own abort).
-let clientConnectionClosedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
-    let connection = target(context, as: ClientConnections.Connection.self)
-    withExtendedLifetime(connection) { connection.closed() }
-}
-
-/// Bytes were added to (or drained from) a client connection's input buffer (`evbuffer_add_cb`).
-let clientBytesReceivedTrampoline: @convention(c) (OpaquePointer?, UnsafePointer<evbuffer_cb_info>?, UnsafeMutableRawPointer?) -> Void = { _, info, context in
-    guard let info, info.pointee.n_added > 0 else { return }
-    let connection = target(context, as: ClientConnections.Connection.self)
-    // Called right after the bytes were added (the client bufferevents defer no callbacks), so they are
-    // the last `n_added` of the buffer.
-    let offset = info.pointee.orig_size - info.pointee.n_deleted
-    withExtendedLifetime(connection) { connection.received(offset: offset, count: info.pointee.n_added) }
-}
-
-/// The client drained what we queued for it (streaming backpressure).
-let clientDrainedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
-    let exchange = target(context, as: Exchange.self)
-    withExtendedLifetime(exchange) { exchange.clientDrained() }
-}
-
-/// A response has been written out completely (`evhttp_request_set_on_complete_cb`).
-let responseFlushedTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
-    let proxy = target(context, as: ProxyServer.self)
-    withExtendedLifetime(proxy) { proxy.responseFlushed() }
-}
-
 /// OpenSSL's passphrase callback for encrypted private keys: there is nobody to ask, so loading fails
 /// (and `check` says so) instead of OpenSSL prompting on a terminal a sidecar does not have.
 let refuseKeyPassphraseTrampoline: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in

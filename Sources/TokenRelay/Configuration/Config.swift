@@ -22,11 +22,16 @@ public struct Config: Sendable {
     public var dataPlane = DataPlane.transport
 
     public enum DataPlane: String, Sendable {
-        /// libevent's evhttp (the engine tokenrelay started on; kept as a fallback for one release: no
-        /// streamed uploads, no upgrades).
+        /// libevent's evhttp, the engine of earlier releases. Retired: a config that names it still loads
+        /// (the key is a public contract) and the transport carries the port, with a warning at start.
         case evhttp
         /// tokenrelay's own HTTP/1.1 transport on libevent's event API (`Sources/HTTPTransport`).
         case transport
+
+        /// The warning a config naming a retired engine gets at start and on reload.
+        var retiredWarning: String? {
+            self == .evhttp ? "data_plane \"evhttp\" is retired; the proxied port runs on the transport engine (remove the key)" : nil
+        }
     }
 
     /// One log line per client request (`log.access`), the query string only on request.

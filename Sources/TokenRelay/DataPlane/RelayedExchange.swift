@@ -38,7 +38,11 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var timers: [RequestLifecycle.Timer: TransportTimer] = [:]
     /// The response head being reported, valid during its callback only.
     private var arrivingHead: ReceivedResponseHead?
+    /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
+    /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
+    /// were not there.
     private var captured: (head: ReceivedResponseHead, body: [UInt8])?
+    static let maxCapturedBodyBytes = 64 * 1024
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
 
@@ -168,7 +172,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// `lane`: a request released by a refresh was admitted already and queues in order, never refused
     /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
     private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
-        guard let pool = route.transportPool else { return }
+        let pool = route.pool
         let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in
             guard let self, !self.finished else {
                 if case .success(let connection) = result { pool.release(connection) }
@@ -234,7 +238,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             upstreamReadingPaused = false
             upstream.resumeReading()
         }
-        route.transportPool?.release(upstream)
+        route.pool.release(upstream)
     }
 
     /// Stops the request in flight: the connection is closed, never reused with half a response in it.
@@ -283,7 +287,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard connection === upstream else { return }
         switch lifecycle.phase {
         case .capturing:
-            let room = CapturedResponse.maxBodyBytes - (captured?.body.count ?? 0)
+            let room = Self.maxCapturedBodyBytes - (captured?.body.count ?? 0)
             if room > 0 { captured?.body.append(contentsOf: bytes.prefix(room)) }
         case .relaying:
             client.sendBody(bytes)

@@ -7,7 +7,7 @@ import HTTPWire
 enum TransportUpstream {
     static func makePool(config: Config, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
-        // A response head is bounded like evhttp's path (256 KiB), far above any real API's.
+        // A response head is bounded at 256 KiB, far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
         var settings = HTTPTransport.UpstreamPool.Settings(maxConnections: connections, maxIdle: connections, limits: limits,
                                                             maxWaiters: config.limits.maxUpstreamWaiters,

@@ -1,4 +1,4 @@
-import CLibevent
+import HTTPTransport
 import Logging
 
 /// The proxied listener: accepts client requests, owns the upstream pool and the list of requests
@@ -12,21 +12,14 @@ final class ProxyServer {
     private(set) var route: UpstreamRoute!
     /// Routes a reload replaced, kept until their last connection is back.
     private var retiredRoutes: [UpstreamRoute] = []
-    let clientConnections: ClientConnections
     let metrics: RelayMetrics
     let logger: Logger
-    var pool: UpstreamPool { route.pool }
-    /// The proxied port on evhttp (`data_plane: evhttp`).
-    private(set) var listener: HTTPListener?
-    /// The proxied port on HTTPTransport (`data_plane: transport`).
-    private(set) var frontEnd: TransportFrontEnd?
+    /// The proxied port (client connections, heads, bodies) on HTTPTransport.
+    private(set) var frontEnd: TransportFrontEnd!
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [any ProxiedExchange] = []
     private var active: [ObjectIdentifier: any ProxiedExchange] = [:]
     private(set) var isDraining = false
-    /// Final responses handed to evhttp during the drain but not yet written out: exiting before they
-    /// are would cut them off.
-    private var unflushedResponses = 0
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
@@ -37,22 +30,7 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        clientConnections = ClientConnections(loop: loop, maxConnections: config.limits.maxClientConnections,
-                                              headTimeout: config.timeouts.clientHeaderSeconds, maxHeadBytes: config.limits.maxHeaderBytes,
-                                              metrics: metrics, logger: logger)
-        switch config.dataPlane {
-        case .evhttp:
-            let listener = try HTTPListener(loop: loop, host: config.listen.host, port: config.listen.port) { [unowned self] request in
-                self.accept(request)
-            }
-            listener.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
-                               timeoutSeconds: config.timeouts.clientSeconds)
-            listener.setBacklog(config.limits.listenBacklog)
-            listener.track(clientConnections)
-            self.listener = listener
-        case .transport:
-            frontEnd = try TransportFrontEnd(proxy: self, config: config)
-        }
+        frontEnd = try TransportFrontEnd(proxy: self, config: config)
         route = makeRoute(config, upstreamTLS: upstreamTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
     }
@@ -64,8 +42,7 @@ final class ProxyServer {
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
                                 metadata: ["unread_bytes": "\(unread)"])
         }
-        route.pool.onDesyncedConnection = desynced
-        route.transportPool?.onUnsolicitedBytes = desynced
+        route.pool.onUnsolicitedBytes = desynced
         return route
     }
 
@@ -74,39 +51,27 @@ final class ProxyServer {
     /// the old pool is freed as its connections come back.
     func apply(_ config: Config, upstreamTLS: TLSContext?) {
         self.config = config
-        listener?.setLimits(maxHeaderBytes: config.limits.maxHeaderBytes, maxBodyBytes: config.limits.maxBodyBytes,
-                            timeoutSeconds: config.timeouts.clientSeconds)
-        frontEnd?.apply(config)
-        clientConnections.maxConnections = config.limits.maxClientConnections
-        clientConnections.headTimeout = config.timeouts.clientHeaderSeconds
-        clientConnections.maxHeadBytes = config.limits.maxHeaderBytes
-        retiredRoutes.removeAll { $0.pool.busyCount == 0 && $0.pool.waiterCount == 0 }
-        route.pool.retire()
-        route.retireTransportPool()
+        frontEnd.apply(config)
+        retiredRoutes.removeAll { $0.requestsInFlight == 0 }
+        route.retire()
         retiredRoutes.append(route)
         route = makeRoute(config, upstreamTLS: upstreamTLS)
     }
 
-    /// Frees every upstream connection, old routes' too; only once no request is in flight.
+    /// Frees every idle upstream connection, old routes' too; only once no request is in flight.
     func closePools() {
-        (retiredRoutes + [route]).forEach { $0.pool.close() }
+        (retiredRoutes + [route]).forEach { $0.pool.closeIdle() }
         retiredRoutes = []
     }
 
     /// The port the proxied listener is bound to.
-    var boundPort: Int { listener?.boundPort ?? frontEnd.map { Int($0.port) } ?? 0 }
+    var boundPort: Int { frontEnd.map { Int($0.port) } ?? 0 }
 
     /// Open client connections on the proxied port.
-    var clientConnectionCount: Int { frontEnd?.openConnections ?? clientConnections.openCount }
+    var clientConnectionCount: Int { frontEnd.openConnections }
 
     /// Requests queued for an upstream connection.
-    var upstreamWaiterCount: Int { route.transportPool?.waitingCount ?? route.pool.waiterCount }
-
-    private func accept(_ request: OpaquePointer) {
-        let exchange = Exchange(proxy: self, request: request)
-        active[ObjectIdentifier(exchange)] = exchange
-        exchange.begin()
-    }
+    var upstreamWaiterCount: Int { route.pool.waitingCount }
 
     /// A request on the transport front end has begun (its head and body are in).
     func began(_ exchange: any ProxiedExchange) {
@@ -208,24 +173,11 @@ final class ProxyServer {
         checkDrained()
     }
 
-    /// Called just before a final response is handed to evhttp. While draining, the process waits for
-    /// it to be written out (a client that vanishes instead is covered by the drain timeout).
-    func willSendFinalResponse(_ request: OpaquePointer) {
-        guard isDraining else { return }
-        unflushedResponses += 1
-        evhttp_request_set_on_complete_cb(request, responseFlushedTrampoline, unretainedContext(self))
-    }
-
-    func responseFlushed() {
-        unflushedResponses -= 1
-        checkDrained()
-    }
-
     /// Drained: no exchange left, every final response written out, and no exchange with the token
     /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
     /// reach the token file before the process exits).
     func checkDrained() {
-        if isDraining && active.isEmpty && unflushedResponses == 0 && !coordinator.isTalkingToTokenEndpoint { onDrained?() }
+        if isDraining && active.isEmpty && !coordinator.isTalkingToTokenEndpoint { onDrained?() }
     }
 
     // MARK: - Shutdown
@@ -234,8 +186,7 @@ final class ProxyServer {
         isDraining = true
         coordinator.stopRefreshing()
         coordinator.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
-        listener?.stopAccepting()
-        frontEnd?.stopAccepting()
+        frontEnd.stopAccepting()
         checkDrained()
     }
 

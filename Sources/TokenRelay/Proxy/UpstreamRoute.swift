@@ -11,10 +11,8 @@ final class UpstreamRoute {
     let upstream: HTTPEndpoint
     /// The `Host` every forwarded request carries (computed once, not per request).
     let authority: String
-    /// evhttp's connections (`data_plane: evhttp`); opens none until asked.
-    let pool: UpstreamPool
-    /// HTTPTransport's connections (`data_plane: transport`).
-    let transportPool: HTTPTransport.UpstreamPool?
+    /// The upstream's keep-alive connections; opens none until asked.
+    let pool: HTTPTransport.UpstreamPool
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
 
@@ -22,18 +20,12 @@ final class UpstreamRoute {
         upstream = config.upstream.url
         authority = config.upstream.url.authority
         passthroughPrefixes = config.upstream.passthroughPrefixes
-        let connections = HTTPConnectionFactory(loop: loop, endpoint: config.upstream.url, tls: upstreamTLS,
-                                                timeoutSeconds: config.timeouts.upstreamSeconds)
-        pool = UpstreamPool(loop: loop, factory: connections, maxConnections: config.limits.maxUpstreamConnections,
-                            maxWaiters: config.limits.maxUpstreamWaiters,
-                            timeouts: .init(response: config.timeouts.upstreamSeconds, streamIdle: config.timeouts.streamIdleSeconds,
-                                            idle: config.timeouts.poolIdleSeconds))
-        transportPool = config.dataPlane == .transport ? TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop) : nil
+        pool = TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop)
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 
-    /// Requests on the transport engine that use this route. A reload retires the route's pool only once
-    /// the last of them has ended: a held request replays on the route it arrived under.
+    /// Requests that use this route. A reload retires the route's pool only once the last of them has
+    /// ended: a held request replays on the route it arrived under.
     private(set) var requestsInFlight = 0
     private var isRetiring = false
 
@@ -41,13 +33,13 @@ final class UpstreamRoute {
 
     func requestEnded() {
         requestsInFlight -= 1
-        if isRetiring && requestsInFlight == 0 { transportPool?.retire() }
+        if isRetiring && requestsInFlight == 0 { pool.retire() }
     }
 
-    /// A reload replaced this route: its transport pool takes no new requests once its own have ended.
-    func retireTransportPool() {
+    /// A reload replaced this route: its pool takes no new requests once its own have ended.
+    func retire() {
         isRetiring = true
-        if requestsInFlight == 0 { transportPool?.retire() }
+        if requestsInFlight == 0 { pool.retire() }
     }
 
     /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on

@@ -1,9 +1,10 @@
 import Glibc
+import HTTPTransport
 
 /// Makes sure the configured connection limits fit in the process's open-file limit.
 ///
 /// Debian's default soft limit is 1024 while the hard limit is usually far higher; Go, for one, raises
-/// the soft limit at start for the same reason. Running out of descriptors would make evhttp's listener
+/// the soft limit at start for the same reason. Running out of descriptors would make the proxied listener
 /// fail accepts (and log "Too many open files" once per attempt) instead of applying our own limit, which
 /// answers clients properly.
 enum FileDescriptorBudget {
@@ -11,7 +12,7 @@ enum FileDescriptorBudget {
     static let overhead = 64
 
     static func needed(for limits: Config.Limits) -> Int {
-        limits.maxClientConnections + ClientConnections.overLimitAllowance(for: limits.maxClientConnections)
+        limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance
             + limits.maxUpstreamConnections + 1 /* token endpoint */ + overhead
     }
 

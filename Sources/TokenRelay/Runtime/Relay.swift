@@ -44,6 +44,7 @@ public final class Relay {
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
         if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
+        if let warning = config.dataPlane.retiredWarning { logger.warning("\(warning)") }
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])

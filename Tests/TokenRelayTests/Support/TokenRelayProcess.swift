@@ -47,11 +47,6 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
                       extraArguments: [String] = [], wrapper: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
         let configURL = workDir.appendingPathComponent("config.json")
         var config = config
-        // TOKENRELAY_TEST_DATA_PLANE=transport runs every test that does not choose an engine on the
-        // transport engine: the whole suite is the parity check between the two.
-        if config["data_plane"] == nil, let engine = ProcessInfo.processInfo.environment["TOKENRELAY_TEST_DATA_PLANE"], !engine.isEmpty {
-            config["data_plane"] = engine
-        }
         try JSONSerialization.data(withJSONObject: config, options: [.prettyPrinted, .sortedKeys]).write(to: configURL)
         let process = try launch(arguments: ["run", "--config", configURL.path] + extraArguments,
                                  environment: environment, workDir: workDir,
