@@ -45,6 +45,9 @@ public final class HTTPServer {
         /// 408 (if no response has started) and the connection closes. Time while the handler has paused
         /// reading does not count.
         public var bodyTimeout: Double
+        /// Seconds a response may wait with the client taking none of it (a client that stopped reading)
+        /// before the connection is closed (0: unbounded). Any byte taken restarts it.
+        public var sendTimeout: Double
         /// A hard cap on request bodies (0: none). A larger `Content-Length` is answered 413 before any
         /// body byte is read; a chunked body that grows past it is answered 413 (or closed, if a response
         /// has started) when it does. The product streams large bodies, so it leaves this at 0.
@@ -57,7 +60,7 @@ public final class HTTPServer {
 
         public init(limits: HTTPWireLimits = HTTPWireLimits(), maxConnections: Int = 0, overLimitAllowance: Int? = nil,
                     idleGrace: Double = 1, headTimeout: Double = 10, idleTimeout: Double = 60, bodyTimeout: Double = 60,
-                    maxBodyBytes: Int = 0,
+                    sendTimeout: Double = 60, maxBodyBytes: Int = 0,
                     overLimitResponse: HTTPResponseHead = HTTPResponseHead(status: 503, reason: "Service Unavailable",
                                                                            fields: [("Content-Type", "text/plain"), ("Retry-After", "1")]),
                     overLimitBody: [UInt8] = Array("too many client connections\n".utf8),
@@ -69,6 +72,7 @@ public final class HTTPServer {
             self.headTimeout = headTimeout
             self.idleTimeout = idleTimeout
             self.bodyTimeout = bodyTimeout
+            self.sendTimeout = sendTimeout
             self.maxBodyBytes = maxBodyBytes
             self.overLimitResponse = overLimitResponse
             self.overLimitBody = overLimitBody

@@ -113,6 +113,7 @@ public final class HTTPServerConnection {
         chunked = ChunkedDecoder(limits: limits)
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(settings.inputCapacity, limits.maxHeadBytes))
         stream.owner = self
+        stream.sendStallLimit = max(0, settings.sendTimeout)
         let context = Unmanaged.passUnretained(self).toOpaque()
         if headTimeout > 0 {
             headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, context)

@@ -58,6 +58,12 @@ final class SocketStream {
     private var discarded = 0
     private var lingerTimer: OpaquePointer?
     private let loopBase: OpaquePointer
+    /// Seconds an open stream may wait with output queued and the socket taking none of it before it is
+    /// failed with `ETIMEDOUT`; 0 = no limit. A peer that stops reading would otherwise hold its
+    /// connection, and what is queued for it, for as long as it likes. It costs nothing per write: the
+    /// limit is the write event's own timeout, armed only while output waits, and libevent starts a
+    /// persistent event's timeout again each time the event fires, so any progress restarts it.
+    var sendStallLimit: Double = 0
 
     private enum Phase {
         /// No socket yet (resolving), or the last connect attempt failed.
@@ -427,6 +433,12 @@ final class SocketStream {
         owner?.streamDrained(self)
     }
 
+    /// `sendStallLimit` passed with output queued and none of it taken.
+    func sendStalled() {
+        guard !isClosed, phase == .open, pendingOutput > 0 else { return }
+        fail(ETIMEDOUT)
+    }
+
     /// Bytes written (possibly fewer than given; 0 when the socket is full), or nil after a failure.
     private func writeNow(_ bytes: UnsafeRawBufferPointer) -> Int? {
         if let tls { return writeTLS(tls, bytes) }
@@ -475,7 +487,12 @@ final class SocketStream {
     private func armWrite() {
         guard !writeArmed, !isClosed, !tlsWriteWaitsForRead, let writeEvent else { return }
         writeArmed = true
-        event_add(writeEvent, nil)
+        if sendStallLimit > 0 && phase == .open {
+            var tv = clampedTimeval(sendStallLimit)
+            event_add(writeEvent, &tv)
+        } else {
+            event_add(writeEvent, nil)
+        }
     }
 
     private func disarmWrite() {
@@ -670,8 +687,12 @@ let socketLingerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointe
     withExtendedLifetime(stream) { stream.lingerExpired() }
 }
 
-let socketWriteTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
+let socketWriteTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, context in
     guard let context else { return }
     let stream = Unmanaged<SocketStream>.fromOpaque(context).takeUnretainedValue()
-    withExtendedLifetime(stream) { stream.writable() }
+    if Int32(what) & Int32(EV_TIMEOUT) != 0 && Int32(what) & Int32(EV_WRITE) == 0 {
+        withExtendedLifetime(stream) { stream.sendStalled() }
+    } else {
+        withExtendedLifetime(stream) { stream.writable() }
+    }
 }

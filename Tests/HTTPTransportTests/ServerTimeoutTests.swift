@@ -2,7 +2,8 @@ import Foundation
 import HTTPTransport
 import XCTest
 
-/// The server's idle keep-alive timeout and request-body stall timeout (`timeouts.client_seconds`).
+/// The server's idle keep-alive timeout, request-body stall timeout and response send-stall timeout
+/// (all `timeouts.client_seconds` in the product).
 final class ServerTimeoutTests: XCTestCase {
     func testIdleKeepAliveConnectionIsClosedAfterTheIdleTimeout() throws {
         let server = try TransportTestServer(settings: HTTPServer.Settings(idleTimeout: 0.3))
@@ -59,5 +60,42 @@ final class ServerTimeoutTests: XCTestCase {
         XCTAssertFalse(server.received.contains { $0.hasPrefix("body") }, "nothing delivered while paused")
         server.resumePaused()
         XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "POST /paused\nhello")
+    }
+
+    /// A client that stops reading a response is disconnected once the socket has taken nothing for the
+    /// send timeout, instead of holding its connection and the queued bytes for ever.
+    func testClientThatStopsReadingIsDisconnectedAfterTheSendTimeout() throws {
+        let server = try TransportTestServer(settings: HTTPServer.Settings(sendTimeout: 0.3))
+        defer { server.stop() }
+        let client = try LoopbackClient(port: server.port)
+        try client.send("GET /stream?1000000000 HTTP/1.1\r\nHost: h\r\n\r\n")
+        // Never reads: the kernel's buffers fill, then the server's queue, then the limit runs out.
+        XCTAssertEqual(server.lastEnd(within: 10), .failed(errno: ETIMEDOUT))
+    }
+
+    /// A slow reader that keeps taking bytes is never cut, however long the whole response takes: any
+    /// progress restarts the limit (here the transfer takes about three times the limit).
+    func testASlowReaderThatKeepsReadingGetsTheWholeResponse() throws {
+        let server = try TransportTestServer(settings: HTTPServer.Settings(sendTimeout: 1))
+        defer { server.stop() }
+        let client = try LoopbackClient(port: server.port)
+        let total = 8 * 1024 * 1024
+        try client.send("GET /known?\(total) HTTP/1.1\r\nHost: h\r\n\r\n")
+        var received: [UInt8] = []
+        var bodyStart: Int?
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        let started = Date()
+        for _ in 0..<10_000 {
+            if let bodyStart, received.count - bodyStart >= total { break }
+            let n = chunk.withUnsafeMutableBytes { read(client.fd, $0.baseAddress, $0.count) }
+            XCTAssertGreaterThan(n, 0, "the connection ended before the whole response")
+            guard n > 0 else { return }
+            received.append(contentsOf: chunk[0..<n])
+            if bodyStart == nil, let end = received.firstRange(of: Array("\r\n\r\n".utf8))?.upperBound { bodyStart = end }
+            Thread.sleep(forTimeInterval: 0.02)   // the reader's own pace: 64 KiB per 20 ms
+        }
+        XCTAssertEqual(Array(received[(bodyStart ?? 0)...]), expectedPattern(total))
+        XCTAssertGreaterThan(Date().timeIntervalSince(started), 1.5, "slower than the limit in all")
+        XCTAssertNil(server.lastEnd(within: 0.1), "the connection is still open")
     }
 }

@@ -103,4 +103,28 @@ final class StreamingTests: RelayTestCase {
         XCTAssertTrue(upstreamSawClose.wait(timeout: 10), "the upstream request must be cancelled when the client goes away")
         XCTAssertTrue(waitUntil(timeout: 5) { activeRequests(relay) == 0 }, "active_requests: \(activeRequests(relay) ?? -1)")
     }
+
+    /// A client that stops reading a large response is disconnected after `timeouts.client_seconds` with
+    /// nothing taken (like nginx's send_timeout), and the upstream request is cancelled: a client cannot
+    /// hold a connection, an upstream connection and the queued bytes for as long as it likes.
+    func testClientThatStopsReadingIsDisconnectedAndTheUpstreamCancelled() throws {
+        let upstreamSawClose = TestSignal()
+        let upstream = try rawUpstream { connection in
+            guard try connection.readRequest() != nil else { return }
+            try? connection.write("HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1073741824\r\n\r\n")
+            let block = Data(count: 1024 * 1024)
+            for _ in 0..<1024 {
+                if (try? connection.write(block)) == nil { break }
+            }
+            if connection.waitForPeerClose(timeout: 10) { upstreamSawClose.fire() }
+        }
+        let relay = try startRelay(["upstream": ["url": upstream.baseURL], "timeouts": ["client_seconds": 0.5]])
+        let client = try StreamingClient(port: relay.proxyPort, timeout: 30, receiveBuffer: 64 * 1024)
+        try client.get("/big", port: relay.proxyPort)
+        XCTAssertEqual(client.status, 200)
+        // From here the client reads nothing.
+        XCTAssertTrue(upstreamSawClose.wait(timeout: 15), "the upstream request must be cancelled")
+        XCTAssertTrue(waitUntil(timeout: 5) { activeRequests(relay) == 0 }, "active_requests: \(activeRequests(relay) ?? -1)")
+        client.close()
+    }
 }

@@ -31,7 +31,7 @@ final class TransportFrontEnd {
         return HTTPServer.Settings(
             limits: HTTPWireLimits(maxHeadBytes: config.limits.maxHeaderBytes), maxConnections: config.limits.maxClientConnections,
             headTimeout: config.timeouts.clientHeaderSeconds, idleTimeout: config.timeouts.clientSeconds,
-            bodyTimeout: config.timeouts.clientSeconds,
+            bodyTimeout: config.timeouts.clientSeconds, sendTimeout: config.timeouts.clientSeconds,
             overLimitResponse: HTTPResponseHead(status: Int(overLimit.status), reason: overLimit.reason, fields: overLimit.headers),
             overLimitBody: Array(overLimit.body.utf8))
     }
