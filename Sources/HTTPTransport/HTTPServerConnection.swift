@@ -384,6 +384,10 @@ public final class HTTPServerConnection {
                 guard input.count > 0 else { return }
                 do {
                     guard try parser.parseRequest(input.unconsumed, into: &head) else {
+                        if HeadParser.requestCannotBeHTTP(UnsafeRawBufferPointer(input.unconsumed)) {
+                            refuse(.invalidMethod)
+                            return
+                        }
                         if input.spaceAtEnd == 0 { input.compact() }
                         armHeadTimer()
                         return

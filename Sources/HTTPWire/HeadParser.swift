@@ -52,6 +52,21 @@ public struct HeadParser: Sendable {
         return true
     }
 
+    /// Whether the start of a request head that has not ended yet can already be told to be no HTTP
+    /// request: after any empty lines, its first bytes are not a method token followed by a space (binary
+    /// garbage, a TLS handshake sent to the plain port). The whole head would be refused too, so a server
+    /// may answer 400 at once instead of waiting for a line end that may never come. True for a prefix means
+    /// true for every longer input, and such an input is never parsed as a request.
+    public static func requestCannotBeHTTP(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        let n = bytes.count
+        while i < n && (bytes[i] == CR || bytes[i] == LF) { i &+= 1 }
+        let methodStart = i
+        while i < n && isTokenByte(bytes[i]) { i &+= 1 }
+        guard i < n else { return false }
+        return bytes[i] != SP || i == methodStart
+    }
+
     private func parseRequestLine(_ bytes: UnsafeRawBufferPointer, _ line: Range<Int>, into head: inout RequestHead) throws(HTTPWireError) {
         var i = line.lowerBound
         while i < line.upperBound && isTokenByte(bytes[i]) { i &+= 1 }

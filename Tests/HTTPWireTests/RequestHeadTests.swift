@@ -18,6 +18,20 @@ final class RequestHeadTests: XCTestCase {
         XCTAssertTrue(parsed.head.semantics.keepAlive)
     }
 
+    /// An unfinished head whose first line cannot start a request is known to be refused before its end.
+    func testAnUnfinishedHeadThatCannotBeHTTPIsToldAtOnce() {
+        func cannot(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { HeadParser.requestCannotBeHTTP($0) } }
+        XCTAssertTrue(cannot([0x16, 0x03, 0x01, 0x02, 0x00]), "a TLS ClientHello")
+        XCTAssertTrue(cannot(Array("GE\u{0}T".utf8)))
+        XCTAssertTrue(cannot(Array(" GET /".utf8)), "no method before the space")
+        XCTAssertTrue(cannot(Array("\r\nGET\r".utf8)), "the line ends before the method's space")
+        XCTAssertTrue(cannot(Array("G(T /".utf8)), "a separator is not a token byte")
+        XCTAssertFalse(cannot([]))
+        XCTAssertFalse(cannot(Array("GE".utf8)), "still a method in progress")
+        XCTAssertFalse(cannot(Array("\r\n\r\nPROPFIND /x".utf8)), "empty lines first, any token method")
+        XCTAssertFalse(cannot(Array("GET /\u{1}".utf8)), "only the method is judged early; the rest when the head is whole")
+    }
+
     func testIncompleteHeadAsksForMoreAtEveryPrefix() throws {
         let text = Array("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\n".utf8)
         var parser = HeadParser()

@@ -104,6 +104,18 @@ final class RequestHygieneTests: RelayTestCase {
         XCTAssertEqual(try get(relay, "/normal").status, 200)
     }
 
+    /// Bytes that cannot start a request (here a TLS ClientHello sent to the plain port) are answered 400
+    /// at once, not after `timeouts.client_header_seconds`, although no line end ever comes.
+    func testATLSHandshakeOnThePlainPortIsAnswered400AtOnce() throws {
+        let relay = try startRelay(["timeouts": ["client_header_seconds": 30]])
+        let clientHello: [UInt8] = [0x16, 0x03, 0x01, 0x00, 0xc8, 0x01, 0x00, 0x00, 0xc4, 0x03, 0x03] + Array(repeating: 0x2a, count: 64)
+        let started = Date()
+        let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data(clientHello), timeout: 10), as: UTF8.self)
+        XCTAssertTrue(text.hasPrefix("HTTP/1.1 400"), String(text.prefix(200)))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        XCTAssertEqual(api.requestCount, 0)
+    }
+
     func testOnlyHTTP10And11AreAnswered() throws {
         let relay = try startRelay()
         let text = String(decoding: try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("GET /v HTTP/1.2\r\nHost: x\r\n\r\n".utf8)),

@@ -18,6 +18,17 @@ public func httpWireFuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> C
         let pieces = requestOutcome(input, splits: [split])
         precondition(pieces == whole, "request result depends on the read split at \(split): \(whole) vs \(pieces)")
     }
+    // Refusing an unfinished head early is safe: a refused prefix is never the start of a request the whole
+    // input would be parsed as, and a longer prefix stays refused.
+    var refusedFrom: Int?
+    for end in splitPoints(size) + [size] {
+        let refused = input.withUnsafeBytes { HeadParser.requestCannotBeHTTP(UnsafeRawBufferPointer(rebasing: $0[0..<end])) }
+        if let from = refusedFrom, end > from { precondition(refused, "a refusal at \(from) bytes withdrawn at \(end)") }
+        if refused {
+            precondition(!whole.hasPrefix("ok"), "a head refused early at \(end) bytes parses as a request: \(whole)")
+            refusedFrom = refusedFrom ?? end
+        }
+    }
     for method in [HTTPMethod.get, .head] {
         let w = responseOutcome(input, method: method, splits: [])
         for split in splitPoints(size) {
