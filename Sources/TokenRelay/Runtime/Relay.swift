@@ -89,6 +89,9 @@ public final class Relay {
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()
         relay.announce()
+        // Everything from here on is the steady state: the code only starting needed goes back.
+        let released = StartupPages.release()
+        logger.debug("start-up code pages released", metadata: ["mapped_bytes": "\(released)"])
         relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
