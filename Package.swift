@@ -33,18 +33,21 @@ let package = Package(
         // OpenSSL function-like macros).
         .target(name: "CEventShim", dependencies: ["CLibevent"]),
         // hiredis' RESP reply reader and command formatter (fleet mode's Redis store); imported by
-        // Bridge/RedisConnection.swift only.
+        // RedisProtocol only.
         .systemLibrary(
             name: "CHiredis",
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // RESP as Swift values over CHiredis (reply reader, command formatter); no I/O: the bytes travel
+        // on HTTPTransport's byte stream (TokenStore/RedisConnection.swift).
+        .target(name: "RedisProtocol", dependencies: ["CHiredis"], swiftSettings: staticRuntimeInRelease),
         .target(
             name: "TokenRelay",
             dependencies: [
                 "CLibevent",
                 "CEventShim",
-                "CHiredis",
+                "RedisProtocol",
                 // Only for the one event_base both share (Bridge/EventLoop.swift), until the proxied port moves.
                 "HTTPTransport",
                 .product(name: "Logging", package: "swift-log"),

@@ -1,7 +1,8 @@
 import Glibc
 
-/// An IP address and port as the socket calls want them: parsed from a literal, or as the resolver gave it.
-/// Names are not resolved here: resolving must not block the loop, so it happens in `NameLookup`.
+/// An IP address and port as the socket calls want them: parsed from a literal, or as the resolver gave it;
+/// or a unix socket path. Names are not resolved here: resolving must not block the loop, so it happens in
+/// `NameLookup`.
 struct SocketAddress {
     var storage = sockaddr_storage()
     var length: socklen_t = 0
@@ -34,6 +35,20 @@ struct SocketAddress {
             return
         }
         return nil
+    }
+
+    /// A unix socket path; nil if it is empty, holds a NUL, or does not fit `sun_path` with its terminator.
+    init?(unixPath path: String) {
+        var address = sockaddr_un()
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, !bytes.contains(0), bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes) }
+        withUnsafeBytes(of: &address) { source in
+            withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: source) }
+        }
+        length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        family = AF_UNIX
     }
 
     /// An IPv4 or IPv6 address from the resolver; nil for any other family.

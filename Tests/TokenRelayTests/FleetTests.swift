@@ -11,10 +11,12 @@ class FleetTestCase: RelayTestCase {
     let key = "tokenrelay:fleet-test"
     /// Whether the test's redis-server also listens on a 127.0.0.1 port (a replica connects over TCP).
     var redisListensOnTCP: Bool { false }
+    /// Whether it also listens for TLS (`redis.tlsPort`, the shared test PKI's server certificate).
+    var redisListensOnTLS: Bool { false }
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        redis = try RedisServerProcess(appendOnly: true, tcp: redisListensOnTCP)
+        redis = try RedisServerProcess(appendOnly: true, tcp: redisListensOnTCP, tls: redisListensOnTLS ? TestPKI.shared() : nil)
     }
 
     override func tearDownWithError() throws {

@@ -43,6 +43,31 @@ final class RedisConfigTests: XCTestCase {
         XCTAssertNil(try config(redis: ["url": "unix:///run/redis.sock", "key": "k"]).tokens.file)
     }
 
+    func testRedissReadsATLSBlockShapedLikeTheOthers() throws {
+        let bare = try XCTUnwrap(config(redis: ["url": "rediss://redis.internal:6380/2", "key": "k"]).tokens.redis)
+        XCTAssertEqual(bare.endpoint.address, .tcp(host: "redis.internal", port: 6380))
+        XCTAssertTrue(bare.endpoint.usesTLS)
+        XCTAssertEqual(bare.endpoint.database, 2)
+        XCTAssertNil(bare.tls)
+        XCTAssertEqual(bare.url, "redis.internal:6380/2 (TLS)")
+        let full = try XCTUnwrap(config(redis: ["url": "REDISS://10.0.0.5", "key": "k", "tls": [
+            "ca_file": "/etc/redis/ca.pem", "server_name": "redis.internal", "client_cert": "/c.pem", "client_key": "/c.key",
+            "insecure_skip_verify": false]]).tokens.redis)
+        XCTAssertEqual(full.endpoint.address, .tcp(host: "10.0.0.5", port: 6379))
+        XCTAssertEqual(full.tls?.caFile, "/etc/redis/ca.pem")
+        XCTAssertEqual(full.tls?.serverName, "redis.internal")
+        XCTAssertEqual(full.tls?.clientCert, "/c.pem")
+        XCTAssertEqual(full.tls?.clientKey, "/c.key")
+        XCTAssertTrue(full.restartOnlyDescription.contains("tls ca_file /etc/redis/ca.pem"), full.restartOnlyDescription)
+        XCTAssertFalse(try XCTUnwrap(config(redis: ["url": "redis://h", "key": "k"]).tokens.redis).endpoint.usesTLS)
+        let plain = message { try self.config(redis: ["url": "redis://h", "key": "k", "tls": ["ca_file": "/x"]]) }
+        XCTAssertEqual(plain, "tokens.redis.tls: is only allowed with a rediss:// URL")
+        let missingCA = message {
+            try Preflight.redisEndpoint(XCTUnwrap(self.config(redis: ["url": "rediss://h", "key": "k", "tls": ["ca_file": "/nonexistent/ca.pem"]]).tokens.redis))
+        }
+        XCTAssertTrue(missingCA.hasPrefix("tokens.redis.tls: cannot read CA file /nonexistent/ca.pem"), missingCA)
+    }
+
     func testBadURLsNameTheField() {
         for (url, expected) in [("redis://h:0", "port must be"), ("redis://h:99999", "port must be"), ("redis://h/x", "database"),
                                 ("unix://relative", "absolute"), ("redis://", "must name a host"), ("redis://[::1", "closing ]")] {

@@ -68,15 +68,3 @@ let outgoingDoneTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPoin
 let refuseKeyPassphraseTrampoline: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in
     0
 }
-
-/// Bytes arrived on a Redis connection's bufferevent.
-let redisReadTrampoline: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void = { _, context in
-    let connection = target(context, as: RedisConnection.self)
-    withExtendedLifetime(connection) { connection.readable() }
-}
-
-/// A Redis connection's bufferevent connected, reached end of file, or failed.
-let redisEventTrampoline: @convention(c) (OpaquePointer?, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, context in
-    let connection = target(context, as: RedisConnection.self)
-    withExtendedLifetime(connection) { connection.event(what) }
-}

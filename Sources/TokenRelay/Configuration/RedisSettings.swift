@@ -9,6 +9,8 @@ public struct RedisSettings: Sendable {
     public var key: String
     public var username: String?
     public var password: Config.Refresh.SecretSource?
+    /// `tokens.redis.tls` for a `rediss://` URL (nil: the defaults, verified against the system CA store).
+    public var tls: TLSSettings?
     /// Connect and per-command bound; an unanswered command closes the connection.
     public var commandTimeoutSeconds = 2.0
     /// How long the refresh lock lives unless released; nil: `timeouts.refresh_seconds` plus
@@ -43,7 +45,15 @@ public struct RedisSettings: Sendable {
         case .file(let path)?: password = "password_file \(path)"
         }
         return "\(url) key \(key) username \(username ?? "none") \(password) command_timeout_seconds \(Self.format(commandTimeoutSeconds)) "
-            + "poll_interval_seconds \(Self.format(pollIntervalSeconds)) wait_replicas \(waitReplicas)"
+            + "poll_interval_seconds \(Self.format(pollIntervalSeconds)) wait_replicas \(waitReplicas)" + tlsDescription
+    }
+
+    /// The TLS files and flags the connections were built with (paths only, never contents).
+    private var tlsDescription: String {
+        guard endpoint.usesTLS else { return "" }
+        let tls = self.tls ?? TLSSettings()
+        return " tls ca_file \(tls.caFile ?? "system") server_name \(tls.serverName ?? "url host") client_cert \(tls.clientCert ?? "none") "
+            + "client_key \(tls.clientKey ?? "none") insecure_skip_verify \(tls.insecureSkipVerify)"
     }
 
     func effectiveLockSeconds(refreshSeconds: Double) -> Double {
@@ -53,7 +63,7 @@ public struct RedisSettings: Sendable {
     static func read(from tokens: JSONObjectReader) throws -> RedisSettings? {
         guard let object = try tokens.optionalObject("redis") else { return nil }
         object.declareKeys(["url", "key", "username", "password_env", "password_file", "command_timeout_seconds", "lock_seconds",
-                            "poll_interval_seconds", "wait_replicas"])
+                            "poll_interval_seconds", "wait_replicas", "tls"])
         let endpoint = try parseURL(object.string("url"), field: object.fieldPath("url"))
         let key = try object.string("key")
         if key.utf8.count > 256 || key.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
@@ -74,6 +84,7 @@ public struct RedisSettings: Sendable {
         settings.lockSeconds = try object.optionalNumber("lock_seconds", range: 0.1...86_400 * 2)
         if let value = try object.optionalNumber("poll_interval_seconds", range: 0.05...60) { settings.pollIntervalSeconds = value }
         if let value = try object.optionalInteger("wait_replicas", range: 0...64) { settings.waitReplicas = value }
+        settings.tls = try TLSSettings.read(from: object, urlUsesTLS: endpoint.usesTLS, urlKind: "a rediss:// URL")
         try object.rejectUnknownKeys()
         return settings
     }
@@ -88,20 +99,21 @@ public struct RedisSettings: Sendable {
         }
     }
 
-    /// `redis://host:port/db` (port 6379 and database 0 by default) or `unix:///absolute/path`.
+    /// `redis://host:port/db` (port 6379 and database 0 by default), `rediss://host:port/db` (the same
+    /// over TLS) or `unix:///absolute/path`.
     static func parseURL(_ text: String, field: String) throws -> RedisEndpoint {
         let lower = text.lowercased()
-        if lower.hasPrefix("rediss://") {
-            throw ConfigError(field, "rediss:// (TLS) is not supported yet; use redis:// on a private network or a unix:// socket")
-        }
         if lower.hasPrefix("unix://") {
             let path = String(text.dropFirst("unix://".count))
             guard path.hasPrefix("/"), path.count > 1 else { throw ConfigError(field, "unix:// needs an absolute socket path, e.g. unix:///run/redis/redis.sock") }
             guard path.utf8.count < 108 else { throw ConfigError(field, "the unix socket path is longer than 107 bytes") }
             return RedisEndpoint(address: .unix(path: path))
         }
-        guard lower.hasPrefix("redis://") else { throw ConfigError(field, "must be a redis://host:port/db or unix:///path URL") }
-        var rest = Substring(text.dropFirst("redis://".count))
+        let usesTLS = lower.hasPrefix("rediss://")
+        guard usesTLS || lower.hasPrefix("redis://") else {
+            throw ConfigError(field, "must be a redis://host:port/db, rediss://host:port/db or unix:///path URL")
+        }
+        var rest = Substring(text.dropFirst(usesTLS ? "rediss://".count : "redis://".count))
         if rest.contains("@") {
             throw ConfigError(field, "must not carry credentials; use tokens.redis.username and password_env or password_file")
         }
@@ -134,7 +146,7 @@ public struct RedisSettings: Sendable {
             port = number
         }
         guard !host.isEmpty, !host.contains(where: { $0 == "?" || $0 == "#" || $0.isWhitespace }) else { throw ConfigError(field, "must name a host") }
-        return RedisEndpoint(address: .tcp(host: String(host), port: port), database: database)
+        return RedisEndpoint(address: .tcp(host: String(host), port: port), database: database, usesTLS: usesTLS)
     }
 
     private static func format(_ value: Double) -> String {

@@ -1,6 +1,7 @@
-/// How tokenrelay talks TLS to one target (`upstream.tls`, `refresh.tls`). Only meaningful for an
-/// `https://` URL; an https URL without a `tls` object gets these defaults: verification against the
-/// system CA store, the URL's host checked and sent as SNI, no client certificate.
+/// How tokenrelay talks TLS to one target (`upstream.tls`, `refresh.tls`, `tokens.redis.tls`). Only
+/// meaningful for an `https://` (or `rediss://`) URL; such a URL without a `tls` object gets these
+/// defaults: verification against the system CA store, the URL's host checked and sent as SNI, no client
+/// certificate.
 public struct TLSSettings: Sendable, Equatable {
     /// PEM bundle that replaces the system CA store (a private CA must not be trusted for everything else).
     public var caFile: String?
@@ -17,9 +18,14 @@ public struct TLSSettings: Sendable, Equatable {
 
     /// Reads the optional `tls` object of `parent` (the object holding the URL) for `endpoint`.
     static func read(from parent: JSONObjectReader, for endpoint: HTTPEndpoint) throws -> TLSSettings? {
+        try read(from: parent, urlUsesTLS: endpoint.usesTLS, urlKind: "an https:// URL")
+    }
+
+    /// The same object for any URL: refused unless `urlUsesTLS` (naming `urlKind`, the URL it needs).
+    static func read(from parent: JSONObjectReader, urlUsesTLS: Bool, urlKind: String) throws -> TLSSettings? {
         guard let object = try parent.optionalObject("tls") else { return nil }
-        guard endpoint.usesTLS else {
-            throw ConfigError(object.path, "is only allowed with an https:// URL")
+        guard urlUsesTLS else {
+            throw ConfigError(object.path, "is only allowed with \(urlKind)")
         }
         var settings = TLSSettings()
         settings.caFile = try object.optionalString("ca_file")

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import HTTPTransport
 
 /// Everything that must hold before tokenrelay can serve: a valid config, loadable TLS material (CA
 /// bundles, client certificates and keys), the client secret where the config says it is, and a
@@ -49,9 +50,7 @@ public struct Preflight {
     /// others can read is refused like a token file.
     private static func run(config: Config, redis settings: RedisSettings, secret: String?,
                             upstreamTLS: TLSContext?, refreshTLS: TLSContext?) throws -> Preflight {
-        var endpoint = settings.endpoint
-        endpoint.username = settings.username
-        endpoint.password = try loadRedisPassword(settings.password)
+        let endpoint = try redisEndpoint(settings)
         let cache = config.tokens.file.map(TokenFile.init(path:))
         var tokens = TokenSet(accessToken: "")
         if let cache, !cache.isAbsentOrEmpty {
@@ -60,6 +59,27 @@ public struct Preflight {
         }
         return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: cache, redis: endpoint,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+    }
+
+    /// The endpoint the Redis connections use: the URL's address with the login (the password read from
+    /// its source) and, for `rediss://`, the TLS context built from `tokens.redis.tls` (a bad file fails here,
+    /// so `check` reports it).
+    static func redisEndpoint(_ settings: RedisSettings) throws -> RedisEndpoint {
+        var endpoint = settings.endpoint
+        endpoint.username = settings.username
+        endpoint.password = try loadRedisPassword(settings.password)
+        if endpoint.usesTLS {
+            let field = "tokens.redis.tls"
+            let tls = settings.tls ?? TLSSettings()
+            do {
+                let context = try TransportTLSClientContext(caFile: tls.caFile, clientCertificateFile: tls.clientCert, clientKeyFile: tls.clientKey,
+                                                            verifyPeer: !tls.insecureSkipVerify, serverName: tls.serverName)
+                endpoint.tls = RedisTLS(context: context, field: field)
+            } catch {
+                throw ConfigError(field, error.description)
+            }
+        }
+        return endpoint
     }
 
     static func loadRedisPassword(_ source: Config.Refresh.SecretSource?) throws -> String? {
@@ -88,7 +108,8 @@ public struct Preflight {
 
     /// Config paths of targets whose certificates are not verified (each is logged as a warning).
     public var unverifiedTLSTargets: [String] {
-        [upstreamTLS, refreshTLS].compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" }
+        let redis = config.tokens.redis.flatMap { $0.endpoint.usesTLS && $0.tls?.insecureSkipVerify == true ? ["tokens.redis.tls.insecure_skip_verify"] : nil }
+        return [upstreamTLS, refreshTLS].compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
     }
 
     /// One line for `check`, with no secret in it.

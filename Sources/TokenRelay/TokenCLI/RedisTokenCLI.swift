@@ -6,10 +6,7 @@ import Glibc
 enum RedisTokenCLI {
     static func endpoint(_ config: Config) throws -> (RedisEndpoint, RedisSettings)? {
         guard let settings = config.tokens.redis else { return nil }
-        var endpoint = settings.endpoint
-        endpoint.username = settings.username
-        endpoint.password = try Preflight.loadRedisPassword(settings.password)
-        return (endpoint, settings)
+        return (try Preflight.redisEndpoint(settings), settings)
     }
 
     /// Writes `tokens` as the next version (clearing "login required"); returns the version written.

@@ -6,11 +6,14 @@ import Glibc
 
 /// A real `redis-server` for fleet tests, listening on a unix socket in its own directory (no port to
 /// collide with) and, when asked, on a 127.0.0.1 port too. Stopped by PID (SIGTERM, then SIGKILL);
-/// `restart()` starts it again with the same directory, so an AOF written before survives.
+/// `restart()` starts it again with the same directory, so an AOF written before survives. With `tls`,
+/// it also listens for TLS on a 127.0.0.1 port (`tlsPort`) with the PKI's server certificate.
 final class RedisServerProcess: @unchecked Sendable {
     let directory: URL
     let socketPath: String
     let tcpPort: Int?
+    let tlsPort: Int?
+    private let tls: TestPKI?
     private let appendOnly: Bool
     private var process: Process?
 
@@ -25,12 +28,14 @@ final class RedisServerProcess: @unchecked Sendable {
         }
     }
 
-    init(appendOnly: Bool = false, tcp: Bool = false) throws {
+    init(appendOnly: Bool = false, tcp: Bool = false, tls: TestPKI? = nil) throws {
         try Self.requireInstalled()
         directory = makeTemporaryDirectory(prefix: "tokenrelay-redis")
         socketPath = directory.appendingPathComponent("redis.sock").path
         self.appendOnly = appendOnly
+        self.tls = tls
         tcpPort = tcp ? try Self.freeLoopbackPort() : nil
+        tlsPort = tls != nil ? try Self.freeLoopbackPort() : nil
         try start()
     }
 
@@ -43,17 +48,33 @@ final class RedisServerProcess: @unchecked Sendable {
         var arguments = ["--port", "\(tcpPort ?? 0)", "--bind", "127.0.0.1", "--unixsocket", socketPath, "--unixsocketperm", "700",
                          "--dir", directory.path, "--save", "", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path]
         if appendOnly { arguments += ["--appendonly", "yes", "--appendfsync", "always"] }
+        if let tls, let tlsPort {
+            // Clients are not asked for a certificate: the relay's server verification is what is tested.
+            arguments += ["--tls-port", "\(tlsPort)", "--tls-cert-file", tls.server.cert.path, "--tls-key-file", tls.server.key.path,
+                          "--tls-ca-cert-file", tls.caFile.path, "--tls-auth-clients", "no"]
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["redis-server"] + arguments
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        // A configuration error is printed on stderr before the log file is opened.
+        let stderrURL = directory.appendingPathComponent("redis.stderr")
+        _ = FileManager.default.createFile(atPath: stderrURL.path, contents: nil)
+        let stderrHandle = try FileHandle(forWritingTo: stderrURL)
+        defer { try? stderrHandle.close() }
+        process.standardError = stderrHandle
         try process.run()
         self.process = process
         guard waitUntil(timeout: 10, interval: 0.02, { (try? cli(["PING"])) == "PONG" || !process.isRunning }), process.isRunning else {
-            let log = (try? String(contentsOf: directory.appendingPathComponent("redis.log"), encoding: .utf8)) ?? ""
+            let log = ((try? String(contentsOf: directory.appendingPathComponent("redis.log"), encoding: .utf8)) ?? "")
+                + ((try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "")
             stop()
+            // A redis-server built without TLS refuses the tls-* options ("TLS not supported" or an unknown
+            // directive): skip with its words rather than fail.
+            if tls != nil, log.contains("TLS not supported") || log.contains("Bad directive") {
+                throw XCTSkip("redis-server has no TLS support on this image: \(log.suffix(300))")
+            }
             throw TestSupportError("redis-server did not answer PING within 10 s; log:\n\(log.suffix(2000))")
         }
     }

@@ -23,6 +23,8 @@ struct TestPKI: Sendable {
     let client: Identity
     /// A key that belongs to none of the certificates (for the mismatch error).
     let strayKey: URL
+    /// A second CA that signed none of the certificates (a wrong `ca_file`).
+    let otherCAFile: URL
 
     private static let sharedDirectory = makeTemporaryDirectory(prefix: "tokenrelay-pki")
     private static let generated = Result {
@@ -53,9 +55,11 @@ struct TestPKI: Sendable {
         try issue("client", cn: "tokenrelay-client", extensions: "extendedKeyUsage=clientAuth\n")
         try issueExpired(in: dir, extensions: serverExtensions)
         try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", path("stray.key")], in: dir)
+        try openssl(["req", "-x509"] + ec + ["-keyout", path("other-ca.key"), "-out", path("other-ca.pem"), "-days", "3",
+                                             "-subj", "/CN=tokenrelay other test CA"], in: dir)
         return TestPKI(directory: dir, caFile: dir.appendingPathComponent("ca.pem"), server: identity("server"),
                        wrongHost: identity("wrong-host"), expired: identity("expired"), client: identity("client"),
-                       strayKey: dir.appendingPathComponent("stray.key"))
+                       strayKey: dir.appendingPathComponent("stray.key"), otherCAFile: dir.appendingPathComponent("other-ca.pem"))
     }
 
     /// OpenSSL 3.0's `x509 -req` cannot set a start date in the past; `openssl ca` can (`-startdate`).
