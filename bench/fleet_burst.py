@@ -16,7 +16,12 @@ Measured:
     (millisecond log timestamps, one clock); this includes the refreshing relay's compare-and-set round trip,
     so it is an upper bound of the time from the publish to the adoption.
 
+With --load-generator (the `fleet-burst-load` product), the burst's clients and the upstream are native
+(on HTTPTransport, in two processes of their own) instead of asyncio in this one: Python's per-request cost
+was most of the release figure. The token endpoint stays here (one request).
+
 Usage: bench/fleet_burst.py [--relays 10] [--count 1000] [--binary .build/release/tokenrelay]
+                            [--load-generator .build/release/fleet-burst-load]
 """
 import argparse
 import asyncio
@@ -119,6 +124,16 @@ async def admin_json(port, path):
     return json.loads(data.split(b"\r\n\r\n", 1)[1])
 
 
+def cpu_seconds(pid):
+    """utime + stime of a live process, from /proc (0 if it is gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def log_times(path, marker):
     times = []
     with open(path) as f:
@@ -129,9 +144,60 @@ def log_times(path, marker):
     return times
 
 
+async def http_get(port, path):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(("GET %s HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n" % path).encode())
+    data = await reader.read()
+    writer.close()
+    return int(data.split(b" ", 2)[1])
+
+
+class NativeLoad:
+    """The native upstream (`fleet-burst-load upstream`) and burst (`fleet-burst-load burst`)."""
+
+    def __init__(self, binary):
+        self.binary = binary
+        self.upstream = None
+        self.port = None
+        self.burst = None
+
+    async def start_upstream(self):
+        self.upstream = await asyncio.create_subprocess_exec(self.binary, "upstream", stdout=asyncio.subprocess.PIPE)
+        line = (await asyncio.wait_for(self.upstream.stdout.readline(), 10)).decode()
+        if not line.startswith("listening "):
+            raise SystemExit("fleet-burst-load upstream did not start: %r" % line)
+        self.port = int(line.split()[1])
+        return self.port
+
+    async def kill_token(self, token):
+        if await http_get(self.port, "/__kill?token=" + token) != 204:
+            raise SystemExit("the native upstream refused the kill")
+
+    async def start_burst(self, count, ports):
+        self.burst = await asyncio.create_subprocess_exec(self.binary, "burst", str(count), *[str(p) for p in ports],
+                                                          stdout=asyncio.subprocess.PIPE)
+
+    async def burst_results(self, count):
+        """(statuses by code, monotonic time of the last response)."""
+        summary = json.loads(await asyncio.wait_for(self.burst.stdout.readline(), 60))
+        await self.burst.wait()
+        if summary["failures"]:
+            print("burst failures: %s" % summary["failures"])
+        statuses = {int(code): n for code, n in summary["statuses"].items()}
+        return statuses, summary["last"], summary["answered"], summary["cpu_seconds"]
+
+    async def stop(self):
+        for process in (self.burst, self.upstream):
+            if process is not None and process.returncode is None:
+                process.terminate()
+                await process.wait()
+
+
 async def run(args, workdir):
     identity = Identity()
+    native = NativeLoad(args.load_generator) if args.load_generator else None
     api = await asyncio.start_server(identity.upstream, "127.0.0.1", 0, backlog=4096)
+    api_port = await native.start_upstream() if native else api.sockets[0].getsockname()[1]
     token_server = await asyncio.start_server(identity.token_endpoint, "127.0.0.1", 0)
     socket_path = os.path.join(workdir, "redis.sock")
     redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700",
@@ -144,7 +210,7 @@ async def run(args, workdir):
             await asyncio.sleep(0.02)
         config = {
             "listen": "127.0.0.1:0", "admin": {"listen": "127.0.0.1:0"},
-            "upstream": {"url": "http://127.0.0.1:%d" % api.sockets[0].getsockname()[1]},
+            "upstream": {"url": "http://127.0.0.1:%d" % api_port},
             "tokens": {"redis": {"url": "unix://" + socket_path, "key": "bench:fleet"}},
             "refresh": {"grant": "refresh_token", "token_url": "http://127.0.0.1:%d/token" % token_server.sockets[0].getsockname()[1],
                         "client_id": "bench", "client_auth": "none", "proactive": False},
@@ -180,18 +246,40 @@ async def run(args, workdir):
             while (await admin_json(admin, "/status")).get("ready") is not True:
                 await asyncio.sleep(0.02)
 
-        identity.valid_access = "dead"  # the access token dies for everyone
-        burst = [asyncio.create_task(one_request(ports[i % len(ports)][0], "/burst/%d" % i)) for i in range(args.count)]
+        if native:
+            await native.kill_token(identity.valid_access)  # the access token dies for everyone
+            await native.start_burst(args.count, [proxy for proxy, _ in ports])
+        else:
+            identity.valid_access = "dead"  # the access token dies for everyone
+            burst = [asyncio.create_task(one_request(ports[i % len(ports)][0], "/burst/%d" % i)) for i in range(args.count)]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             held = [(await admin_json(admin, "/status")).get("held_requests", 0) for _, admin in ports]
             if sum(held) >= args.count * 0.9 and all(h > 0 for h in held):
                 break
             await asyncio.sleep(0.01)
+        relays_cpu = sum(cpu_seconds(process.pid) for process, _ in relays)
+        upstream_cpu = cpu_seconds(native.upstream.pid) if native else 0.0
+        script_cpu = time.process_time()
         identity.release.set()
-        results = await asyncio.gather(*burst)
-        release = max(t for _, t in results) - identity.answered_at
-        bad = sum(1 for s, _ in results if s != 200)
+        if native:
+            statuses, last, answered, burst_cpu = await native.burst_results(args.count)
+            release = last - identity.answered_at
+            print("responses after the token answer: first %.1f ms, p50 %.1f ms, p90 %.1f ms, p99 %.1f ms"
+                  % tuple((t - identity.answered_at) * 1000 for t in answered))
+            bad = args.count - statuses.get(200, 0)
+        else:
+            results = await asyncio.gather(*burst)
+            release = max(t for _, t in results) - identity.answered_at
+            bad = sum(1 for s, _ in results if s != 200)
+        # CPU spent from the release to the last response (the native burst's includes its connects).
+        relays_cpu = sum(cpu_seconds(process.pid) for process, _ in relays) - relays_cpu
+        script_cpu = time.process_time() - script_cpu
+        if native:
+            print("cpu ms from the release: relays %.0f, native upstream %.0f, native clients %.0f (whole run), script %.0f"
+                  % (relays_cpu * 1000, (cpu_seconds(native.upstream.pid) - upstream_cpu) * 1000, burst_cpu * 1000, script_cpu * 1000))
+        else:
+            print("cpu ms from the release: relays %.0f, script (asyncio clients and upstream) %.0f" % (relays_cpu * 1000, script_cpu * 1000))
 
         adoptions = []
         for _, path in relays:
@@ -207,6 +295,8 @@ async def run(args, workdir):
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if native:
+            await native.stop()
         redis.terminate()
         redis.wait(timeout=10)
         api.close()
@@ -218,6 +308,8 @@ def main():
     parser.add_argument("--relays", type=int, default=10)
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--binary", default=".build/release/tokenrelay")
+    parser.add_argument("--load-generator", default=None,
+                        help="fleet-burst-load binary: native clients and upstream instead of asyncio ones")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
         calls, reuse, bad, release, adoptions = asyncio.run(run(args, workdir))
