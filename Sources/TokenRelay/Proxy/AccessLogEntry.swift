@@ -1,4 +1,3 @@
-import CLibevent
 import Logging
 
 /// One access-log line per client request: method, path (query left out by default: it often carries
@@ -26,20 +25,5 @@ struct AccessLogEntry {
             "attempts": "\(attempts)",
             "generation": "\(generation)",
         ])
-    }
-
-    static func name(of method: evhttp_cmd_type) -> String {
-        switch method {
-        case EVHTTP_REQ_GET: return "GET"
-        case EVHTTP_REQ_POST: return "POST"
-        case EVHTTP_REQ_HEAD: return "HEAD"
-        case EVHTTP_REQ_PUT: return "PUT"
-        case EVHTTP_REQ_DELETE: return "DELETE"
-        case EVHTTP_REQ_OPTIONS: return "OPTIONS"
-        case EVHTTP_REQ_TRACE: return "TRACE"
-        case EVHTTP_REQ_CONNECT: return "CONNECT"
-        case EVHTTP_REQ_PATCH: return "PATCH"
-        default: return "OTHER"
-        }
     }
 }
