@@ -62,7 +62,23 @@ public struct ReceivedResponseHead: Sendable {
 public final class HTTPClientConnection {
     public struct ConnectError: Error, CustomStringConvertible {
         public let description: String
+        /// The kind of failure, for callers inside the transport that report it (`HTTPExchange`).
+        var cause: ConnectFailureCause? = nil
     }
+
+    /// Why connecting failed, beside the text of `.connectFailed`.
+    enum ConnectFailureCause: Equatable {
+        case nameResolution
+        /// No address accepted the connection (refused, unreachable, no socket).
+        case connect
+        /// The connect timeout passed (resolving, connecting or handshaking).
+        case timedOut
+        /// `reason` without the "TLS handshake with ... failed" frame; `certificateRejected`: our
+        /// verification refused the peer's certificate.
+        case tlsHandshake(reason: String, certificateRejected: Bool)
+    }
+    /// Set when the connection ends as `.connectFailed` (or the initializer throws).
+    private(set) var connectFailureCause: ConnectFailureCause?
 
     public weak var handler: HTTPClientConnectionHandler?
     /// The host as given (a name or an IP literal) and port.
@@ -181,7 +197,7 @@ public final class HTTPClientConnection {
         }
         // Failures before the handler could be set are thrown, not reported to nobody.
         initializing = false
-        if let failure = failureDuringInit { throw ConnectError(description: failure) }
+        if let failure = failureDuringInit { throw ConnectError(description: failure, cause: connectFailureCause) }
     }
 
     private let loop: TransportLoop
@@ -214,7 +230,7 @@ public final class HTTPClientConnection {
         guard !hasEnded else { return }
         switch outcome {
         case .failed(let reason):
-            connectFailed("cannot resolve \(host): \(reason)")
+            connectFailed("cannot resolve \(host): \(reason)", cause: .nameResolution)
         case .addresses(let addresses):
             candidates = addresses
             tryNextAddress()
@@ -234,11 +250,12 @@ public final class HTTPClientConnection {
             }
             return
         }
-        connectFailed(lastConnectFailure ?? "connect \(host):\(port): no address to try")
+        connectFailed(lastConnectFailure ?? "connect \(host):\(port): no address to try", cause: .connect)
     }
 
-    private func connectFailed(_ description: String) {
+    private func connectFailed(_ description: String, cause: ConnectFailureCause) {
         guard !hasEnded else { return }
+        connectFailureCause = cause
         if initializing {
             failureDuringInit = description
             return
@@ -252,11 +269,11 @@ public final class HTTPClientConnection {
         let whole = connectTimeout.rounded() == connectTimeout && connectTimeout < 1e9
         let limit = whole ? "\(Int(connectTimeout)) s" : "\(connectTimeout) s"
         if lookup != nil {
-            connectFailed("cannot resolve \(host): no answer within \(limit)")
+            connectFailed("cannot resolve \(host): no answer within \(limit)", cause: .timedOut)
         } else if stream.isHandshaking {
-            connectFailed("TLS handshake with \(remote?.description ?? host) did not finish within \(limit)")
+            connectFailed("TLS handshake with \(remote?.description ?? host) did not finish within \(limit)", cause: .timedOut)
         } else {
-            connectFailed("connect \(remote?.description ?? host) did not finish within \(limit)")
+            connectFailed("connect \(remote?.description ?? host) did not finish within \(limit)", cause: .timedOut)
         }
     }
 
@@ -655,7 +672,8 @@ extension HTTPClientConnection: SocketStreamOwner {
     func streamConnectFailed(_ stream: SocketStream, errno: Int32, reason: String, duringHandshake: Bool) {
         let target = remote?.description ?? "\(host):\(port)"
         if duringHandshake {
-            connectFailed("TLS handshake with \(target) failed: \(reason)")
+            connectFailed("TLS handshake with \(target) failed: \(reason)",
+                          cause: .tlsHandshake(reason: reason, certificateRejected: stream.rejectedPeerCertificate))
         } else {
             lastConnectFailure = "connect \(target): \(reason)"
             tryNextAddress()

@@ -75,6 +75,11 @@ final class SocketStream {
     }
     private var phase: Phase
     private var tls: TLSSession?
+    /// What OpenSSL said when a read or write on an open TLS stream failed (an alert from the peer, say):
+    /// `streamFailed` carries only an errno, and this is the cause in words.
+    private(set) var failureReason: String?
+    /// The last handshake failed because our verification refused the peer's certificate.
+    var rejectedPeerCertificate: Bool { tls?.rejectedPeerCertificate ?? false }
     /// OpenSSL needs the socket writable to continue a read, or readable to continue a write.
     private var tlsReadWaitsForWrite = false
     private var tlsWriteWaitsForRead = false
@@ -304,7 +309,8 @@ final class SocketStream {
             input.releaseStorage()
             owner?.streamReachedEnd(self)
             return
-        case .failed(let error, _):
+        case .failed(let error, let reason):
+            failureReason = reason
             fail(error)
             return
         }
@@ -476,7 +482,8 @@ final class SocketStream {
             case .end:
                 fail(EPIPE)
                 return nil
-            case .failed(let error, _):
+            case .failed(let error, let reason):
+                failureReason = reason
                 fail(error)
                 return nil
             }

@@ -12,6 +12,9 @@ final class TLSSession {
     private let context: TransportTLSClientContext
     /// A fatal error happened: OpenSSL forbids a close_notify (`SSL_shutdown`) afterwards.
     private var broken = false
+    /// The handshake failed because our verification refused the peer's certificate (not an alert from
+    /// the peer, not the socket): callers report it as a verification failure.
+    private(set) var rejectedPeerCertificate = false
 
     enum Step {
         /// Bytes read or written (the handshake: done).
@@ -111,6 +114,7 @@ final class TLSSession {
         if context.verifiesPeer {
             let result = SSL_get_verify_result(ssl)
             if result != X509_V_OK {
+                rejectedPeerCertificate = true
                 return "certificate verification failed: " + String(cString: X509_verify_cert_error_string(result))
             }
         }

@@ -1,8 +1,7 @@
-import CLibevent
 import FoundationEssentials
 
 /// The custom grant's request: the configured template with the current values substituted, each escaped
-/// by a real encoder for where it goes (`JSONWriter` for a JSON body, `evhttp_uriencode` for a
+/// by a real encoder for where it goes (`JSONWriter` for a JSON body, `PercentEncoding` for a
 /// form), and header values refused when they would contain a control character.
 struct CustomGrant: TokenGrantStrategy {
     let settings: CustomGrantSettings
@@ -42,22 +41,11 @@ struct CustomGrant: TokenGrantStrategy {
         let configured = Set(headers.map { $0.name.lowercased() })
         if let contentType, !configured.contains("content-type") { headers.append(("Content-Type", contentType)) }
         if !configured.contains("accept") { headers.append(("Accept", "application/json")) }
-        return .success(TokenHTTPRequest(method: settings.method.evhttpCommand, target: settings.url.requestTarget,
+        return .success(TokenHTTPRequest(method: settings.method.rawValue, target: settings.url.requestTarget,
                                          headers: headers, body: body))
     }
 
     func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {
         CustomResponseMapping(settings: settings).classify(status: status, body: body, now: Date())
-    }
-}
-
-extension CustomGrantSettings.Method {
-    var evhttpCommand: evhttp_cmd_type {
-        switch self {
-        case .get: EVHTTP_REQ_GET
-        case .post: EVHTTP_REQ_POST
-        case .put: EVHTTP_REQ_PUT
-        case .patch: EVHTTP_REQ_PATCH
-        }
     }
 }

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import CLibevent
 
 /// RFC 6749 §2.3 client authentication, exactly as `refresh.client_auth` says: the refresh grants and
 /// `tokenrelay login` (whose endpoints follow the same rules, RFC 8628 §3.1) share this one definition,
@@ -36,7 +35,7 @@ extension TokenHTTPRequest {
         var fields = fields
         var headers: [(name: String, value: String)] = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
         client.apply(fields: &fields, headers: &headers)
-        return TokenHTTPRequest(method: EVHTTP_REQ_POST, target: endpoint.requestTarget, headers: headers,
+        return TokenHTTPRequest(method: "POST", target: endpoint.requestTarget, headers: headers,
                                 body: Array(FormEncoding.encode(fields).utf8))
     }
 }

@@ -1,5 +1,5 @@
-import CLibevent
 import FoundationEssentials
+import HTTPTransport
 
 /// The two form-encoded OAuth 2.0 grants: refresh_token (RFC 6749 §6) and client_credentials (§4.4),
 /// with client authentication exactly as configured (never guessed, never switched between attempts).
@@ -33,13 +33,11 @@ struct OAuthFormGrant: TokenGrantStrategy {
     }
 }
 
-/// application/x-www-form-urlencoded, using libevent's encoder (everything but RFC 3986 unreserved
+/// application/x-www-form-urlencoded, by the transport's encoder (everything but RFC 3986 unreserved
 /// characters is percent-encoded).
 enum FormEncoding {
     static func escape(_ value: String) -> String {
-        guard let encoded = evhttp_uriencode(value, -1, 0) else { return "" }
-        defer { free(encoded) }
-        return String(cString: encoded)
+        PercentEncoding.encode(value)
     }
 
     static func encode(_ fields: [(String, String)]) -> String {

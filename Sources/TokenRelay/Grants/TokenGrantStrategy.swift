@@ -1,20 +1,17 @@
-import CLibevent
+import HTTPTransport
 
 /// One HTTP request to the token endpoint, fully built: method, target, headers, body.
 struct TokenHTTPRequest {
-    var method: evhttp_cmd_type
+    var method: String
     var target: String
     var headers: [(name: String, value: String)]
     var body: [UInt8]
 
-    /// Fills evhttp's outgoing request: `Host`, the grant's headers, and the body with an exact
-    /// Content-Length (evhttp adds one only for POST and PUT; a GET without a body gets none).
-    func write(into request: OpaquePointer, authority: String) {
-        let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
-        headers.add("Host", authority)
-        for header in self.headers { headers.add(header.name, header.value) }
-        if !body.isEmpty || method != EVHTTP_REQ_GET { headers.add("Content-Length", String(body.count)) }
-        if !body.isEmpty { body.withUnsafeBytes { _ = evbuffer_add(evhttp_request_get_output_buffer(request), $0.baseAddress, $0.count) } }
+    /// The request for the transport: `Host` first, then the grant's headers. The transport frames the
+    /// body (a Content-Length for any body, and for every method but GET and HEAD also when empty).
+    func exchangeRequest(to endpoint: HTTPEndpoint, tls: TransportTLSClientContext?) -> HTTPExchange.Request {
+        HTTPExchange.Request(host: endpoint.host, port: UInt16(clamping: endpoint.port), tls: tls, method: method,
+                             target: target, fields: [("Host", endpoint.authority)] + headers, body: body)
     }
 }
 

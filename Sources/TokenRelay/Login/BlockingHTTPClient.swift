@@ -1,54 +1,39 @@
-import CLibevent
+import HTTPTransport
 
-/// Sends one request at a time to one endpoint over the libevent bridge and blocks until the answer is
-/// in. `tokenrelay login` is a one-shot command with nothing else to serve, so running a private event
-/// loop per request is the simplest correct client — and going through `HTTPConnectionFactory` gives it
-/// https, `refresh.tls` and the TLS failure diagnostics exactly as the proxy has them.
-final class BlockingHTTPClient: OutgoingRequestDelegate {
+/// Sends one request at a time to one endpoint and blocks until the answer is in. `tokenrelay login` is
+/// a one-shot command with nothing else to serve, so running a private transport loop per request is the
+/// simplest correct client, and `HTTPExchange` gives it https, `refresh.tls` and the TLS failure reasons
+/// exactly as the relay's token-endpoint client has them.
+final class BlockingHTTPClient {
     struct Response {
         let status: Int
         let body: [UInt8]
     }
 
-    private let loop: EventLoop
-    private let factory: HTTPConnectionFactory
-    private var response = SmallResponse()
-    private var outcome: Result<Response, OutgoingFailure>?
+    private let loop: TransportLoop
+    private let endpoint: HTTPEndpoint
+    private let tls: TransportTLSClientContext?
+    private let timeoutSeconds: Double
 
     init(endpoint: HTTPEndpoint, tls: TLSContext?, timeoutSeconds: Double) throws {
-        loop = try EventLoop()
-        factory = HTTPConnectionFactory(loop: loop, endpoint: endpoint, tls: tls, timeoutSeconds: timeoutSeconds)
+        loop = try TransportLoop()
+        self.endpoint = endpoint
+        self.tls = tls?.transport
+        self.timeoutSeconds = timeoutSeconds
     }
 
-    func send(_ prepared: TokenHTTPRequest) -> Result<Response, OutgoingFailure> {
-        self.response = SmallResponse()
-        outcome = nil
-        // A fresh connection per request: between two polls the server may well close an idle one, and
-        // with retries off a stale keep-alive connection would turn into a spurious failure.
-        guard let connection = factory.makeConnection() else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
-        defer { evhttp_connection_free(connection) }
-        evhttp_connection_set_max_body_size(connection, SmallResponse.maxBytes)
-        let authority = factory.endpoint.authority
-        let request = OutgoingRequest(delegate: self)
-        let started = request.start(on: connection, method: prepared.method, target: prepared.target) { req in
-            prepared.write(into: req, authority: authority)
+    /// Each request gets a fresh connection (an `HTTPExchange`): between two polls the server may well
+    /// close an idle one. Returns within `timeoutSeconds` (the exchange's own deadline ends the loop).
+    func send(_ prepared: TokenHTTPRequest) -> Result<Response, HTTPExchange.Failure> {
+        var outcome: Result<HTTPExchange.Response, HTTPExchange.Failure>?
+        let limits = HTTPExchange.Limits(timeoutSeconds: timeoutSeconds, maxBodyBytes: TokenEndpointClient.maxResponseBytes)
+        let exchange = HTTPExchange(loop: loop, request: prepared.exchangeRequest(to: endpoint, tls: tls), limits: limits) { [loop] result in
+            outcome = result
+            loop.stop()
         }
-        guard started else { return .failure(OutgoingFailure(kind: .connect, afterResponseStarted: false)) }
-        if outcome == nil { loop.run() }
-        // The loop only runs out of events without an outcome if evhttp dropped the request silently.
-        return outcome ?? .failure(OutgoingFailure(kind: .connectionLost, afterResponseStarted: false))
-    }
-
-    func outgoingRequestReceivedHeaders(_ call: OutgoingRequest, response: OpaquePointer) {
-        self.response.receivedHeaders(response)
-    }
-
-    func outgoingRequestReceivedBody(_ call: OutgoingRequest, response: OpaquePointer) {
-        self.response.receivedBody(response)
-    }
-
-    func outgoingRequestFinished(_ call: OutgoingRequest, result: Result<OpaquePointer, OutgoingFailure>) {
-        outcome = result.map { _ in Response(status: response.status, body: response.body) }
-        loop.stop()
+        // The completion never runs inside init, so the loop always runs until it has.
+        withExtendedLifetime(exchange) { loop.run() }
+        guard let outcome else { return .failure(.connectionLost(responseStarted: false, cause: "the exchange ended without an outcome")) }
+        return outcome.map { Response(status: $0.status, body: $0.body) }
     }
 }

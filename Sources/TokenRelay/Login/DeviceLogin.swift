@@ -94,7 +94,7 @@ public enum DeviceLogin {
             let result: TokenEndpointResult
             switch endpoint.send(request) {
             case .success(let response): result = TokenEndpointResult.classify(status: response.status, body: response.body)
-            case .failure(let failure): result = .transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.mayHaveReachedPeer)
+            case .failure(let failure): result = .transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.requestMayHaveReachedPeer)
             }
             switch DevicePollStep.classify(result) {
             case .granted(let grant):

@@ -25,7 +25,8 @@ public struct Preflight {
     public static func run(config: Config) throws -> Preflight {
         let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls",
                                          forTransport: config.dataPlane == .transport)
-        let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
+        // The token endpoint is reached through the transport (`HTTPExchange`) whatever the data plane.
+        let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls", forTransport: true)
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         if let redisSettings = config.tokens.redis {
             return try run(config: config, redis: redisSettings, secret: secret, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)

@@ -108,7 +108,7 @@ extension Relay {
 
     /// The token endpoint client with the running refresh settings and client secret, from its next exchange on.
     func reconfigureTokenEndpoint() {
-        endpoint.reconfigure(factory: Self.tokenEndpointConnections(loop: loop, config: config, tls: refreshTLS),
+        endpoint.reconfigure(connection: Self.tokenEndpointConnection(config: config, tls: refreshTLS),
                              grant: TokenGrants.make(config.refresh, clientSecret: clientSecret))
     }
 

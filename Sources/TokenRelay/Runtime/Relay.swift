@@ -49,7 +49,7 @@ public final class Relay {
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
-        endpoint = TokenEndpointClient(loop: loop, factory: Self.tokenEndpointConnections(loop: loop, config: config, tls: preflight.refreshTLS),
+        endpoint = TokenEndpointClient(loop: loop, connection: Self.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
                                        grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
         let store = try Self.tokenStore(loop: loop, preflight: preflight)
         redactor.add(preflight.redis?.password)
@@ -78,8 +78,8 @@ public final class Relay {
         return FileTokenStore(file: tokenFile, lock: try TokenFileLock(tokenFilePath: tokenFile.path, loop: loop), loop: loop)
     }
 
-    static func tokenEndpointConnections(loop: EventLoop, config: Config, tls: TLSContext?) -> HTTPConnectionFactory {
-        HTTPConnectionFactory(loop: loop, endpoint: config.refresh.tokenURL, tls: tls, timeoutSeconds: config.timeouts.refreshSeconds)
+    static func tokenEndpointConnection(config: Config, tls: TLSContext?) -> TokenEndpointConnection {
+        TokenEndpointConnection(endpoint: config.refresh.tokenURL, tls: tls?.transport, timeoutSeconds: config.timeouts.refreshSeconds)
     }
 
     /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows. SIGHUP reloads
