@@ -11,6 +11,17 @@ import Glibc
 public final class TransportTLSClientContext: @unchecked Sendable {   // immutable after init
     public struct ConfigurationError: Error, CustomStringConvertible {
         public let description: String
+        /// The setting at fault, so a caller can name its own configuration key; nil: none in particular.
+        public let setting: Setting?
+
+        init(description: String, setting: Setting? = nil) {
+            self.description = description
+            self.setting = setting
+        }
+    }
+
+    public enum Setting: Sendable {
+        case caFile, clientCertificateFile, clientKeyFile, serverName
     }
 
     let context: OpaquePointer
@@ -27,11 +38,11 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
     public init(caFile: String? = nil, clientCertificateFile: String? = nil, clientKeyFile: String? = nil,
                 verifyPeer: Bool = true, serverName: String? = nil) throws(ConfigurationError) {
         if let serverName, serverName.isEmpty || serverName.utf8.contains(0) || serverName.utf8.count > 253 {
-            throw ConfigurationError(description: "server name \"\(serverName)\" is not a host name")
+            throw ConfigurationError(description: "server name \"\(serverName)\" is not a host name", setting: .serverName)
         }
         switch (clientCertificateFile, clientKeyFile) {
-        case (_?, nil): throw ConfigurationError(description: "a client certificate needs its key")
-        case (nil, _?): throw ConfigurationError(description: "a client key needs its certificate")
+        case (_?, nil): throw ConfigurationError(description: "a client certificate needs its key", setting: .clientKeyFile)
+        case (nil, _?): throw ConfigurationError(description: "a client key needs its certificate", setting: .clientCertificateFile)
         default: break
         }
         ERR_clear_error()
@@ -60,24 +71,26 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
         SSL_CTX_set_default_passwd_cb(context, refusePassphraseTrampoline)
         SSL_CTX_set_verify(context, verifyPeer ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nil)
         if let caFile {
-            try checkReadable(caFile, what: "CA file")
+            try checkReadable(caFile, what: "CA file", setting: .caFile)
             guard SSL_CTX_load_verify_locations(context, caFile, nil) == 1 else {
-                throw ConfigurationError(description: "cannot load CA file \(caFile): \(TLSErrorQueue.drain())")
+                throw ConfigurationError(description: "cannot load CA file \(caFile): \(TLSErrorQueue.drain())", setting: .caFile)
             }
         } else if SSL_CTX_set_default_verify_paths(context) != 1 {
             throw ConfigurationError(description: "cannot load the system CA store: \(TLSErrorQueue.drain())")
         }
         if let certificate = clientCertificateFile, let key = clientKeyFile {
-            try checkReadable(certificate, what: "client certificate")
-            try checkReadable(key, what: "client key")
+            try checkReadable(certificate, what: "client certificate", setting: .clientCertificateFile)
+            try checkReadable(key, what: "client key", setting: .clientKeyFile)
             guard SSL_CTX_use_certificate_chain_file(context, certificate) == 1 else {
-                throw ConfigurationError(description: "cannot load client certificate \(certificate): \(TLSErrorQueue.drain())")
+                throw ConfigurationError(description: "cannot load client certificate \(certificate): \(TLSErrorQueue.drain())",
+                                         setting: .clientCertificateFile)
             }
             guard SSL_CTX_use_PrivateKey_file(context, key, SSL_FILETYPE_PEM) == 1 else {
-                throw ConfigurationError(description: "cannot load client key \(key): \(TLSErrorQueue.drain())")
+                throw ConfigurationError(description: "cannot load client key \(key): \(TLSErrorQueue.drain())", setting: .clientKeyFile)
             }
             guard SSL_CTX_check_private_key(context) == 1 else {
-                throw ConfigurationError(description: "client key \(key) does not match the client certificate: \(TLSErrorQueue.drain())")
+                throw ConfigurationError(description: "client key \(key) does not match the client certificate: \(TLSErrorQueue.drain())",
+                                         setting: .clientKeyFile)
             }
         }
     }
@@ -116,9 +129,9 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
     }
 
     /// OpenSSL's "system lib" error for a missing file says less than errno; say it plainly.
-    private static func checkReadable(_ path: String, what: String) throws(ConfigurationError) {
+    private static func checkReadable(_ path: String, what: String, setting: Setting) throws(ConfigurationError) {
         guard access(path, R_OK) == 0 else {
-            throw ConfigurationError(description: "cannot read \(what) \(path): \(String(cString: strerror(errno)))")
+            throw ConfigurationError(description: "cannot read \(what) \(path): \(String(cString: strerror(errno)))", setting: setting)
         }
     }
 }
@@ -147,4 +160,15 @@ enum TLSErrorQueue {
 /// load then reports a bad decrypt, which the caller names with the file).
 private let refusePassphraseTrampoline: @convention(c) (UnsafeMutablePointer<CChar>?, Int32, Int32, UnsafeMutableRawPointer?) -> Int32 = { _, _, _, _ in
     0
+}
+
+/// OpenSSL's process-wide state.
+public enum OpenSSLProcessState {
+    /// Call before anything else uses OpenSSL. By default OpenSSL frees its global state in an exit
+    /// handler; a SIGHUP reload still being prepared on a helper thread (building a TLS context from a
+    /// slow file) when the process exits would then run inside freed state and crash the exit. The
+    /// process is ending anyway: the memory goes with it.
+    public static func keepUntilExit() {
+        _ = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_ATEXIT), nil)
+    }
 }

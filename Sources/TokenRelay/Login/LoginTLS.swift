@@ -6,8 +6,8 @@ enum LoginTLS {
     static func context(for endpoint: HTTPEndpoint, field: String, config: Config) throws -> TLSContext? {
         let tokenURL = config.refresh.tokenURL
         if tokenURL.usesTLS && tokenURL.host.lowercased() == endpoint.host.lowercased() && tokenURL.port == endpoint.port {
-            return try Preflight.tlsContext(for: endpoint, settings: config.refresh.tls, field: "refresh.tls", forTransport: true)
+            return try Preflight.tlsContext(for: endpoint, settings: config.refresh.tls, field: "refresh.tls")
         }
-        return try Preflight.tlsContext(for: endpoint, settings: nil, field: field, forTransport: true)
+        return try Preflight.tlsContext(for: endpoint, settings: nil, field: field)
     }
 }

@@ -23,10 +23,8 @@ public struct Preflight {
     }
 
     public static func run(config: Config) throws -> Preflight {
-        let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls",
-                                         forTransport: config.dataPlane == .transport)
-        // The token endpoint is reached through the transport (`HTTPExchange`) whatever the data plane.
-        let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls", forTransport: true)
+        let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
+        let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         if let redisSettings = config.tokens.redis {
             return try run(config: config, redis: redisSettings, secret: secret, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
@@ -102,9 +100,9 @@ public struct Preflight {
     }
 
     /// The TLS context for an https target (nil for http), built at start so bad files fail `check`.
-    static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String, forTransport: Bool = false) throws -> TLSContext? {
+    static func tlsContext(for endpoint: HTTPEndpoint, settings: TLSSettings?, field: String) throws -> TLSContext? {
         guard endpoint.usesTLS else { return nil }
-        return try TLSContext(settings: settings ?? TLSSettings(), host: endpoint.host, field: field, forTransport: forTransport)
+        return try TLSContext(settings: settings ?? TLSSettings(), field: field)
     }
 
     /// Config paths of targets whose certificates are not verified (each is logged as a warning).
