@@ -6,8 +6,6 @@
 #include <stddef.h>
 
 struct evhttp_request;
-struct ssl_st;
-struct ssl_ctx_st;
 
 /// HTTP minor version of a request. libevent 2.1 has no getter for it, and the proxy needs it
 /// to frame responses for HTTP/1.0 clients correctly (docs/evhttp.md, http10-framing).
@@ -16,10 +14,6 @@ int tr_evhttp_request_minor(struct evhttp_request *req);
 int tr_evhttp_request_major(struct evhttp_request *req);
 /// evhttp writes its answer in the request's version; an unsupported one is answered as HTTP/1.1.
 void tr_evhttp_request_answer_as_http11(struct evhttp_request *req);
-
-/// OpenSSL exposes these as function-like macros, which Swift does not import.
-long tr_ssl_set_tlsext_host_name(struct ssl_st *ssl, const char *name);
-long tr_ssl_ctx_set_min_proto_version(struct ssl_ctx_st *ctx, int version);
 
 /// SHA-256 of `count` bytes into `digest` (32 bytes) without OpenSSL's provider machinery; 1 on success.
 int tr_sha256(const unsigned char *data, size_t count, unsigned char *digest);
