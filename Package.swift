@@ -76,18 +76,19 @@ let package = Package(
             swiftSettings: staticRuntimeInRelease,
             linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
         ),
+        // The TLS fixtures both test targets share: a throwaway PKI and the Python HTTPS server
+        // (tls_server.py, run from the source tree and located via #filePath, not a resource).
+        .target(name: "TLSFixtures", path: "Tests/TLSFixtures", exclude: ["tls_server.py"]),
         .testTarget(
             name: "TokenRelayTests",
-            dependencies: ["TokenRelay"],
+            dependencies: ["TokenRelay", "TLSFixtures"],
             // Helper programs the tests run from the source tree (located via #filePath), not resources.
             exclude: ["Fixtures"]
         ),
         .testTarget(name: "HTTPWireTests", dependencies: ["HTTPWire"]),
         .testTarget(
             name: "HTTPTransportTests",
-            dependencies: ["HTTPTransport", "HTTPWire"],
-            // The Python TLS upstream the tests run from the source tree (located via #filePath).
-            exclude: ["Fixtures"]
+            dependencies: ["HTTPTransport", "HTTPWire", "TLSFixtures"]
         ),
     ]
 )

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import HTTPTransport
 import HTTPWire
+import TLSFixtures
 import XCTest
 
 /// A minimal upgrading relay on the transport: a request asking for an upgrade is sent upstream with
@@ -344,10 +345,10 @@ final class ByteTunnelTests: XCTestCase {
     /// Over TLS to the upstream: the first bytes come in the 101's record, messages go both ways, and the
     /// client's FIN becomes close_notify + FIN upstream, after which the upstream's last bytes still arrive.
     func testTunnelOverTLSUpstream() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { upstream.stop() }
-        let tls = try TransportTLSClientContext(caFile: pki.caFile, serverName: "localhost")
+        let tls = try TransportTLSClientContext(caFile: pki.caFile.path, serverName: "localhost")
         let relay = try TunnelRelay(loopThread: loopThread, upstreamPort: upstream.port, tls: tls)
         defer { relay.stop() }
         let client = try LoopbackClient(port: relay.port, timeoutSeconds: 10)

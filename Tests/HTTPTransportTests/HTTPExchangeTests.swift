@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import HTTPTransport
+import TLSFixtures
 import XCTest
 
 /// The one-shot request (`HTTPExchange`): a whole response or exactly one failure that says what went
@@ -142,16 +143,16 @@ final class HTTPExchangeTests: XCTestCase {
     /// Over TLS: verified against the test CA; a certificate for another name fails the handshake with
     /// the verification's reason, before any byte of the request left.
     func testTLSVerificationSuccessAndFailure() throws {
-        let pki = try TransportTestPKI.shared()
-        let good = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let good = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { good.stop() }
-        let tls = try TransportTLSClientContext(caFile: pki.caFile)
+        let tls = try TransportTLSClientContext(caFile: pki.caFile.path)
         let result = exchange(request(port: good.port, method: "POST", target: "/token", body: Array("abc".utf8), host: "localhost", tls: tls))
         guard case .success(let response)? = result else { return XCTFail("\(String(describing: result)) \(good.stderrText)") }
         XCTAssertEqual(response.field("X-SNI"), "localhost")
         XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "3 294")
 
-        let wrong = try TLSUpstream(identity: pki.wrongHost)
+        let wrong = try TLSTestServer(role: .upstream, identity: pki.wrongHost)
         defer { wrong.stop() }
         let failure = failure(exchange(request(port: wrong.port, target: "/", host: "localhost", tls: tls)))
         XCTAssertEqual(failure, .tlsHandshakeFailed(reason: "certificate verification failed: hostname mismatch", certificateRejected: true))
@@ -162,10 +163,10 @@ final class HTTPExchangeTests: XCTestCase {
     /// Mutual TLS refused by the server (TLS 1.2: inside the handshake): the peer's alert is the reason,
     /// and it is not our verification's.
     func testClientCertificateRefusalNamesTheAlert() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server, clientCA: pki.caFile, tls12Only: true)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server, clientCA: pki.caFile, tls12Only: true)
         defer { upstream.stop() }
-        let tls = try TransportTLSClientContext(caFile: pki.caFile)
+        let tls = try TransportTLSClientContext(caFile: pki.caFile.path)
         let failure = failure(exchange(request(port: upstream.port, target: "/", host: "localhost", tls: tls)))
         guard case .tlsHandshakeFailed(let reason, let rejected)? = failure else { return XCTFail("\(String(describing: failure))") }
         XCTAssertTrue(reason.hasPrefix("TLS alert from the peer: "), reason)

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import HTTPTransport
 import HTTPWire
+import TLSFixtures
 import XCTest
 
 /// Records one response at a time with its fields (the TLS upstream reports the connection number, the
@@ -72,10 +73,10 @@ final class UpstreamTLSTests: XCTestCase {
         loopThread = nil
     }
 
-    private func context(caFile: String? = nil, client: TransportTestPKI.Identity? = nil, verify: Bool = true,
+    private func context(caFile: String? = nil, client: TestPKI.Identity? = nil, verify: Bool = true,
                          serverName: String? = nil) throws -> TransportTLSClientContext {
-        try TransportTLSClientContext(caFile: caFile ?? TransportTestPKI.shared().caFile, clientCertificateFile: client?.cert,
-                                      clientKeyFile: client?.key, verifyPeer: verify, serverName: serverName)
+        try TransportTLSClientContext(caFile: caFile ?? TestPKI.shared().caFile.path, clientCertificateFile: client?.cert.path,
+                                      clientKeyFile: client?.key.path, verifyPeer: verify, serverName: serverName)
     }
 
     /// Opens a connection, sends one request and waits for its end or the connection's; returns the
@@ -107,8 +108,8 @@ final class UpstreamTLSTests: XCTestCase {
     /// The pool keeps TLS connections alive: three requests in turn use one connection (one handshake),
     /// the certificate is verified for "localhost" (resolved, not a literal), and SNI carries the name.
     func testPooledKeepAliveOverVerifiedTLS() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { upstream.stop() }
         var settings = UpstreamPool.Settings(maxConnections: 2)
         settings.tls = try context()
@@ -141,8 +142,8 @@ final class UpstreamTLSTests: XCTestCase {
     /// Several TLS records per read, a read buffer filled before OpenSSL is empty, writes that the socket
     /// takes only in part: a 3 MB response and a 2 MB upload arrive whole.
     func testLargeBodiesBothWaysOverTLS() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { upstream.stop() }
         let tls = try context()
         let (download, downloaded) = request("127.0.0.1", upstream.port, tls: tls, target: "/big?3000000")
@@ -164,8 +165,8 @@ final class UpstreamTLSTests: XCTestCase {
     /// A receiver that pauses after every piece and resumes on the next loop turn: OpenSSL may hold
     /// decrypted bytes then that the socket will never announce, and the transfer must not stall on them.
     func testPausingAndResumingMidRecordDoesNotStall() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { upstream.stop() }
         let tls = try context()
         let recorder = PausingRecorder()
@@ -190,8 +191,8 @@ final class UpstreamTLSTests: XCTestCase {
     }
 
     func testUnknownCAFailsTheHandshakeNamingTheCause() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
         defer { upstream.stop() }
         // The system store does not know the test CA.
         let tls = try TransportTLSClientContext()
@@ -202,8 +203,8 @@ final class UpstreamTLSTests: XCTestCase {
     }
 
     func testWrongHostFailsTheHandshakeNamingTheCause() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.wrongHost)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.wrongHost)
         defer { upstream.stop() }
         let (connection, recorder) = request("localhost", upstream.port, tls: try context())
         defer { withExtendedLifetime(connection) {} }
@@ -213,8 +214,8 @@ final class UpstreamTLSTests: XCTestCase {
 
     /// `serverName` replaces the host for SNI and verification (an upstream reached by address).
     func testServerNameOverridesTheVerifiedNameAndSNI() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.wrongHost)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.wrongHost)
         defer { upstream.stop() }
         let (connection, recorder) = request("127.0.0.1", upstream.port, tls: try context(serverName: "wrong.example.com"))
         XCTAssertNil(recorder.ended)
@@ -223,8 +224,8 @@ final class UpstreamTLSTests: XCTestCase {
     }
 
     func testSkippingVerificationAcceptsAnyCertificate() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.wrongHost)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.wrongHost)
         defer { upstream.stop() }
         let (connection, recorder) = request("localhost", upstream.port, tls: try TransportTLSClientContext(verifyPeer: false))
         XCTAssertNil(recorder.ended)
@@ -235,12 +236,12 @@ final class UpstreamTLSTests: XCTestCase {
     /// Mutual TLS: with the client certificate the upstream sees its name; without it the upstream's
     /// alert is the cause named.
     func testClientCertificate() throws {
-        let pki = try TransportTestPKI.shared()
-        let upstream = try TLSUpstream(identity: pki.server, clientCA: pki.caFile, tls12Only: true)
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server, clientCA: pki.caFile, tls12Only: true)
         defer { upstream.stop() }
         let (connection, recorder) = request("localhost", upstream.port, tls: try context(client: pki.client))
         XCTAssertNil(recorder.ended, upstream.stderrText)
-        XCTAssertEqual(recorder.fields["x-client-cn"], "transport-client")
+        XCTAssertEqual(recorder.fields["x-client-cn"], TestPKI.clientCommonName)
         loopThread.sync { connection?.close() }
 
         let (refused, refusal) = request("localhost", upstream.port, tls: try context())
@@ -261,7 +262,7 @@ final class UpstreamTLSTests: XCTestCase {
     }
 
     func testContextErrorsNameTheFileAndTheCause() throws {
-        let pki = try TransportTestPKI.shared()
+        let pki = try TestPKI.shared()
         func failure(_ make: () throws -> TransportTLSClientContext) -> String {
             do {
                 _ = try make()
@@ -272,9 +273,9 @@ final class UpstreamTLSTests: XCTestCase {
         }
         XCTAssertEqual(failure { try TransportTLSClientContext(caFile: "/nonexistent/ca.pem") },
                        "cannot read CA file /nonexistent/ca.pem: No such file or directory")
-        XCTAssertTrue(failure { try TransportTLSClientContext(caFile: pki.server.key) }.hasPrefix("cannot load CA file \(pki.server.key): "))
-        XCTAssertEqual(failure { try TransportTLSClientContext(clientCertificateFile: pki.client.cert) }, "a client certificate needs its key")
-        let mismatch = failure { try TransportTLSClientContext(clientCertificateFile: pki.client.cert, clientKeyFile: pki.server.key) }
-        XCTAssertEqual(mismatch, "cannot load client key \(pki.server.key): key values mismatch")
+        XCTAssertTrue(failure { try TransportTLSClientContext(caFile: pki.server.key.path) }.hasPrefix("cannot load CA file \(pki.server.key.path): "))
+        XCTAssertEqual(failure { try TransportTLSClientContext(clientCertificateFile: pki.client.cert.path) }, "a client certificate needs its key")
+        let mismatch = failure { try TransportTLSClientContext(clientCertificateFile: pki.client.cert.path, clientKeyFile: pki.server.key.path) }
+        XCTAssertEqual(mismatch, "cannot load client key \(pki.server.key.path): key values mismatch")
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TLSFixtures
 import XCTest
 
 /// `tokenrelay check`: exit 0 on a good setup, otherwise one line that names the problem.

@@ -1,4 +1,5 @@
 import Foundation
+import TLSFixtures
 import XCTest
 
 /// Fleet mode over `rediss://`: relays reach a real redis-server through TLS (its certificate from the

@@ -1,4 +1,5 @@
 import Foundation
+import TLSFixtures
 import XCTest
 
 /// HTTPS to the upstream and to the token endpoint, against a Python `ssl` server and a PKI generated
@@ -22,7 +23,7 @@ final class TLSTests: RelayTestCase {
     }
 
     private func startServer(_ identity: TestPKI.Identity, clientCA: URL? = nil, tls12Only: Bool = false) throws -> TLSTestServer {
-        let server = try TLSTestServer(identity: identity, clientCA: clientCA, tls12Only: tls12Only, workDir: workDir)
+        let server = try TLSTestServer(role: .api, identity: identity, clientCA: clientCA, tls12Only: tls12Only, workDir: workDir)
         servers.append(server)
         return server
     }
@@ -124,7 +125,7 @@ final class TLSTests: RelayTestCase {
                                                                  "client_key": pki.client.key.path])
         let response = try get(relay)
         XCTAssertEqual(response.status, 200, response.bodyText)
-        XCTAssertEqual(try echo(response)["client_cn"] as? String, "tokenrelay-client")
+        XCTAssertEqual(try echo(response)["client_cn"] as? String, TestPKI.clientCommonName)
     }
 
     func testMissingClientCertificateIsA502WithTheReason() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import TLSFixtures
 import XCTest
 #if canImport(Glibc)
 import Glibc

@@ -1,38 +1,48 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// A throwaway PKI made with the `openssl` command line at test time (nothing long-lived is committed):
-/// a CA, server certificates for the right host, the wrong host and an expired one, and a client
-/// certificate for mutual TLS. EC P-256 keys keep generation to a fraction of a second.
-///
-/// `shared()` is generated once per test process and removed when the process exits.
-struct TestPKI: Sendable {
-    struct Identity: Sendable {
-        let cert: URL
-        let key: URL
+/// A throwaway PKI made with the `openssl` command line once per test process (nothing long-lived is
+/// committed), removed when the process exits: a CA, server certificates for the right host, the wrong
+/// host and an expired one, a client certificate for mutual TLS, a stray key and a second CA. EC P-256
+/// keys keep generation to a fraction of a second.
+public struct TestPKI: Sendable {
+    public struct Identity: Sendable {
+        public let cert: URL
+        public let key: URL
     }
 
-    let directory: URL
-    let caFile: URL
+    public let directory: URL
+    public let caFile: URL
     /// SAN `DNS:localhost, IP:127.0.0.1`.
-    let server: Identity
+    public let server: Identity
     /// SAN `DNS:wrong.example.com` only.
-    let wrongHost: Identity
+    public let wrongHost: Identity
     /// SAN `DNS:localhost, IP:127.0.0.1`, valid only during 2020-01-01.
-    let expired: Identity
-    /// CN `tokenrelay-client`, extendedKeyUsage clientAuth.
-    let client: Identity
+    public let expired: Identity
+    /// CN `tls-test-client` (`clientCommonName`), extendedKeyUsage clientAuth.
+    public let client: Identity
     /// A key that belongs to none of the certificates (for the mismatch error).
-    let strayKey: URL
+    public let strayKey: URL
     /// A second CA that signed none of the certificates (a wrong `ca_file`).
-    let otherCAFile: URL
+    public let otherCAFile: URL
 
-    private static let sharedDirectory = makeTemporaryDirectory(prefix: "tokenrelay-pki")
-    private static let generated = Result {
-        atexit { try? FileManager.default.removeItem(at: TestPKI.sharedDirectory) }
-        return try TestPKI.generate(in: sharedDirectory)
+    public static let clientCommonName = "tls-test-client"
+
+    private static let generated = Result { () throws -> TestPKI in
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("tls-test-pki-\(getpid())-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        directoryLock.withLock { _directory = dir }
+        atexit { if let dir = TestPKI.directoryToRemove { try? FileManager.default.removeItem(at: dir) } }
+        return try generate(in: dir)
     }
+    private static let directoryLock = NSLock()
+    nonisolated(unsafe) private static var _directory: URL?
+    private static var directoryToRemove: URL? { directoryLock.withLock { _directory } }
 
-    static func shared() throws -> TestPKI { try generated.get() }
+    public static func shared() throws -> TestPKI { try generated.get() }
 
     private static func generate(in dir: URL) throws -> TestPKI {
         func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
@@ -41,22 +51,22 @@ struct TestPKI: Sendable {
         }
         let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         try openssl(["req", "-x509"] + ec + ["-keyout", path("ca.key"), "-out", path("ca.pem"), "-days", "3",
-                                             "-subj", "/CN=tokenrelay test CA"], in: dir)
-        func issue(_ name: String, cn: String, extensions: String, validity: [String] = ["-days", "3"]) throws {
+                                             "-subj", "/CN=tls test CA"], in: dir)
+        func issue(_ name: String, cn: String, extensions: String) throws {
             try openssl(["req"] + ec + ["-keyout", path("\(name).key"), "-out", path("\(name).csr"), "-subj", "/CN=\(cn)"], in: dir)
             try extensions.write(toFile: path("\(name).ext"), atomically: true, encoding: .utf8)
             try openssl(["x509", "-req", "-in", path("\(name).csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"),
                          "-set_serial", "\(UInt32.random(in: 1...UInt32.max))", "-extfile", path("\(name).ext"),
-                         "-out", path("\(name).pem")] + validity, in: dir)
+                         "-out", path("\(name).pem"), "-days", "3"], in: dir)
         }
         let serverExtensions = "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
         try issue("server", cn: "localhost", extensions: serverExtensions)
         try issue("wrong-host", cn: "wrong.example.com", extensions: "subjectAltName=DNS:wrong.example.com\nextendedKeyUsage=serverAuth\n")
-        try issue("client", cn: "tokenrelay-client", extensions: "extendedKeyUsage=clientAuth\n")
+        try issue("client", cn: clientCommonName, extensions: "extendedKeyUsage=clientAuth\n")
         try issueExpired(in: dir, extensions: serverExtensions)
         try openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", path("stray.key")], in: dir)
         try openssl(["req", "-x509"] + ec + ["-keyout", path("other-ca.key"), "-out", path("other-ca.pem"), "-days", "3",
-                                             "-subj", "/CN=tokenrelay other test CA"], in: dir)
+                                             "-subj", "/CN=tls other test CA"], in: dir)
         return TestPKI(directory: dir, caFile: dir.appendingPathComponent("ca.pem"), server: identity("server"),
                        wrongHost: identity("wrong-host"), expired: identity("expired"), client: identity("client"),
                        strayKey: dir.appendingPathComponent("stray.key"), otherCAFile: dir.appendingPathComponent("other-ca.pem"))
@@ -106,13 +116,30 @@ struct TestPKI: Sendable {
         process.standardError = handle
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        guard waitUntil(timeout: 30, { !process.isRunning }) else {
-            process.terminate()
-            throw TestSupportError("openssl \(arguments.first ?? "") did not finish within 30 s")
+        guard pollUntil(timeout: 30, { !process.isRunning }) else {
+            kill(process.processIdentifier, SIGKILL)
+            throw TLSFixtureError("openssl \(arguments.first ?? "") did not finish within 30 s")
         }
         guard process.terminationStatus == 0 else {
             let output = (try? String(contentsOf: log, encoding: .utf8)) ?? ""
-            throw TestSupportError("openssl \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)):\n\(output)")
+            throw TLSFixtureError("openssl \(arguments.joined(separator: " ")) failed (\(process.terminationStatus)):\n\(output)")
         }
     }
+}
+
+public struct TLSFixtureError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Polls `condition` every 10 ms until it holds or `timeout` seconds pass (waiting on a child process or its
+/// output file, which give no event to wait on); true when it held.
+@discardableResult
+func pollUntil(timeout: Double, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !condition() {
+        if Date() >= deadline { return false }
+        usleep(10_000)
+    }
+    return true
 }
