@@ -28,11 +28,12 @@ import asyncio
 import datetime
 import json
 import os
-import signal
-import statistics
 import subprocess
 import tempfile
 import time
+
+from relay_bench import (admin_json, connect, http_get, json_response, one_request, relay_config, serve, start_relay,
+                         stop_relays, tokens_response, upstream_answer)
 
 
 class Identity:
@@ -47,81 +48,23 @@ class Identity:
         self.release = asyncio.Event()
         self.answered_at = None
 
-    async def token_endpoint(self, reader, writer):
-        try:
-            while True:
-                _, _, body = await read_request(reader)
-                self.calls += 1
-                form = dict(part.split("=", 1) for part in body.decode().split("&") if "=" in part)
-                await self.release.wait()
-                presented = form.get("refresh_token")
-                if presented != self.current_refresh:
-                    self.reuse += 1
-                    answer = b'{"error":"invalid_grant"}'
-                    writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(answer), answer))
-                else:
-                    self.spent.add(presented)
-                    self.current_refresh = "refresh-%d" % self.calls
-                    self.valid_access = "access-%d" % self.calls
-                    answer = json.dumps({"access_token": self.valid_access, "refresh_token": self.current_refresh,
-                                         "expires_in": 3600, "token_type": "Bearer"}).encode()
-                    self.answered_at = time.monotonic()
-                    self.answered_wall = time.time()
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                                 % (len(answer), answer))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
+    async def token_endpoint(self, request):
+        self.calls += 1
+        form = dict(part.split("=", 1) for part in request[2].decode().split("&") if "=" in part)
+        await self.release.wait()
+        presented = form.get("refresh_token")
+        if presented != self.current_refresh:
+            self.reuse += 1
+            return json_response("400 Bad Request", b'{"error":"invalid_grant"}')
+        self.spent.add(presented)
+        self.current_refresh = "refresh-%d" % self.calls
+        self.valid_access = "access-%d" % self.calls
+        self.answered_at = time.monotonic()
+        self.answered_wall = time.time()
+        return tokens_response(self.valid_access, self.current_refresh)
 
-    async def upstream(self, reader, writer):
-        try:
-            while True:
-                _, headers, _ = await read_request(reader)
-                if headers.get("authorization") == "Bearer " + self.valid_access:
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                else:
-                    writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-
-async def read_request(reader):
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0") or 0)
-    body = await reader.readexactly(length) if length else b""
-    return lines[0], headers, body
-
-
-async def one_request(port, path):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(("GET %s HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n" % path).encode())
-        await writer.drain()
-        status = int((await reader.readline()).split(b" ")[1])
-        await reader.read()
-        return status, time.monotonic()
-    finally:
-        writer.close()
-
-
-async def admin_json(port, path):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(("GET %s HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n" % path).encode())
-    data = await reader.read()
-    writer.close()
-    return json.loads(data.split(b"\r\n\r\n", 1)[1])
+    async def upstream(self, request):
+        return upstream_answer(request[1], self.valid_access)
 
 
 def cpu_seconds(pid):
@@ -144,14 +87,6 @@ def log_times(path, marker):
     return times
 
 
-async def http_get(port, path):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(("GET %s HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n" % path).encode())
-    data = await reader.read()
-    writer.close()
-    return int(data.split(b" ", 2)[1])
-
-
 class NativeLoad:
     """The native upstream (`fleet-burst-load upstream`) and burst (`fleet-burst-load burst`)."""
 
@@ -170,7 +105,7 @@ class NativeLoad:
         return self.port
 
     async def kill_token(self, token):
-        if await http_get(self.port, "/__kill?token=" + token) != 204:
+        if int((await http_get(self.port, "/__kill?token=" + token)).split(b" ", 2)[1]) != 204:
             raise SystemExit("the native upstream refused the kill")
 
     async def start_burst(self, count, ports):
@@ -196,9 +131,9 @@ class NativeLoad:
 async def run(args, workdir):
     identity = Identity()
     native = NativeLoad(args.load_generator) if args.load_generator else None
-    api = await asyncio.start_server(identity.upstream, "127.0.0.1", 0, backlog=4096)
+    api = await asyncio.start_server(serve(identity.upstream), "127.0.0.1", 0, backlog=4096)
     api_port = await native.start_upstream() if native else api.sockets[0].getsockname()[1]
-    token_server = await asyncio.start_server(identity.token_endpoint, "127.0.0.1", 0)
+    token_server = await asyncio.start_server(serve(identity.token_endpoint), "127.0.0.1", 0)
     socket_path = os.path.join(workdir, "redis.sock")
     redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700",
                               "--save", "", "--appendonly", "no", "--dir", workdir], stdout=subprocess.DEVNULL)
@@ -208,15 +143,8 @@ async def run(args, workdir):
             if os.path.exists(socket_path):
                 break
             await asyncio.sleep(0.02)
-        config = {
-            "listen": "127.0.0.1:0", "admin": {"listen": "127.0.0.1:0"},
-            "upstream": {"url": "http://127.0.0.1:%d" % api_port},
-            "tokens": {"redis": {"url": "unix://" + socket_path, "key": "bench:fleet"}},
-            "refresh": {"grant": "refresh_token", "token_url": "http://127.0.0.1:%d/token" % token_server.sockets[0].getsockname()[1],
-                        "client_id": "bench", "client_auth": "none", "proactive": False},
-            "limits": {"max_held_requests": max(1024, args.count * 2)},
-            "log": {"level": "info"},
-        }
+        token_port = token_server.sockets[0].getsockname()[1]
+        config = relay_config(api_port, token_port, {"redis": {"url": "unix://" + socket_path, "key": "bench:fleet"}}, args.count)
         config_file = os.path.join(workdir, "config.json")
         with open(config_file, "w") as f:
             json.dump(config, f)
@@ -228,20 +156,9 @@ async def run(args, workdir):
         ports = []
         for index in range(args.relays):
             log_path = os.path.join(workdir, "relay-%d.log" % index)
-            log = open(log_path, "w+")
-            relays.append((subprocess.Popen([args.binary, "run", "--config", config_file], stderr=log), log_path))
-            deadline = time.monotonic() + 30
-            port = None
-            while port is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-                with open(log_path) as f:
-                    for line in f:
-                        if "msg=listening" in line:
-                            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-                            port = (int(fields["proxy"].rsplit(":", 1)[1]), int(fields["admin"].rsplit(":", 1)[1]))
-            if port is None:
-                raise SystemExit("relay %d did not start" % index)
-            ports.append(port)
+            process, proxy, admin = await start_relay(args.binary, config_file, log_path)
+            relays.append((process, log_path))
+            ports.append((proxy, admin))
         for _, admin in ports:
             while (await admin_json(admin, "/status")).get("ready") is not True:
                 await asyncio.sleep(0.02)
@@ -251,7 +168,9 @@ async def run(args, workdir):
             await native.start_burst(args.count, [proxy for proxy, _ in ports])
         else:
             identity.valid_access = "dead"  # the access token dies for everyone
-            burst = [asyncio.create_task(one_request(ports[i % len(ports)][0], "/burst/%d" % i)) for i in range(args.count)]
+            async def request(port, path):  # each client connects in its own task, as a burst does
+                return await one_request(await connect(port), path)
+            burst = [asyncio.create_task(request(ports[i % len(ports)][0], "/burst/%d" % i)) for i in range(args.count)]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             held = [(await admin_json(admin, "/status")).get("held_requests", 0) for _, admin in ports]
@@ -287,14 +206,7 @@ async def run(args, workdir):
             adoptions += [t - identity.answered_wall for t in adopted]
         return identity.calls, identity.reuse, bad, release, sorted(adoptions)
     finally:
-        for process, _ in relays:
-            process.send_signal(signal.SIGTERM)
-        for process, _ in relays:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_relays([process for process, _ in relays])
         if native:
             await native.stop()
         redis.terminate()
