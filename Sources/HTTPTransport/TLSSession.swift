@@ -9,7 +9,9 @@ import Glibc
 final class TLSSession {
     let ssl: OpaquePointer
     /// Keeps the `SSL_CTX` alive as long as the `SSL` made from it.
-    private let context: TransportTLSClientContext
+    let context: TransportTLSClientContext
+    /// The name sent as SNI and verified: the key its sessions are kept under for resumption.
+    let name: String
     /// A fatal error happened: OpenSSL forbids a close_notify (`SSL_shutdown`) afterwards.
     private var broken = false
     /// The handshake failed because our verification refused the peer's certificate (not an alert from
@@ -27,10 +29,13 @@ final class TLSSession {
         case failed(errno: Int32, reason: String)
     }
 
-    init(ssl: OpaquePointer, context: TransportTLSClientContext) {
+    init(ssl: OpaquePointer, context: TransportTLSClientContext, name: String) {
         self.ssl = ssl
         self.context = context
+        self.name = name
         SSL_set_info_callback(ssl, tlsInfoTrampoline)
+        // Unretained: this object frees the `SSL` in deinit, so it outlives every callback on it.
+        SSL_set_ex_data(ssl, tlsSessionSlot, Unmanaged.passUnretained(self).toOpaque())
     }
 
     deinit {
@@ -47,7 +52,10 @@ final class TLSSession {
         ERR_clear_error()
         errno = 0   // an EOF is SSL_ERROR_SYSCALL with errno untouched: a stale value must not read as a cause
         let result = SSL_connect(ssl)
-        if result == 1 { return .done(0) }
+        if result == 1 {
+            context.sessionCache.countHandshake(resumed: wasResumed)
+            return .done(0)
+        }
         let error = SSL_get_error(ssl, result)
         let savedErrno = errno
         switch error {
@@ -55,6 +63,9 @@ final class TLSSession {
         case SSL_ERROR_WANT_WRITE: return .wantWrite
         default:
             broken = true
+            // The session offered (if any) may be what the server refused, and a server that failed us
+            // once must not be offered it again: the next connection makes a full handshake.
+            context.sessionCache.forget(name)
             return .failed(errno: savedErrno != 0 ? savedErrno : EPROTO, reason: handshakeFailure(error, savedErrno))
         }
     }
@@ -75,6 +86,9 @@ final class TLSSession {
         if result > 0 { return .done(Int(result)) }
         return classify(SSL_get_error(ssl, result), errno)
     }
+
+    /// The handshake resumed the session offered from the context's cache (no certificate exchange).
+    var wasResumed: Bool { SSL_session_reused(ssl) == 1 }
 
     /// Decrypted bytes, or received bytes of a record, are waiting inside OpenSSL: the socket will not
     /// become readable for them, so a reader that stopped early must come back by itself.
@@ -131,6 +145,19 @@ final class TLSSession {
         let alert = Int32(Int(bitPattern: stored) & 0xFF)
         return "TLS alert from the peer: " + String(cString: SSL_alert_desc_string_long(alert))
     }
+}
+
+/// Our slot in each `SSL`'s ex_data: the `TLSSession` that owns it (unretained), for the new-session callback.
+private let tlsSessionSlot: Int32 = CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, nil, nil, nil, nil)
+
+/// OpenSSL's new-session callback (set on every `TransportTLSClientContext`): a session the server granted
+/// (during a TLS 1.2 handshake, or as a TLS 1.3 ticket after it, read with the response) becomes the
+/// context's session for this connection's name. Returning 1 takes over OpenSSL's reference.
+let newSessionTrampoline: @convention(c) (OpaquePointer?, OpaquePointer?) -> Int32 = { ssl, session in
+    guard let ssl, let session, let owner = SSL_get_ex_data(ssl, tlsSessionSlot) else { return 0 }
+    let tls = Unmanaged<TLSSession>.fromOpaque(owner).takeUnretainedValue()
+    tls.context.sessionCache.keep(session, for: tls.name)
+    return 1
 }
 
 /// Our slot in each `SSL`'s ex_data: the last fatal alert the peer sent, as an integer (nothing to free).

@@ -8,7 +8,7 @@ import Glibc
 /// Everything that can fail because of a file (CA bundle, client certificate, key) fails here, with one
 /// line naming the file and the cause; per connection only the name to send and verify is set. TLS 1.2
 /// is the minimum, and an encrypted key is refused instead of prompting on the terminal.
-public final class TransportTLSClientContext: @unchecked Sendable {   // immutable after init
+public final class TransportTLSClientContext: @unchecked Sendable {   // immutable after init but the locked session cache
     public struct ConfigurationError: Error, CustomStringConvertible {
         public let description: String
         /// The setting at fault, so a caller can name its own configuration key; nil: none in particular.
@@ -29,6 +29,12 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
     public let verifiesPeer: Bool
     /// Sent as SNI and checked against the certificate instead of the host connected to.
     public let serverName: String?
+    /// The last session per name, for resumption on the next connection.
+    let sessionCache = TLSSessionCache()
+
+    /// Completed handshakes made with this context so far: full ones and resumed ones (for tests and
+    /// benchmarks; a reconnect to the same name is normally resumed).
+    public var handshakeCounts: (full: Int, resumed: Int) { sessionCache.handshakes }
 
     /// - Parameters:
     ///   - caFile: PEM bundle that replaces the system's CA store; nil uses the system's.
@@ -69,6 +75,7 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
             throw ConfigurationError(description: "cannot configure the TLS context: \(TLSErrorQueue.drain())")
         }
         SSL_CTX_set_default_passwd_cb(context, refusePassphraseTrampoline)
+        SSL_CTX_sess_set_new_cb(context, newSessionTrampoline)
         SSL_CTX_set_verify(context, verifyPeer ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, nil)
         if let caFile {
             try checkReadable(caFile, what: "CA file", setting: .caFile)
@@ -120,7 +127,9 @@ public final class TransportTLSClientContext: @unchecked Sendable {   // immutab
             ERR_clear_error()
             return nil
         }
-        return TLSSession(ssl: ssl, context: self)
+        sessionCache.offer(for: name, to: ssl)
+        ERR_clear_error()
+        return TLSSession(ssl: ssl, context: self, name: name)
     }
 
     private static func isIPAddress(_ name: String) -> Bool {

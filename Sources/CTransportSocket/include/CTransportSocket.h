@@ -16,7 +16,8 @@ struct ssl_ctx_st;
 /// What OpenSSL spells as function-like macros, which Swift does not import. Sets TLS 1.2 as the
 /// minimum, refuses renegotiation, treats a close without close_notify as end of input (HTTP's framing
 /// decides whether a body is complete), and lets a write be partial and be retried from a moved buffer
-/// (our output queue). Returns 1 on success.
+/// (our output queue), and hands every new client session to the context's new-session callback without
+/// keeping it in OpenSSL's internal cache. Returns 1 on success.
 int transport_tls_configure_client_context(struct ssl_ctx_st *ctx);
 /// SNI. Returns 1 on success.
 int transport_tls_set_server_name(struct ssl_st *ssl, const char *name);
