@@ -5,18 +5,7 @@ import XCTest
 /// The plain byte stream (what fleet mode's Redis client runs on): bytes both ways over TCP and a unix
 /// socket, written before the connect finished; the peer's close and failed connects reported once, from
 /// the loop, never inside the call that started them.
-final class ByteStreamConnectionTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class ByteStreamConnectionTests: LoopThreadTestCase {
     /// What the connection reported, recorded from the loop thread.
     private final class Recorder: @unchecked Sendable {
         let signal = DispatchSemaphore(value: 0)

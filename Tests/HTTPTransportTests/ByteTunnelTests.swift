@@ -230,18 +230,7 @@ extension LoopbackClient {
     }
 }
 
-final class ByteTunnelTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class ByteTunnelTests: LoopThreadTestCase {
     private let handshake = "GET /chat HTTP/1.1\r\nHost: relay\r\nConnection: keep-alive, Upgrade\r\nUpgrade: echo\r\n\r\n"
 
     /// The upstream sees Upgrade and `Connection: Upgrade`; the client gets the 101 with both; the bytes

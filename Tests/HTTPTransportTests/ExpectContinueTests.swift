@@ -75,18 +75,7 @@ final class ScriptedUpstream: @unchecked Sendable {
 
 /// Requests sent with `Expect: 100-continue`: the body waits for the upstream's 100, or for the wait's
 /// end, and is never sent when a final answer comes first.
-final class ExpectContinueTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class ExpectContinueTests: LoopThreadTestCase {
     /// Starts a request with a held body on a new connection to `port`.
     private func send(port: UInt16, body: BodyLength, bytes: [UInt8], wait: Double, recorder: RecordingClient) -> HTTPClientConnection? {
         let loop = loopThread.loop

@@ -82,18 +82,7 @@ final class CannedUpstream: @unchecked Sendable {
     }
 }
 
-final class HTTPClientConnectionTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class HTTPClientConnectionTests: LoopThreadTestCase {
     /// Connects on the loop thread and sends one request; returns the recorder and the connection.
     private func request(port: UInt16, method: String = "GET", target: String, body: BodyLength = .none, bodyBytes: [UInt8] = [],
                          on existing: HTTPClientConnection? = nil, recorder: RecordingClient = RecordingClient()) -> (RecordingClient, HTTPClientConnection?) {

@@ -6,18 +6,7 @@ import XCTest
 
 /// The one-shot request (`HTTPExchange`): a whole response or exactly one failure that says what went
 /// wrong, within its deadline.
-final class HTTPExchangeTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class HTTPExchangeTests: LoopThreadTestCase {
     private final class Outcome: @unchecked Sendable {
         private let lock = NSLock()
         let signal = DispatchSemaphore(value: 0)

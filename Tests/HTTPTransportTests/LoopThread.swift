@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTransport
+import XCTest
 
 /// A TransportLoop on its own thread, with work posted to it from the test thread.
 final class LoopThread: @unchecked Sendable {
@@ -62,4 +63,20 @@ func waitUntil(_ signal: DispatchSemaphore, timeout: Double = 5, _ condition: ()
         _ = signal.wait(timeout: .now() + left)
     }
     return true
+}
+
+/// A test case whose every test gets a fresh loop thread, stopped after it.
+class LoopThreadTestCase: XCTestCase {
+    var loopThread: LoopThread!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        loopThread = try LoopThread()
+    }
+
+    override func tearDown() {
+        loopThread.stop()
+        loopThread = nil
+        super.tearDown()
+    }
 }

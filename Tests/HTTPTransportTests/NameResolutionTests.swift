@@ -4,18 +4,7 @@ import HTTPWire
 import XCTest
 
 /// Host names are resolved on the loop's resolver (evdns), never by a blocking call on the loop thread.
-final class NameResolutionTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class NameResolutionTests: LoopThreadTestCase {
     /// "localhost" comes from the hosts file; the connection reports the address it connected to.
     func testLocalhostResolvesAndCarriesRequests() throws {
         let server = try TransportTestServer()

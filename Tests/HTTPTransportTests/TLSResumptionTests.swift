@@ -5,18 +5,7 @@ import XCTest
 
 /// TLS session resumption: a context keeps the last session per server name and offers it on the next
 /// connection to that name; the upstream (Python's `ssl`) reports whether it resumed (`X-Resumed`).
-final class TLSResumptionTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class TLSResumptionTests: LoopThreadTestCase {
     /// A request's response fields, failing the test when the connection ended instead.
     private func fields(_ host: String, _ port: UInt16, tls: TransportTLSClientContext, log: TLSTestServer) throws -> [String: String] {
         let (fields, ended) = get(host, port, tls: tls)

@@ -2,18 +2,7 @@ import Foundation
 import HTTPTransport
 import XCTest
 
-final class UpstreamPoolTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class UpstreamPoolTests: LoopThreadTestCase {
     /// Sends GET `target` on `connection` and waits for the end of its response.
     private func exchange(_ connection: HTTPClientConnection, _ target: String) -> RecordingClient {
         let recorder = RecordingClient()
@@ -105,18 +94,16 @@ final class UpstreamPoolTests: XCTestCase {
 }
 
 /// The waiter cap and its priority lane, wait limits, cancellation, retirement and the counts.
-final class UpstreamPoolWaiterTests: XCTestCase {
-    private var loopThread: LoopThread!
+final class UpstreamPoolWaiterTests: LoopThreadTestCase {
     private var server: TransportTestServer!
 
     override func setUpWithError() throws {
-        loopThread = try LoopThread()
+        try super.setUpWithError()
         server = try TransportTestServer()
     }
 
     override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
+        super.tearDown()
         server.stop()
         server = nil
     }

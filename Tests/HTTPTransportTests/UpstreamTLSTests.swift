@@ -61,18 +61,7 @@ final class PausingRecorder: FieldRecorder, @unchecked Sendable {
 
 func tlsPattern(_ count: Int) -> [UInt8] { (0..<count).map { UInt8($0 % 251) } }
 
-final class UpstreamTLSTests: XCTestCase {
-    private var loopThread: LoopThread!
-
-    override func setUpWithError() throws {
-        loopThread = try LoopThread()
-    }
-
-    override func tearDown() {
-        loopThread.stop()
-        loopThread = nil
-    }
-
+final class UpstreamTLSTests: LoopThreadTestCase {
     private func context(caFile: String? = nil, client: TestPKI.Identity? = nil, verify: Bool = true,
                          serverName: String? = nil) throws -> TransportTLSClientContext {
         try TransportTLSClientContext(caFile: caFile ?? TestPKI.shared().caFile.path, clientCertificateFile: client?.cert.path,

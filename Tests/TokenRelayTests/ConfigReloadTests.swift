@@ -7,42 +7,7 @@ import Glibc
 /// SIGHUP on the real binary: the config file and the client secret are read again, validated as
 /// `check` validates them, and applied without touching connections, requests in flight or held
 /// requests; what cannot change live is named and kept.
-final class ConfigReloadTests: RelayTestCase {
-    private var extraAPIs: [FakeAPIServer] = []
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        extraAPIs.forEach { $0.stop() }
-        extraAPIs = []
-    }
-
-    /// A second upstream that accepts the same tokens.
-    private func secondAPI() throws -> FakeAPIServer {
-        let other = try FakeAPIServer(tokenServer: tokenServer)
-        extraAPIs.append(other)
-        return other
-    }
-
-    private func reloadCount(_ relay: TokenRelayProcess) -> Int {
-        let text = relay.stderrText
-        return text.components(separatedBy: "msg=\"config reloaded\"").count + text.components(separatedBy: "msg=\"config reload failed").count - 2
-    }
-
-    /// Rewrites the relay's config file (atomically, as an editor or a config manager does), sends
-    /// SIGHUP and waits for the reload's outcome line.
-    private func reload(_ relay: TokenRelayProcess, _ overrides: [String: Any], file: StaticString = #filePath, line: UInt = #line) throws {
-        try reload(relay, config: config(overrides), file: file, line: line)
-    }
-
-    private func reload(_ relay: TokenRelayProcess, config object: [String: Any], file: StaticString = #filePath, line: UInt = #line) throws {
-        let before = reloadCount(relay)
-        try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(to: relay.configURL, options: .atomic)
-        relay.signal(SIGHUP)
-        XCTAssertTrue(waitUntil(timeout: 10) { self.reloadCount(relay) > before }, "no reload outcome logged: \(relay.stderrText)",
-                      file: file, line: line)
-        XCTAssertTrue(relay.isRunning, "SIGHUP must not end the process", file: file, line: line)
-    }
-
+final class ConfigReloadTests: ReloadTestCase {
     private func metric(_ relay: TokenRelayProcess, _ series: String) throws -> String? {
         try admin(relay, "/metrics").bodyText.split(separator: "\n").first { $0.hasPrefix(series + " ") }
             .map { String($0.dropFirst(series.count + 1)) }
@@ -166,8 +131,7 @@ final class ConfigReloadTests: RelayTestCase {
         let relay = try startRelay()
         XCTAssertEqual(try get(relay, "/a").status, 200)
         let tokens = tokenServer!
-        let headerAPI = try FakeAPIServer(validateToken: { tokens.isAccessTokenValid($0) }, tokenHeader: "X-Api-Token")
-        extraAPIs.append(headerAPI)
+        let headerAPI = stoppedInTearDown(try FakeAPIServer(validateToken: { tokens.isAccessTokenValid($0) }, tokenHeader: "X-Api-Token"))
         try reload(relay, ["upstream": ["url": headerAPI.baseURL], "inject": ["header": "X-Api-Token", "format": "{token}"],
                            "log": ["level": "warning"]])
         XCTAssertEqual(try get(relay, "/b").status, 200, "token sent in the new header")

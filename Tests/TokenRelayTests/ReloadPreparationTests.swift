@@ -10,21 +10,7 @@ import Glibc
 /// OpenSSL's open of it blocks until the test opens the other end, and the test knows the preparation is
 /// there once its own non-blocking open for writing succeeds (a FIFO has a reader). Writing a CA
 /// certificate and closing that end lets the preparation finish with a valid config.
-final class ReloadPreparationTests: RelayTestCase {
-    private var extraAPIs: [FakeAPIServer] = []
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        extraAPIs.forEach { $0.stop() }
-        extraAPIs = []
-    }
-
-    private func secondAPI() throws -> FakeAPIServer {
-        let other = try FakeAPIServer(tokenServer: tokenServer)
-        extraAPIs.append(other)
-        return other
-    }
-
+final class ReloadPreparationTests: ReloadTestCase {
     /// A config whose token endpoint's CA bundle is the FIFO at `path`.
     private func configReadingCA(from path: String, _ overrides: [String: Any]) -> [String: Any] {
         var object = config(overrides)
@@ -33,10 +19,6 @@ final class ReloadPreparationTests: RelayTestCase {
         refresh["tls"] = ["ca_file": path]
         object["refresh"] = refresh
         return object
-    }
-
-    private func write(_ object: [String: Any], to url: URL) throws {
-        try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(to: url, options: .atomic)
     }
 
     private func makeFIFO() throws -> String {
@@ -80,7 +62,7 @@ final class ReloadPreparationTests: RelayTestCase {
         defer { relay.stop() }
         XCTAssertTrue(receiver.waitFor(timeout: 10) { $0.contains("READY=1") }, "\(receiver.messages)")
 
-        try write(configReadingCA(from: fifo, ["upstream": ["url": firstEdit.baseURL]]), to: relay.configURL)
+        try writeConfig(configReadingCA(from: fifo, ["upstream": ["url": firstEdit.baseURL]]), to: relay.configURL)
         relay.signal(SIGHUP)
         let writer = try awaitReader(fifo, relay)
 
@@ -91,7 +73,7 @@ final class ReloadPreparationTests: RelayTestCase {
         XCTAssertTrue(receiver.waitFor(timeout: 10) { $0.contains("RELOADING=1") }, "\(receiver.messages)")
         XCTAssertEqual(receiver.messages.filter { $0 == "READY=1" }.count, 1, "not ready again while the reload is prepared")
 
-        try write(config(["upstream": ["url": secondEdit.baseURL]]), to: relay.configURL)
+        try writeConfig(config(["upstream": ["url": secondEdit.baseURL]]), to: relay.configURL)
         relay.signal(SIGHUP)
         XCTAssertTrue(waitUntil(timeout: 10) { !self.lines(relay, containing: "SIGHUP while a reload is being prepared").isEmpty },
                       relay.stderrText)
@@ -130,7 +112,7 @@ final class ReloadPreparationTests: RelayTestCase {
             }
         }
         let relay = try startRelay(["upstream": ["url": slow.baseURL]])
-        try write(configReadingCA(from: fifo, ["upstream": ["url": other.baseURL]]), to: relay.configURL)
+        try writeConfig(configReadingCA(from: fifo, ["upstream": ["url": other.baseURL]]), to: relay.configURL)
         relay.signal(SIGHUP)
         let writer = try awaitReader(fifo, relay)
 
@@ -154,7 +136,7 @@ final class ReloadPreparationTests: RelayTestCase {
     func testAPreparationStuckOnAFileDoesNotHoldUpTheExit() throws {
         let fifo = try makeFIFO()
         let relay = try startRelay()
-        try write(configReadingCA(from: fifo, [:]), to: relay.configURL)
+        try writeConfig(configReadingCA(from: fifo, [:]), to: relay.configURL)
         relay.signal(SIGHUP)
         let writer = try awaitReader(fifo, relay)
         defer { close(writer) }
