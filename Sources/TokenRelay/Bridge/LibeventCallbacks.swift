@@ -22,9 +22,9 @@ func unretainedContext<T: AnyObject>(_ object: T) -> UnsafeMutableRawPointer {
     Unmanaged.passUnretained(object).toOpaque()
 }
 
-/// `event_new` callback for `LoopEvent` (timers, signals, fd watchers, cross-component wake-ups).
+/// `event_new` callback for a `LoopEvent`'s libevent event (the evhttp engine's descriptor watch).
 let loopEventTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, context in
-    let event = target(context, as: LoopEvent.self)
+    let event = target(context, as: RawLoopEvent.self)
     withExtendedLifetime(event) { event.fire(what) }
 }
 
