@@ -4,7 +4,7 @@ import CLibevent
 //
 // libevent hands every callback a `void *` context. Each Swift object that registers a callback passes
 // itself *unretained*; the object keeps itself alive for as long as any registration can fire and removes
-// every registration before it lets go (see `LoopEvent`, `HTTPListener`). Per-registration
+// every registration before it lets go (see `HTTPListener`). Per-registration
 // retains would not balance, because libevent does not call back exactly once (a persistent event fires
 // many times, a freed one never again).
 //
@@ -20,12 +20,6 @@ private func target<T: AnyObject>(_ context: UnsafeMutableRawPointer?, as _: T.T
 @inline(__always)
 func unretainedContext<T: AnyObject>(_ object: T) -> UnsafeMutableRawPointer {
     Unmanaged.passUnretained(object).toOpaque()
-}
-
-/// `event_new` callback for a `LoopEvent`'s libevent event (the evhttp engine's descriptor watch).
-let loopEventTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, what, context in
-    let event = target(context, as: RawLoopEvent.self)
-    withExtendedLifetime(event) { event.fire(what) }
 }
 
 /// `evhttp_set_gencb` callback for `HTTPListener`: a complete request (headers and body) has arrived.

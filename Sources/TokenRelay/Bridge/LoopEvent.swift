@@ -6,49 +6,31 @@ import HTTPTransport
 /// The owner keeps the `LoopEvent`; the closure should capture its owner weakly or unowned. Freeing the
 /// `LoopEvent` cancels it, so it can never fire into a released object.
 final class LoopEvent {
-    private let source: any LoopEventSource
+    private let timer: TransportTimer
 
-    /// A one-shot timer. The handler's argument says what fired: 0 for a timer (the evhttp bridge's
-    /// descriptor watch, `LoopEvent+Descriptor.swift`, passes libevent's bits).
+    /// A one-shot timer. The handler's argument is always 0 (it was libevent's "what fired" bits; the
+    /// callers that still take it ignore it).
     init(loop: EventLoop, handler: @escaping (Int16) -> Void) {
-        source = TransportTimer(loop: loop.transport) { handler(0) }
+        timer = TransportTimer(loop: loop.transport) { handler(0) }
     }
 
-    init(source: any LoopEventSource) {
-        self.source = source
+    init(repeatingOn loop: EventLoop, handler: @escaping () -> Void) {
+        timer = TransportTimer(loop: loop.transport, repeats: true, handler: handler)
     }
 
     /// A timer that fires every `schedule(after:)` interval until freed.
     static func repeating(loop: EventLoop, handler: @escaping () -> Void) -> LoopEvent {
-        LoopEvent(source: TransportTimer(loop: loop.transport, repeats: true, handler: handler))
+        LoopEvent(repeatingOn: loop, handler: handler)
     }
 
-    /// Arms the event; `after` nil means "no timeout" (a descriptor watch waits for its condition).
-    func schedule(after seconds: Double? = nil) {
-        source.arm(after: seconds.map(TimerDuration.clamped))
+    /// Arms the timer (a pending expiry is replaced).
+    func schedule(after seconds: Double) {
+        timer.schedule(after: TimerDuration.clamped(seconds))
     }
 
     /// Runs the handler on the loop's next pass (safe from within other callbacks, never inside this call).
     func activate() {
-        source.fireSoon()
-    }
-}
-
-/// What a `LoopEvent` runs on: a transport timer, or (until the evhttp engine goes) a libevent event.
-protocol LoopEventSource: AnyObject {
-    func arm(after seconds: Double?)
-    func fireSoon()
-}
-
-extension TransportTimer: LoopEventSource {
-    func arm(after seconds: Double?) {
-        // A timer with no timeout would never fire; libevent treated it the same way (pending, never due).
-        guard let seconds else { return }
-        schedule(after: seconds)
-    }
-
-    func fireSoon() {
-        schedule(after: 0)
+        timer.schedule(after: 0)
     }
 }
 
