@@ -9,10 +9,6 @@ import HTTPTransport
 /// `OffLoopWork`, names through the transport's asynchronous resolver.
 final class EventLoop {
     let transport: TransportLoop
-    /// The libevent base and resolver, for the evhttp and Redis bridges that still call libevent
-    /// themselves; they go with those bridges.
-    let base: OpaquePointer
-    let dns: OpaquePointer
 
     struct StartError: Error, CustomStringConvertible { let description: String }
 
@@ -22,8 +18,6 @@ final class EventLoop {
         } catch {
             throw StartError(description: error.description)
         }
-        base = transport.base
-        dns = transport.dnsBase
     }
 
     /// Runs until `stop()` or until no event is left.
