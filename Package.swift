@@ -29,9 +29,6 @@ let package = Package(
             pkgConfig: "libevent_openssl",
             providers: [.apt(["libevent-dev", "libssl-dev"])]
         ),
-        // The few things Swift cannot reach through the public headers (request minor version,
-        // OpenSSL function-like macros).
-        .target(name: "CEventShim", dependencies: ["CLibevent"]),
         // hiredis' RESP reply reader and command formatter (fleet mode's Redis store); imported by
         // RedisProtocol only.
         .systemLibrary(
@@ -45,10 +42,8 @@ let package = Package(
         .target(
             name: "TokenRelay",
             dependencies: [
-                "CLibevent",
-                "CEventShim",
                 "RedisProtocol",
-                // Only for the one event_base both share (Bridge/EventLoop.swift), until the proxied port moves.
+                // Every socket, timer, signal and TLS session; the only way to libevent and OpenSSL.
                 "HTTPTransport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -58,8 +53,8 @@ let package = Package(
         ),
         // HTTP/1.1 message syntax (heads, framing, chunked bodies): pure Swift, no I/O, no C module.
         .target(name: "HTTPWire"),
-        // Connection-level HTTP/1.1 on libevent's event API (no evhttp): the one target meant to import
-        // CLibevent once the data plane has moved. Its public API has no libevent types.
+        // Connection-level HTTP/1.1 on libevent's event API (no evhttp), and the loop's timers, signals and
+        // wake-ups: the one target that imports CLibevent. Its public API has no libevent types.
         .target(name: "CTransportSocket"),
         .target(name: "HTTPTransport", dependencies: ["HTTPWire", "CLibevent", "CTransportSocket"]),
         // A minimal relay on HTTPTransport that bench/run.sh measures beside nginx and tokenrelay (bench only).

@@ -43,6 +43,13 @@ public final class TransportLoop {
         event_base_loop(base, EVLOOP_NO_EXIT_ON_EMPTY)
     }
 
+    /// Runs until `stop()` or until nothing is registered any more. The resolver keeps its nameserver
+    /// sockets registered, so in practice this ends with `stop()`; it differs from `run()` only on a
+    /// loop whose resolver found no nameservers.
+    public func runUntilIdle() {
+        event_base_dispatch(base)
+    }
+
     /// Ends `run()` after the current callbacks; call on the loop's thread (from another, use `wake`).
     public func stop() {
         event_base_loopexit(base, nil)

@@ -1,4 +1,3 @@
-import CLibevent
 import Foundation
 import XCTest
 @testable import TokenRelay

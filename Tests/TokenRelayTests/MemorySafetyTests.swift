@@ -44,14 +44,14 @@ final class MemorySafetyTests: RelayTestCase {
     }
 }
 
-/// Teardown order by ownership: whatever registers with libevent keeps its `event_base` alive, so no
-/// release order at shutdown can free the base under a live event or listener.
+/// Teardown order by ownership: whatever registers with libevent keeps its `event_base` (the transport
+/// loop) alive, so no release order at shutdown can free the base under a live event or listener.
 final class LoopOwnershipTests: XCTestCase {
     func testEventsAndListenersKeepTheirLoopAlive() throws {
         var loop: EventLoop? = try EventLoop()
-        weak var weakLoop = loop
+        weak var weakLoop = loop!.transport
         var event: LoopEvent? = LoopEvent(loop: loop!) { _ in }
-        var listener: HTTPListener? = try HTTPListener(loop: loop!, host: "127.0.0.1", port: 0) { _ in }
+        var listener: SmallHTTPServer? = try SmallHTTPServer(loop: loop!, host: "127.0.0.1", port: 0, limits: AdminServer.limits) { _, _ in }
         loop = nil
         XCTAssertNotNil(weakLoop, "an event or listener outlived its event_base")
         event = nil

@@ -1,6 +1,7 @@
 #ifndef TOKENRELAY_CTRANSPORTSOCKET_H
 #define TOKENRELAY_CTRANSPORTSOCKET_H
 
+#include <stddef.h>
 #include <sys/types.h>
 #include <sys/socket.h>
 
@@ -21,5 +22,8 @@ struct ssl_ctx_st;
 int transport_tls_configure_client_context(struct ssl_ctx_st *ctx);
 /// SNI. Returns 1 on success.
 int transport_tls_set_server_name(struct ssl_st *ssl, const char *name);
+
+/// SHA-256 of `count` bytes into `digest` (32 bytes) without OpenSSL's provider machinery; 1 on success.
+int transport_sha256(const unsigned char *data, size_t count, unsigned char *digest);
 
 #endif

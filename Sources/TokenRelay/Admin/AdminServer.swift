@@ -1,5 +1,5 @@
-import CLibevent
 import FoundationEssentials
+import HTTPWire
 
 /// The admin listener, on its own address so that nothing on the proxied port is ever intercepted:
 /// `/healthz`, `/readyz`, `/status`, `/metrics`, `POST /refresh`.
@@ -10,50 +10,51 @@ final class AdminServer {
     private let proxy: ProxyServer
     private let metrics: RelayMetrics
     private let startedAt = Date()
-    private(set) var listener: HTTPListener!
+    private(set) var listener: SmallHTTPServer!
+
+    /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that does not
+    /// dawdle (a slow one must not hold a connection for long).
+    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 30)
 
     init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, proxy: ProxyServer, metrics: RelayMetrics) throws {
         self.coordinator = coordinator
         self.proxy = proxy
         self.metrics = metrics
-        listener = try HTTPListener(loop: loop, host: address.host, port: address.port) { [unowned self] request in
-            self.handle(request)
+        listener = try SmallHTTPServer(loop: loop, host: address.host, port: address.port, limits: Self.limits) { [unowned self] request, responder in
+            self.handle(request, responder)
         }
-        listener.setLimits(maxHeaderBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 30)
     }
 
-    private func handle(_ request: OpaquePointer) {
-        let method = evhttp_request_get_command(request)
-        let path = evhttp_request_get_uri(request).map { String(cString: $0) }.map { String($0.split(separator: "?", maxSplits: 1).first ?? "") } ?? ""
-        switch (method, path) {
-        case (EVHTTP_REQ_GET, "/healthz"), (EVHTTP_REQ_HEAD, "/healthz"):
-            respond(request, 200, json: ["status": "alive"])
-        case (EVHTTP_REQ_GET, "/readyz"), (EVHTTP_REQ_HEAD, "/readyz"):
+    private func handle(_ request: SmallRequest, _ responder: SmallResponder) {
+        switch (request.method, request.path) {
+        case (.get, "/healthz"), (.head, "/healthz"):
+            respond(responder, 200, json: ["status": "alive"])
+        case (.get, "/readyz"), (.head, "/readyz"):
             let reason = notReadyReason()
             var body: [String: Any] = ["ready": reason == nil, "state": coordinator.state.rawValue]
             body["reason"] = reason
             let ready = reason == nil
-            respond(request, ready ? 200 : 503, json: body)
-        case (EVHTTP_REQ_GET, "/status"):
-            respond(request, 200, json: statusReport())
-        case (EVHTTP_REQ_GET, "/metrics"):
-            respond(request, 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.exposition())
-        case (EVHTTP_REQ_POST, "/refresh"):
+            respond(responder, ready ? 200 : 503, json: body)
+        case (.get, "/status"):
+            respond(responder, 200, json: statusReport())
+        case (.get, "/metrics"):
+            respond(responder, 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.exposition())
+        case (.post, "/refresh"):
             coordinator.forceRefresh { [weak self] outcome in
                 guard let self else { return }
                 switch outcome {
                 case .renewed(let generation):
-                    self.respond(request, 200, json: ["outcome": "renewed", "generation": generation])
+                    self.respond(responder, 200, json: ["outcome": "renewed", "generation": generation])
                 case .rejected:
-                    self.respond(request, 409, json: ["outcome": "rejected", "state": "login_required"])
+                    self.respond(responder, 409, json: ["outcome": "rejected", "state": "login_required"])
                 case .unavailable(let reason):
-                    self.respond(request, 503, json: ["outcome": "unavailable", "reason": reason])
+                    self.respond(responder, 503, json: ["outcome": "unavailable", "reason": reason])
                 }
             }
         case (_, "/healthz"), (_, "/readyz"), (_, "/status"), (_, "/metrics"), (_, "/refresh"):
-            respond(request, 405, json: ["error": "method not allowed"])
+            respond(responder, 405, json: ["error": "method not allowed"])
         default:
-            respond(request, 404, json: ["error": "not found"])
+            respond(responder, 404, json: ["error": "not found"])
         }
     }
 
@@ -114,22 +115,17 @@ final class AdminServer {
         return report
     }
 
-    private func respond(_ request: OpaquePointer, _ status: Int32, json: [String: Any]) {
+    private func respond(_ responder: SmallResponder, _ status: Int, json: [String: Any]) {
         let data = (try? JSONWriter.data(json, options: [.sortedKeys])) ?? Array("{}".utf8)
-        respond(request, status, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n")
+        respond(responder, status, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n")
     }
 
-    private func respond(_ request: OpaquePointer, _ status: Int32, contentType: String, body: String) {
-        let headers = HeaderList(raw: evhttp_request_get_output_headers(request))
-        headers.add("Content-Type", contentType)
-        headers.add("Cache-Control", "no-store")
-        let buffer = evbuffer_new()!
-        EvBuffer.append(buffer, body)
-        evhttp_send_reply(request, status, Self.reasonPhrase(status), buffer)
-        evbuffer_free(buffer)
+    private func respond(_ responder: SmallResponder, _ status: Int, contentType: String, body: String) {
+        responder.respond(status: status, reason: Self.reasonPhrase(status),
+                          fields: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: Array(body.utf8))
     }
 
-    private static func reasonPhrase(_ status: Int32) -> String {
+    private static func reasonPhrase(_ status: Int) -> String {
         switch status {
         case 200: return "OK"
         case 404: return "Not Found"

@@ -1,18 +1,14 @@
-import CLibevent
 import Glibc
 import HTTPTransport
 
-/// tokenrelay's one libevent `event_base` and its asynchronous DNS resolver, driven by the thread that
-/// calls `run()`: HTTPTransport's `TransportLoop`, which owns both, seen from the evhttp bridge.
+/// tokenrelay's one event loop, driven by the thread that calls `run()`: HTTPTransport's `TransportLoop`
+/// under the name the rest of tokenrelay knows it by.
 ///
 /// Everything mutable in tokenrelay (exchanges, the token state, the upstream pool) is confined to this
-/// loop's thread, so none of it needs a lock, and the transport's connections run on the same base. Nothing
-/// on the loop may block: DNS goes through `evdns`, never `getaddrinfo` (evhttp resolves synchronously when
-/// given no DNS base).
+/// loop's thread, so none of it needs a lock. Nothing on the loop may block: blocking work goes through
+/// `OffLoopWork`, names through the transport's asynchronous resolver.
 final class EventLoop {
     let transport: TransportLoop
-    let base: OpaquePointer
-    let dns: OpaquePointer
 
     struct StartError: Error, CustomStringConvertible { let description: String }
 
@@ -22,17 +18,15 @@ final class EventLoop {
         } catch {
             throw StartError(description: error.description)
         }
-        base = transport.base
-        dns = transport.dnsBase
     }
 
     /// Runs until `stop()` or until no event is left.
     func run() {
-        event_base_dispatch(base)
+        transport.runUntilIdle()
     }
 
     func stop() {
-        event_base_loopexit(base, nil)
+        transport.stop()
     }
 
     /// Monotonic seconds, for durations and deadlines that must not jump with the wall clock.

@@ -1,15 +1,15 @@
-import FoundationEssentials
+import HTTPTransport
 import Synchronization
 
 /// Runs one blocking call (a write with fsync, a contended flock) on a helper thread and hands its
 /// result back on the event loop, so the loop never waits on a disk or another process.
 ///
-/// The helper thread touches only the work closure's own (Sendable) captures and the result box. It
-/// wakes the loop with `event_active`, the one libevent call that is safe from another thread
-/// (`EventLoop` enables libevent's pthread support). The job keeps itself alive until it has delivered.
+/// The helper thread touches only the work closure's own (Sendable) captures, the result box and the
+/// wake-up's trigger, the one piece of the loop that is safe from another thread. The job keeps itself
+/// alive until it has delivered.
 final class OffLoopWork<Output: Sendable> {
     private let box = ResultBox<Output>()
-    private var wakeUp: LoopEvent?
+    private var wakeUp: TransportWakeUp?
     private var completion: ((Output) -> Void)?
     private var selfRetain: OffLoopWork?
 
@@ -20,14 +20,14 @@ final class OffLoopWork<Output: Sendable> {
         let job = OffLoopWork()
         job.selfRetain = job
         job.completion = completion
-        let wakeUp = LoopEvent(loop: loop) { [unowned job] _ in job.deliver() }
+        let wakeUp = TransportWakeUp(loop: loop.transport) { [unowned job] in job.deliver() }
         job.wakeUp = wakeUp
         let box = job.box
-        let event = CrossThreadEvent(event: wakeUp)
+        let trigger = wakeUp.trigger
         DetachedThread.start {
             let output = work()
             box.value.withLock { $0 = output }
-            event.event.activate()
+            trigger.wake()
         }
     }
 
@@ -36,17 +36,9 @@ final class OffLoopWork<Output: Sendable> {
         let completion = self.completion
         self.completion = nil
         wakeUp = nil
-        selfRetain = nil  // the trampoline keeps the LoopEvent, and `completion` its captures, alive until we return
+        selfRetain = nil  // the trampoline keeps the wake-up, and `completion` its captures, alive until we return
         completion?(output)
     }
-}
-
-/// `event_active` is the one libevent call that may come from another thread; this wrapper says so.
-/// The reference is unowned on purpose: if the helper thread held the last strong reference, the event
-/// would be freed on that thread, racing the loop (or after the loop is gone). The job keeps the event
-/// alive until `deliver`, which cannot run before `activate` has been called.
-private struct CrossThreadEvent: @unchecked Sendable {
-    unowned(unsafe) let event: LoopEvent
 }
 
 /// What the helper thread produced, read on the loop after the wake-up.

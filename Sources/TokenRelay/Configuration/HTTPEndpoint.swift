@@ -1,6 +1,6 @@
-import CLibevent
+import HTTPTransport
 
-/// An `http://` or `https://` URL, split into what evhttp needs: host and port to connect to, the authority for
+/// An `http://` or `https://` URL, split into what a connection needs: host and port to connect to, the authority for
 /// the `Host` header, and the path that prefixes every forwarded request.
 public struct HTTPEndpoint: Sendable, CustomStringConvertible {
     public var scheme: String
@@ -28,26 +28,24 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
     }
 
     static func parse(_ text: String, field: String) throws -> HTTPEndpoint {
-        // evhttp's own URI parser, so the proxy and its configuration agree on what a URL means.
-        guard let uri = evhttp_uri_parse(text) else { throw ConfigError(field, "is not a valid URL") }
-        defer { evhttp_uri_free(uri) }
-        let scheme = evhttp_uri_get_scheme(uri).map { String(cString: $0).lowercased() } ?? ""
+        // The transport's URI parser, so the proxy and its configuration agree on what a URL means.
+        guard let uri = URIComponents(parsing: text) else { throw ConfigError(field, "is not a valid URL") }
+        let scheme = uri.scheme?.lowercased() ?? ""
         guard scheme == "http" || scheme == "https" else {
             throw ConfigError(field, "must be an http:// or https:// URL")
         }
-        guard let hostPointer = evhttp_uri_get_host(uri), hostPointer.pointee != 0 else {
+        guard let host = uri.host, !host.isEmpty else {
             throw ConfigError(field, "must name a host")
         }
-        if evhttp_uri_get_userinfo(uri) != nil { throw ConfigError(field, "must not contain user:password@") }
-        if evhttp_uri_get_fragment(uri) != nil { throw ConfigError(field, "must not contain a #fragment") }
-        let port = Int(evhttp_uri_get_port(uri))
-        let path = evhttp_uri_get_path(uri).map { String(cString: $0) } ?? ""
+        if uri.userinfo != nil { throw ConfigError(field, "must not contain user:password@") }
+        if uri.fragment != nil { throw ConfigError(field, "must not contain a #fragment") }
+        let port = uri.port ?? 0
         return HTTPEndpoint(
             scheme: scheme,
-            host: String(cString: hostPointer),
+            host: host,
             port: port > 0 ? port : (scheme == "https" ? 443 : 80),
-            path: path,
-            query: evhttp_uri_get_query(uri).map { String(cString: $0) }
+            path: uri.path,
+            query: uri.query
         )
     }
 }

@@ -1,4 +1,3 @@
-import CLibevent
 import FoundationEssentials
 
 /// A token endpoint for `tokenrelay demo` that behaves like a strict real one: short-lived access
@@ -6,7 +5,9 @@ import FoundationEssentials
 /// when a burnt refresh token comes back.
 final class DemoTokenServer {
     let accessTokenLifetime: Double
-    private(set) var listener: HTTPListener!
+    private(set) var listener: SmallHTTPServer!
+    /// The demo's requests are small: a form, a bearer token.
+    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 64 * 1024, timeoutSeconds: 30)
     private var serial = 0
     private var currentAccess: (token: String, expires: Double)?
     private var currentRefresh: String?
@@ -17,7 +18,9 @@ final class DemoTokenServer {
 
     init(loop: EventLoop, accessTokenLifetime: Double) throws {
         self.accessTokenLifetime = accessTokenLifetime
-        listener = try HTTPListener(loop: loop, host: "127.0.0.1", port: 0) { [unowned self] request in self.handle(request) }
+        listener = try SmallHTTPServer(loop: loop, host: "127.0.0.1", port: 0, limits: Self.limits) { [unowned self] request, responder in
+            self.handle(request, responder)
+        }
     }
 
     var url: String { "http://127.0.0.1:\(listener.boundPort)/oauth/token" }
@@ -42,21 +45,17 @@ final class DemoTokenServer {
         return (access, refresh)
     }
 
-    private func handle(_ request: OpaquePointer) {
-        guard evhttp_request_get_command(request) == EVHTTP_REQ_POST else { return reply(request, 405, ["error": "invalid_request"]) }
-        let body = String(decoding: EvBuffer.bytes(evhttp_request_get_input_buffer(request)), as: UTF8.self)
-        var form = evkeyvalq()
-        evhttp_parse_query_str(body, &form)
-        defer { evhttp_clear_headers(&form) }
-        let fields = withUnsafeMutablePointer(to: &form) { HeaderList(raw: $0) }
-        guard fields.value("grant_type") == "refresh_token", let presented = fields.value("refresh_token") else {
-            return reply(request, 400, ["error": "unsupported_grant_type"])
+    private func handle(_ request: SmallRequest, _ responder: SmallResponder) {
+        guard request.method == .post else { return reply(responder, 405, ["error": "invalid_request"]) }
+        let fields = FormFields(request.body)
+        guard fields["grant_type"] == "refresh_token", let presented = fields["refresh_token"] else {
+            return reply(responder, 400, ["error": "unsupported_grant_type"])
         }
         refreshCount += 1
         if presented == currentRefresh {
             let tokens = issue()
             onEvent?("token server: refresh #\(refreshCount) accepted, refresh token rotated, new access token valid \(Int(accessTokenLifetime))s")
-            return reply(request, 200, ["access_token": tokens.access, "token_type": "Bearer",
+            return reply(responder, 200, ["access_token": tokens.access, "token_type": "Bearer",
                                         "expires_in": Int(accessTokenLifetime), "refresh_token": tokens.refresh])
         }
         if burnt.contains(presented) {
@@ -65,14 +64,11 @@ final class DemoTokenServer {
             currentRefresh = nil
             onEvent?("token server: REUSE of a burnt refresh token detected; session revoked")
         }
-        reply(request, 400, ["error": "invalid_grant"])
+        reply(responder, 400, ["error": "invalid_grant"])
     }
 
-    private func reply(_ request: OpaquePointer, _ status: Int32, _ json: [String: Any]) {
-        HeaderList(raw: evhttp_request_get_output_headers(request)).add("Content-Type", "application/json")
-        let buffer = evbuffer_new()!
-        EvBuffer.append(buffer, (try? JSONWriter.data(json)) ?? [])
-        evhttp_send_reply(request, status, status == 200 ? "OK" : "Error", buffer)
-        evbuffer_free(buffer)
+    private func reply(_ responder: SmallResponder, _ status: Int, _ json: [String: Any]) {
+        responder.respond(status: status, reason: status == 200 ? "OK" : "Error", fields: [("Content-Type", "application/json")],
+                          body: (try? JSONWriter.data(json)) ?? [])
     }
 }

@@ -1,9 +1,9 @@
-import CLibevent
+import HTTPTransport
 
 /// Maps a client's request target onto the upstream, and refuses targets that name another origin.
 ///
 /// tokenrelay attaches credentials to everything it forwards, so it must never act as an open proxy: an
-/// absolute-form target (`GET http://host/path`, which evhttp passes through verbatim) is reduced to
+/// absolute-form target (`GET http://host/path`, which the transport passes through verbatim) is reduced to
 /// origin-form only when it names the configured upstream (same scheme, host and port) or tokenrelay's
 /// own listen address; any other host is a 400, not a request sent with a token to where the config
 /// says. Authority-form (CONNECT) and asterisk-form targets are refused elsewhere or here.
@@ -20,7 +20,7 @@ struct RequestTarget {
 
     /// The raw target's bytes, checked before they become a String (which would silently replace bytes
     /// that are not UTF-8). RFC 9112 §3.2 allows no whitespace or control character in a request target:
-    /// evhttp passes a bare CR through, and `GET /a\rAuthorization: …` would reach the upstream as is.
+    /// a lenient parser passes a bare CR through, and `GET /a\rAuthorization: …` would reach the upstream as is.
     static func checkBytes<Bytes: Collection>(_ bytes: Bytes) -> Refusal? where Bytes.Element == UInt8 {
         if bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
             return Refusal(description: "the request target contains whitespace or a control character")
@@ -52,22 +52,21 @@ struct RequestTarget {
     }
 
     private func originForm(ofAbsolute rawURI: String) -> Result<String, Refusal> {
-        guard let uri = evhttp_uri_parse(rawURI) else { return .failure(Refusal(description: "the request target is not valid")) }
-        defer { evhttp_uri_free(uri) }
-        guard let scheme = evhttp_uri_get_scheme(uri).map({ String(cString: $0).lowercased() }), scheme == "http" || scheme == "https",
-              let host = evhttp_uri_get_host(uri).map({ String(cString: $0).lowercased() }), !host.isEmpty else {
+        guard let uri = URIComponents(parsing: rawURI) else { return .failure(Refusal(description: "the request target is not valid")) }
+        guard let scheme = uri.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = uri.host?.lowercased(), !host.isEmpty else {
             return .failure(Refusal(description: "the request target is not valid"))
         }
-        if evhttp_uri_get_userinfo(uri) != nil { return .failure(Refusal(description: "the request target must not carry user information")) }
-        let explicitPort = Int(evhttp_uri_get_port(uri))
+        if uri.userinfo != nil { return .failure(Refusal(description: "the request target must not carry user information")) }
+        let explicitPort = uri.port ?? 0
         let port = explicitPort > 0 ? explicitPort : (scheme == "https" ? 443 : 80)
         guard namesUpstream(scheme: scheme, host: host, port: port) || namesProxy(scheme: scheme, host: host, port: port) else {
             return .failure(Refusal(description: "the request names a host tokenrelay does not forward to"))
         }
-        var target = evhttp_uri_get_path(uri).map { String(cString: $0) } ?? ""
+        var target = uri.path
         if target.isEmpty { target = "/" }
         guard target.hasPrefix("/") else { return .failure(Refusal(description: "the request target is not valid")) }
-        if let query = evhttp_uri_get_query(uri) { target += "?" + String(cString: query) }
+        if let query = uri.query { target += "?" + query }
         return .success(target)
     }
 
@@ -111,7 +110,7 @@ struct RequestTarget {
 
     private static func sameHost(_ a: String, _ b: String) -> Bool { bare(a).lowercased() == bare(b).lowercased() }
 
-    /// evhttp keeps the brackets of an IPv6 literal; the config's host has none.
+    /// The URI parser keeps the brackets of an IPv6 literal; the config's host has none.
     private static func bare(_ host: String) -> String {
         host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
     }

@@ -1,4 +1,3 @@
-import CLibevent
 import FoundationEssentials
 import Logging
 
@@ -111,7 +110,7 @@ final class RefreshCoordinator {
         }
         store.start()
         execute(machine.start(now: self.now(), inFlight: store.readInFlightRecord()))
-        let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [weak self] _ in
+        let timer = LoopEvent.repeating(loop: loop) { [weak self] in
             self?.watchStore()
             self?.publish()
         }

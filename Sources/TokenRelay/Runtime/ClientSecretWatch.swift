@@ -1,4 +1,3 @@
-import CLibevent
 import Logging
 
 /// Watches `refresh.client_secret_file` as the token file is watched (a `stat` per interval), so a
@@ -24,7 +23,7 @@ final class ClientSecretWatch {
         self.logger = logger
         self.onChange = onChange
         known = FileSignature.of(path)
-        let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [unowned self] _ in self.check() }
+        let timer = LoopEvent.repeating(loop: loop) { [unowned self] in self.check() }
         timer.schedule(after: interval)
         self.timer = timer
     }

@@ -1,6 +1,6 @@
 import FoundationEssentials
-import CLibevent
 import Glibc
+import HTTPTransport
 import Logging
 
 /// tokenrelay assembled: the token coordinator, the proxy listener and the admin listener on one event
@@ -21,7 +21,7 @@ public final class Relay {
     let endpoint: TokenEndpointClient
     let proxy: ProxyServer
     private var admin: AdminServer?
-    private var signalEvents: [LoopEvent] = []
+    private var signalWatches: [TransportSignal] = []
     private var drainTimer: LoopEvent?
     private(set) var stopping = false
     /// SIGHUP reloads: which one is being prepared off the loop, and whether its result may be applied.
@@ -110,23 +110,22 @@ public final class Relay {
 
     func installSignalHandlers() {
         for signalNumber in [SIGTERM, SIGINT] {
-            let event = LoopEvent(loop: loop, fd: signalNumber, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in
-                self.shutdown(signal: signalNumber)
-            }
-            event.schedule()
-            signalEvents.append(event)
+            watch(signalNumber) { [unowned self] in self.shutdown(signal: signalNumber) }
         }
         // Without a handler SIGHUP kills the process (a closed terminal, a log-rotation hook, `systemctl reload`).
-        let hangUp = LoopEvent(loop: loop, fd: SIGHUP, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in self.reload() }
-        hangUp.schedule()
-        signalEvents.append(hangUp)
+        watch(SIGHUP) { [unowned self] in self.reload() }
         // Log-rotation hooks send SIGUSR1 to make a daemon reopen its log file; tokenrelay writes to stderr
         // only, so there is nothing to reopen, and the default action would end the process.
-        let rotate = LoopEvent(loop: loop, fd: SIGUSR1, events: Int32(EV_SIGNAL | EV_PERSIST)) { [unowned self] _ in
-            self.logger.info("SIGUSR1: logs go to stderr only; nothing to reopen")
+        watch(SIGUSR1) { [unowned self] in self.logger.info("SIGUSR1: logs go to stderr only; nothing to reopen") }
+    }
+
+    private func watch(_ signalNumber: Int32, _ handler: @escaping () -> Void) {
+        do {
+            signalWatches.append(try TransportSignal(loop: loop.transport, signal: signalNumber, handler: handler))
+        } catch {
+            // Only reachable when the process is out of descriptors at start: the signal keeps its default action.
+            logger.warning("\(error.description); the signal keeps its default action")
         }
-        rotate.schedule()
-        signalEvents.append(rotate)
     }
 
     /// Stops accepting, lets in-flight and held requests finish up to the drain timeout, then stops the
@@ -164,7 +163,7 @@ public final class Relay {
     }
 
     func close() {
-        signalEvents = []
+        signalWatches = []
         drainTimer = nil
         systemd.close()
         secretWatch = nil

@@ -1,4 +1,3 @@
-import CLibevent
 import Glibc
 
 /// The systemd notification protocol (sd_notify(3)) without libsystemd: `READY=1`, `RELOADING=1`,
@@ -26,7 +25,7 @@ final class SystemdNotifier {
     func ready(loop: EventLoop, status: String) {
         send("READY=1\nSTATUS=\(status)")
         guard isEnabled, let interval = watchdogInterval, watchdogTimer == nil else { return }
-        let timer = LoopEvent(loop: loop, events: Int32(EV_PERSIST)) { [unowned self] _ in self.send("WATCHDOG=1") }
+        let timer = LoopEvent.repeating(loop: loop) { [unowned self] in self.send("WATCHDOG=1") }
         timer.schedule(after: interval)
         watchdogTimer = timer
     }

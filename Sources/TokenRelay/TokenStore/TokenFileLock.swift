@@ -1,4 +1,3 @@
-import CLibevent
 import FoundationEssentials
 import Glibc
 

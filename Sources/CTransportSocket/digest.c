@@ -1,30 +1,14 @@
-// SHA256_Init/Update/Final are deprecated in OpenSSL 3 (see tr_sha256 for why they are used).
+// SHA256_Init/Update/Final are deprecated in OpenSSL 3 (see transport_sha256 for why they are used).
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include <openssl/sha.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
-
-#include "CEventShim.h"
-
-int tr_evhttp_request_minor(struct evhttp_request *req) {
-    return req->minor;
-}
-
-int tr_evhttp_request_major(struct evhttp_request *req) {
-    return req->major;
-}
-
-void tr_evhttp_request_answer_as_http11(struct evhttp_request *req) {
-    req->major = 1;
-    req->minor = 1;
-}
+#include "CTransportSocket.h"
 
 // OpenSSL 3's one-shot SHA256() goes through EVP_Q_digest, whose first call initialises the library
 // context, reads the OpenSSL config file and loads the default provider: about 2 MiB of resident pages
 // in an otherwise idle tokenrelay, for a fingerprint. The SHA256_Init/Update/Final functions compute
 // the same digest directly. They are deprecated in 3.0 (in favour of EVP) but still part of the API.
 
-int tr_sha256(const unsigned char *data, size_t count, unsigned char *digest) {
+int transport_sha256(const unsigned char *data, size_t count, unsigned char *digest) {
     SHA256_CTX context;
     if (SHA256_Init(&context) != 1) return 0;
     if (SHA256_Update(&context, data, count) != 1) return 0;
