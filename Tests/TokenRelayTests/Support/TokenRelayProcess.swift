@@ -46,7 +46,6 @@ final class TokenRelayProcess: @unchecked Sendable { // all mutable state is ins
     static func start(config: [String: Any], environment: [String: String] = [:], workDir: URL,
                       extraArguments: [String] = [], wrapper: [String] = [], startupTimeout: Double = 15) throws -> TokenRelayProcess {
         let configURL = workDir.appendingPathComponent("config.json")
-        var config = config
         try JSONSerialization.data(withJSONObject: config, options: [.prettyPrinted, .sortedKeys]).write(to: configURL)
         let process = try launch(arguments: ["run", "--config", configURL.path] + extraArguments,
                                  environment: environment, workDir: workDir,
