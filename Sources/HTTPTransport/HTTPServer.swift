@@ -122,8 +122,8 @@ public final class HTTPServer {
     private var makingRoom = false
     private var sweepTimer: TransportTimer?
 
-    /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]"); port 0 picks a free port
-    /// (see `port`).
+    /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]") or a host name (resolved
+    /// once, here); port 0 picks a free port (see `port`).
     /// `headTimeout`: seconds a request head may take from its first byte to its last (0: unbounded).
     public convenience init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, limits: HTTPWireLimits = HTTPWireLimits(),
                             inputCapacity: Int = 64 * 1024, headTimeout: Double = 10,
@@ -138,19 +138,27 @@ public final class HTTPServer {
         self.loop = loop
         self.settings = settings
         self.onConnection = onConnection
-        guard let address = SocketAddress(host: host, port: port) else {
-            throw ListenError(description: "\(host): not an IP address literal")
+        let addresses = try Self.listenAddresses(host: host, port: port)
+        // The name's addresses in the resolver's order; the first that binds is the listener.
+        var listening: Int32 = -1
+        var lastFailure = "no address to listen on"
+        for address in addresses {
+            let candidate = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard candidate >= 0 else {
+                lastFailure = "socket: \(String(cString: strerror(errno)))"
+                continue
+            }
+            var one: Int32 = 1
+            setsockopt(candidate, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+            if address.withSockaddr({ bind(candidate, $0, $1) }) == 0 && listen(candidate, backlog) == 0 {
+                listening = candidate
+                break
+            }
+            lastFailure = String(cString: strerror(errno))
+            Glibc.close(candidate)
         }
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw ListenError(description: "socket: \(String(cString: strerror(errno)))") }
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let bound = address.withSockaddr { bind(fd, $0, $1) }
-        guard bound == 0, listen(fd, backlog) == 0 else {
-            let message = String(cString: strerror(errno))
-            Glibc.close(fd)
-            throw ListenError(description: "\(host):\(port): \(message)")
-        }
+        guard listening >= 0 else { throw ListenError(description: "\(host):\(port): \(lastFailure)") }
+        let fd = listening
         var actual = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
         _ = withUnsafeMutablePointer(to: &actual) {
@@ -161,6 +169,33 @@ public final class HTTPServer {
         acceptEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), serverAcceptTrampoline, Unmanaged.passUnretained(self).toOpaque())
         event_add(acceptEvent, nil)
         sweepTimer = TransportTimer(loop: loop) { [weak self] in self?.sweep() }
+    }
+
+    /// An IP literal as it is; a name (`localhost`, the host's own name) through the system resolver, as
+    /// evhttp's listener took it. Blocking, but a listener is made once, at start, before the loop serves
+    /// (a hosts-file name answers at once; the config check accepts names, so start must too).
+    private static func listenAddresses(host: String, port: UInt16) throws(ListenError) -> [SocketAddress] {
+        if let literal = SocketAddress(host: host, port: port) { return [literal] }
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE
+        var list: UnsafeMutablePointer<addrinfo>?
+        let result = getaddrinfo(host, String(port), &hints, &list)
+        guard result == 0 else {
+            throw ListenError(description: "\(host):\(port): cannot resolve \(host): \(String(cString: gai_strerror(result)))")
+        }
+        defer { freeaddrinfo(list) }
+        var addresses: [SocketAddress] = []
+        var node = list
+        while let entry = node {
+            if let address = entry.pointee.ai_addr, let converted = SocketAddress(address, length: entry.pointee.ai_addrlen) {
+                addresses.append(converted)
+            }
+            node = entry.pointee.ai_next
+        }
+        guard !addresses.isEmpty else { throw ListenError(description: "\(host):\(port): \(host) has no IPv4 or IPv6 address") }
+        return addresses
     }
 
     func acceptReady() {

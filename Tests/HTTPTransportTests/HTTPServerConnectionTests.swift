@@ -1,3 +1,4 @@
+import Glibc
 import HTTPTransport
 import HTTPWire
 import XCTest
@@ -24,6 +25,36 @@ final class HTTPServerConnectionTests: XCTestCase {
             XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "GET /echo?\(i)\n")
             XCTAssertFalse(response.head.lowercased().contains("connection: close"))
         }
+    }
+
+    /// A listen address may name a host ("localhost:8081" in `admin.listen`): the evhttp listener resolved
+    /// it, and `check` accepts it, so the transport's listener must not refuse it at start.
+    func testListenAddressMayBeAHostName() throws {
+        let named = try TransportTestServer(host: "localhost")
+        defer { named.stop() }
+        var addresses: UnsafeMutablePointer<addrinfo>?
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        XCTAssertEqual(getaddrinfo("localhost", String(named.port), &hints, &addresses), 0)
+        defer { freeaddrinfo(addresses) }
+        // The listener is on one of the name's addresses: a client that tries them in turn gets through.
+        var answered = false
+        var entry = addresses
+        while let current = entry, !answered {
+            let fd = socket(current.pointee.ai_family, Int32(SOCK_STREAM.rawValue), 0)
+            if connect(fd, current.pointee.ai_addr, current.pointee.ai_addrlen) == 0 {
+                let request = Array("GET /echo HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n".utf8)
+                _ = request.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                var tv = timeval(tv_sec: 5, tv_usec: 0)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                var buffer = [UInt8](repeating: 0, count: 64)
+                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                answered = n > 0 && String(decoding: buffer[0..<max(0, n)], as: UTF8.self).hasPrefix("HTTP/1.1 200")
+            }
+            close(fd)
+            entry = current.pointee.ai_next
+        }
+        XCTAssertTrue(answered, "no address of localhost answered on port \(named.port)")
     }
 
     func testPeerAddressComesFromAccept() throws {
