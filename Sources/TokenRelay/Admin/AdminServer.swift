@@ -1,4 +1,5 @@
 import FoundationEssentials
+import HTTPTransport
 import HTTPWire
 
 /// The admin listener, on its own address so that nothing on the proxied port is ever intercepted:
@@ -14,7 +15,9 @@ final class AdminServer {
 
     /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that does not
     /// dawdle (a slow one must not hold a connection for long).
-    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 30)
+    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 30, maxConnections: 32)
+    /// Descriptors the admin port can hold: its limit and the connections allowed to wait over it.
+    static var maxDescriptors: Int { HTTPServer.Settings(maxConnections: limits.maxConnections).effectiveOverLimitAllowance + limits.maxConnections }
 
     init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, proxy: ProxyServer, metrics: RelayMetrics) throws {
         self.coordinator = coordinator

@@ -14,6 +14,10 @@ final class SmallHTTPServer {
         var maxBodyBytes: Int
         /// How long a head, a body pause, or a keep-alive wait may take.
         var timeoutSeconds: Double
+        /// Open connections (0: no limit). Over it, idle ones are closed to make room and a request with
+        /// no slot gets 503: a flood of connections to this port must not take the descriptors the
+        /// proxied port needs.
+        var maxConnections = 0
     }
 
     private let server: HTTPServer
@@ -28,7 +32,7 @@ final class SmallHTTPServer {
     init(loop: EventLoop, host: String, port: Int, limits: Limits, handler: @escaping (SmallRequest, SmallResponder) -> Void) throws {
         self.handler = handler
         maxBodyBytes = limits.maxBodyBytes
-        let settings = HTTPServer.Settings(limits: HTTPWireLimits(maxHeadBytes: limits.maxHeadBytes),
+        let settings = HTTPServer.Settings(limits: HTTPWireLimits(maxHeadBytes: limits.maxHeadBytes), maxConnections: limits.maxConnections,
                                            headTimeout: limits.timeoutSeconds, idleTimeout: limits.timeoutSeconds,
                                            bodyTimeout: limits.timeoutSeconds, sendTimeout: limits.timeoutSeconds,
                                            maxBodyBytes: limits.maxBodyBytes,

@@ -9,26 +9,36 @@ import Glibc
 /// copies of the executable and its libraries, so `madvise(MADV_DONTNEED)` may unmap them: the page cache
 /// keeps them, and the code that does run again is mapped back on its next use, from memory, not disk.
 ///
-/// Only mappings that are executable and not writable are released: such pages can never have been
-/// modified, so nothing is lost. Writable or relocated data (`rw-p`, and the `r--p` segment the loader
-/// wrote relocations into) is left alone: dropping a private page that was written would lose the write.
+/// Only mappings that are executable and not writable, and hold no private copy of a page, are released:
+/// their pages are the file's, so nothing is lost. Writable or relocated data (`rw-p`, and the `r--p`
+/// segment the loader wrote relocations into) is left alone, and so is code the loader patched (text
+/// relocations make private copies, `Anonymous` in smaps): dropping a page that was written would lose
+/// the write.
 enum StartupPages {
     /// Bytes of mappings released (for the log line).
     @discardableResult
     static func release() -> Int {
-        guard let maps = fopen("/proc/self/maps", "r") else { return 0 }
+        guard let maps = fopen("/proc/self/smaps", "r") else { return 0 }
         defer { fclose(maps) }
         var released = 0
         var line: UnsafeMutablePointer<CChar>? = nil
         var capacity = 0
         defer { free(line) }
-        // Bounded: /proc/self/maps has one line per mapping.
-        for _ in 0..<100_000 {
+        // A mapping's header line, then its fields; the candidate is decided at its `Anonymous:` line.
+        var candidate: (start: UInt, end: UInt)?
+        // Bounded: /proc/self/smaps has a couple of dozen lines per mapping.
+        for _ in 0..<1_000_000 {
             guard getline(&line, &capacity, maps) > 0, let line else { break }
-            guard let range = executableReadOnlyRange(String(cString: line)) else { continue }
-            let length = Int(range.end - range.start)
-            if madvise(UnsafeMutableRawPointer(bitPattern: range.start), length, MADV_DONTNEED) == 0 {
-                released += length
+            let text = String(cString: line)
+            if text.hasPrefix("Anonymous:") {
+                let copied = text.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 1
+                if let range = candidate, copied == 0 {
+                    let length = Int(range.end - range.start)
+                    if madvise(UnsafeMutableRawPointer(bitPattern: range.start), length, MADV_DONTNEED) == 0 { released += length }
+                }
+                candidate = nil
+            } else if text.split(separator: " ", maxSplits: 1).first?.contains("-") == true {
+                candidate = executableReadOnlyRange(text)
             }
         }
         return released

@@ -13,7 +13,7 @@ enum FileDescriptorBudget {
 
     static func needed(for limits: Config.Limits) -> Int {
         limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance
-            + limits.maxUpstreamConnections + 1 /* token endpoint */ + overhead
+            + limits.maxUpstreamConnections + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
     }
 
     /// Raises the soft limit towards `needed` (never above the hard limit). Returns a warning when even

@@ -96,6 +96,7 @@ final class SystemdNotifier {
         if let pid, !pid.isEmpty {
             guard let watchdogPID = pid_t(pid), watchdogPID == ownPID else { return nil }
         }
-        return Double(microseconds) / 2_000_000
+        // At least every 10 ms: a tiny WATCHDOG_USEC would otherwise make the ping timer spin.
+        return max(Double(microseconds) / 2_000_000, 0.01)
     }
 }
