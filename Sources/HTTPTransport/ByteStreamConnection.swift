@@ -98,7 +98,7 @@ public final class ByteStreamConnection {
                 session = made
             }
             address = SocketAddress(host: host, port: port)
-            if address == nil && !Self.isHostName(host) {
+            if address == nil && !NameLookup.isHostName(host) {
                 throw Failure(stage: .resolve, description: "\(host): not a host name or IP address")
             }
         }
@@ -147,14 +147,6 @@ public final class ByteStreamConnection {
     // MARK: - Connecting
 
     private var resolvedAtOnce = false
-
-    /// Letters, digits, '-', '_' and '.', at most 253 bytes: what a resolver may be asked.
-    private static func isHostName(_ host: String) -> Bool {
-        guard !host.isEmpty, host.utf8.count <= 253 else { return false }
-        return host.utf8.allSatisfy { b in
-            (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || (b >= 0x30 && b <= 0x39) || b == 0x2D || b == 0x2E || b == 0x5F
-        }
-    }
 
     private func resolved(_ outcome: NameLookup.Outcome) {
         lookup = nil

@@ -187,7 +187,7 @@ public final class HTTPClientConnection {
             candidates = [address]
             tryNextAddress()
         } else {
-            guard Self.isHostName(host) else {
+            guard NameLookup.isHostName(host) else {
                 throw ConnectError(description: "\(host): not a host name or IP address")
             }
             let lookup = NameLookup.start(loop: loop, host: host, port: port) { [weak self] outcome in
@@ -215,14 +215,6 @@ public final class HTTPClientConnection {
     private var connectTimeout: Double = 0
     private var initializing = true
     private var failureDuringInit: String?
-
-    /// Letters, digits, '-', '_' and '.', at most 253 bytes: what a resolver may be asked.
-    private static func isHostName(_ host: String) -> Bool {
-        guard !host.isEmpty, host.utf8.count <= 253 else { return false }
-        return host.utf8.allSatisfy { b in
-            (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || (b >= 0x30 && b <= 0x39) || b == 0x2D || b == 0x2E || b == 0x5F
-        }
-    }
 
     private func resolved(_ outcome: NameLookup.Outcome) {
         lookup = nil

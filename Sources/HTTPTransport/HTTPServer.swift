@@ -186,14 +186,7 @@ public final class HTTPServer {
             throw ListenError(description: "\(host):\(port): cannot resolve \(host): \(String(cString: gai_strerror(result)))")
         }
         defer { freeaddrinfo(list) }
-        var addresses: [SocketAddress] = []
-        var node = list
-        while let entry = node {
-            if let address = entry.pointee.ai_addr, let converted = SocketAddress(address, length: entry.pointee.ai_addrlen) {
-                addresses.append(converted)
-            }
-            node = entry.pointee.ai_next
-        }
+        let addresses = SocketAddress.all(in: list)
         guard !addresses.isEmpty else { throw ListenError(description: "\(host):\(port): \(host) has no IPv4 or IPv6 address") }
         return addresses
     }

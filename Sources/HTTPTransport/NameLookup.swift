@@ -9,6 +9,14 @@ import Glibc
 /// connection closed while resolving is gone before the cancellation arrives, and the callback must not
 /// reach it. `cancel()` forgets the completion, so nothing runs after it.
 final class NameLookup {
+    /// Letters, digits, '-', '_' and '.', at most 253 bytes: what a resolver may be asked.
+    static func isHostName(_ host: String) -> Bool {
+        guard !host.isEmpty, host.utf8.count <= 253 else { return false }
+        return host.utf8.allSatisfy { b in
+            (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || (b >= 0x30 && b <= 0x39) || b == 0x2D || b == 0x2E || b == 0x5F
+        }
+    }
+
     enum Outcome {
         case addresses([SocketAddress])
         case failed(String)
@@ -50,14 +58,7 @@ final class NameLookup {
     fileprivate func finish(_ result: Int32, _ list: UnsafeMutablePointer<addrinfo>?) {
         answered = true
         request = nil
-        var addresses: [SocketAddress] = []
-        var node = list
-        while let entry = node {
-            if let address = entry.pointee.ai_addr, let converted = SocketAddress(address, length: entry.pointee.ai_addrlen) {
-                addresses.append(converted)
-            }
-            node = entry.pointee.ai_next
-        }
+        let addresses = SocketAddress.all(in: list)
         if let list { evutil_freeaddrinfo(list) }
         guard let completion else { return }
         self.completion = nil

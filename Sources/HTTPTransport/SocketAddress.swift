@@ -67,3 +67,18 @@ struct SocketAddress {
         }
     }
 }
+
+extension SocketAddress {
+    /// Every IPv4 and IPv6 address of a `getaddrinfo` answer, in its order.
+    static func all(in list: UnsafeMutablePointer<addrinfo>?) -> [SocketAddress] {
+        var addresses: [SocketAddress] = []
+        var node = list
+        while let entry = node {
+            if let address = entry.pointee.ai_addr, let converted = SocketAddress(address, length: entry.pointee.ai_addrlen) {
+                addresses.append(converted)
+            }
+            node = entry.pointee.ai_next
+        }
+        return addresses
+    }
+}
