@@ -44,6 +44,8 @@ final class URIComponentsTests: XCTestCase {
     func testPortEdgeCases() {
         XCTAssertEqual(URIComponents(parsing: "http://h:0/")?.port, 0, "a zero port is reported as written")
         XCTAssertNil(URIComponents(parsing: "http://h:99999999999999999999/"), "a port that does not fit is refused, never wrapped")
+        XCTAssertNil(URIComponents(parsing: "http://h:65536/"), "a port over 65535 is refused")
+        XCTAssertEqual(URIComponents(parsing: "http://h:65535/")?.port, 65535)
         XCTAssertNil(URIComponents(parsing: "http://h:12ab/"))
     }
 
