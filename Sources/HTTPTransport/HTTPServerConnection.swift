@@ -68,8 +68,9 @@ public final class HTTPServerConnection {
     private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
-    /// A response head not written yet: it goes out with the first body piece (one write instead of two).
-    private var pendingHead: [UInt8]?
+    /// A response head not written yet (empty when there is none): it goes out with the first body piece
+    /// (one write instead of two). The buffer keeps its capacity for the next head.
+    private var pendingHead: [UInt8] = []
     /// Body bytes still owed under a known length: more are never sent (the client would take them for
     /// the next response), fewer end the connection (the client would wait for them).
     private var bodyOwed = 0
@@ -256,6 +257,16 @@ public final class HTTPServerConnection {
     /// Starts the response to the current request. With `.known(n)`, exactly n body bytes must follow;
     /// `.none` is for responses that have no body by definition (to HEAD, 1xx, 204, 304).
     public func startResponse(_ response: HTTPResponseHead, body: BodyLength) {
+        withBytes(of: response.reason) { reason in
+            startResponse(status: response.status, reason: reason, body: body) { block in
+                for field in response.fields { block.append(name: field.name, value: field.value) }
+            }
+        }
+    }
+
+    /// Starts the response with the fields `fields` writes straight into the head (see `HTTPFieldBlock`);
+    /// `reason` is the reason phrase's bytes (controls are dropped).
+    public func startResponse(status: Int, reason: UnsafeRawBufferPointer, body: BodyLength, fields: (inout HTTPFieldBlock) -> Void) {
         guard !hasEnded, responseFraming == nil else { return }
         let framing: ResponseFraming
         switch body {
@@ -274,12 +285,18 @@ public final class HTTPServerConnection {
         responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread || (server?.wantsSlotsBack ?? false)
         responseFraming = framing
         if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
-        let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
+        pendingHead.removeAll(keepingCapacity: true)
+        writeResponseHead(into: &pendingHead, status: status, reason: reason, version: requestVersion, framing: framing,
+                          close: responseCloses, fields: fields)
         if framing == .none || framing == .length(0) || requestIsHead {
-            stream.write(head)
-        } else {
-            pendingHead = head
+            stream.write(pendingHead)
+            releaseHeadBuffer()
         }
+    }
+
+    /// Empties the head buffer, keeping an ordinary head's capacity for the next one.
+    private func releaseHeadBuffer() {
+        pendingHead.removeAll(keepingCapacity: pendingHead.capacity <= maxKeptHeadCapacity)
     }
 
     /// A piece of the response body.
@@ -291,7 +308,8 @@ public final class HTTPServerConnection {
             bodyOwed -= bytes.count
             if bytes.count == 0 { return }
         }
-        writeBodyPiece(bytes, after: &pendingHead, chunked: framing == .chunked, to: stream)
+        writeBodyPiece(bytes, after: pendingHead, chunked: framing == .chunked, to: stream)
+        if !pendingHead.isEmpty { releaseHeadBuffer() }
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -301,10 +319,11 @@ public final class HTTPServerConnection {
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
-        let head = pendingHead ?? []
-        pendingHead = nil
-        let last: [UInt8] = framing == .chunked && !requestIsHead ? Array("0\r\n\r\n".utf8) : []
-        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
+        let last: StaticString = framing == .chunked && !requestIsHead ? "0\r\n\r\n" : ""
+        pendingHead.withUnsafeBytes { headBytes in
+            last.withUTF8Buffer { stream.write(parts: headBytes, UnsafeRawBufferPointer($0)) }
+        }
+        if !pendingHead.isEmpty { releaseHeadBuffer() }
         responseFraming = nil
         if bodyOwed > 0 {
             // Short of the announced length: only closing tells the client the body will not come.
@@ -334,6 +353,13 @@ public final class HTTPServerConnection {
         finishResponse()
     }
 
+    /// A complete response with a body, its fields written by `fields` (see `HTTPFieldBlock`).
+    public func respond(status: Int, reason: UnsafeRawBufferPointer, body: [UInt8], fields: (inout HTTPFieldBlock) -> Void) {
+        startResponse(status: status, reason: reason, body: .known(body.count), fields: fields)
+        sendBody(body)
+        finishResponse()
+    }
+
     /// Whether the current request asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1, `Upgrade`
     /// listed in `Connection`, an `Upgrade` field, and no body. Only then can `switchProtocols` be used.
     public var requestAsksForUpgrade: Bool {
@@ -347,10 +373,22 @@ public final class HTTPServerConnection {
     /// still counts against the server's connection limit until then. Bytes the client sent behind its
     /// request head travel with the endpoint. nil unless `requestAsksForUpgrade`.
     public func switchProtocols(_ response: HTTPResponseHead) -> TunnelEndpoint? {
+        withBytes(of: response.reason) { reason in
+            switchProtocols(reason: reason) { block in
+                for field in response.fields { block.append(name: field.name, value: field.value) }
+            }
+        }
+    }
+
+    /// `switchProtocols` with the fields written by `fields` (see `HTTPFieldBlock`).
+    public func switchProtocols(reason: UnsafeRawBufferPointer, fields: (inout HTTPFieldBlock) -> Void) -> TunnelEndpoint? {
         guard requestAsksForUpgrade else { return nil }
-        var head = serializeResponseHead(HTTPResponseHead(status: 101, reason: response.reason, fields: response.fields),
-                                         version: .http11, framing: .none, close: false)
-        head.insert(contentsOf: Array("Connection: Upgrade\r\n".utf8), at: head.count - 2)
+        var head: [UInt8] = []
+        writeResponseHead(into: &head, status: 101, reason: reason, version: .http11, framing: .none, close: false) { block in
+            fields(&block)
+            block.endField()
+            block.appendLiteral("Connection: Upgrade\r\n")
+        }
         stream.write(head)
         hasEnded = true
         readState = .ended
@@ -577,9 +615,7 @@ let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?)
 
 /// A piece of a message body, for both sides: after the head if it has not gone yet (one write instead of
 /// two), as one chunk when the body is chunked.
-func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after pendingHead: inout [UInt8]?, chunked: Bool, to stream: SocketStream) {
-    let head = pendingHead ?? []
-    pendingHead = nil
+func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after head: [UInt8], chunked: Bool, to stream: SocketStream) {
     head.withUnsafeBytes { headBytes in
         if chunked {
             writeChunk(bytes, after: headBytes, to: stream)

@@ -1,3 +1,5 @@
+import HTTPTransport
+
 /// Which headers cross the proxy, in each direction (RFC 9110 §7.6.1).
 enum HeaderPolicy {
     /// Hop-by-hop headers: they describe one connection, never the end-to-end message.
@@ -54,6 +56,57 @@ enum HeaderPolicy {
                 return !sawLength
             }
             return !hopByHop.contains(name) && !listed.contains(name)
+        }
+    }
+}
+
+// MARK: - On the received bytes (the transport engine)
+
+extension HeaderPolicy {
+    /// `hopByHop`, for a name in bytes.
+    static func isHopByHop(_ name: UnsafeRawBufferPointer) -> Bool {
+        switch name.count {
+        case 2: return ASCII.equalIgnoringCase(name, "te")
+        case 7: return ASCII.equalIgnoringCase(name, "trailer") || ASCII.equalIgnoringCase(name, "upgrade")
+        case 10: return ASCII.equalIgnoringCase(name, "connection") || ASCII.equalIgnoringCase(name, "keep-alive")
+        case 16: return ASCII.equalIgnoringCase(name, "proxy-connection")
+        case 17: return ASCII.equalIgnoringCase(name, "transfer-encoding")
+        case 18: return ASCII.equalIgnoringCase(name, "proxy-authenticate")
+        case 19: return ASCII.equalIgnoringCase(name, "proxy-authorization")
+        default: return false
+        }
+    }
+
+    /// `replacedOnRequest` without `authorization`, for a name in bytes.
+    private static func isReplacedOnRequest(_ name: UnsafeRawBufferPointer) -> Bool {
+        switch name.count {
+        case 4: return ASCII.equalIgnoringCase(name, "host")
+        case 6: return ASCII.equalIgnoringCase(name, "expect")
+        case 14: return ASCII.equalIgnoringCase(name, "content-length")
+        default: return false
+        }
+    }
+
+    /// Whether the client's field `index` crosses to the upstream: `forwardedRequestHeaders`'s rule for
+    /// one field. `injectedHeader` is the lower-cased name the token goes into.
+    static func forwardsRequestField(_ index: Int, of table: FieldTable, keepAuthorization: Bool,
+                                     injectedHeader: UnsafeRawBufferPointer) -> Bool {
+        let name = table.name(index)
+        let isAuthorization = ASCII.equalIgnoringCase(name, "authorization")
+        let isInjected = ASCII.equalIgnoringCase(name, injectedHeader)
+        if keepAuthorization && (isAuthorization || isInjected) { return true }
+        if isInjected { return false }
+        let replaced = isAuthorization ? ASCII.equalIgnoringCase(injectedHeader, "authorization") : isReplacedOnRequest(name)
+        return !replaced && !isHopByHop(name) && !table.isConnectionListed(name)
+    }
+
+    /// Writes the response fields passed to the client (`forwardedResponseHeaders`' rule). The framing
+    /// fields are the transport's: it writes the length or coding it frames the relayed body by.
+    static func writeForwardedResponseFields(_ table: FieldTable, into block: inout HTTPFieldBlock) {
+        for index in 0..<table.count {
+            let name = table.name(index)
+            if ASCII.equalIgnoringCase(name, "content-length") || isHopByHop(name) || table.isConnectionListed(name) { continue }
+            block.append(name: name, value: table.value(index))
         }
     }
 }

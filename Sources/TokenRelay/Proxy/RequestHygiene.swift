@@ -35,3 +35,24 @@ enum RequestHygiene {
         return nil
     }
 }
+
+extension RequestHygiene {
+    /// `check(_:isHTTP11:)` on the client's field table, as HTTPWire parsed it.
+    static func check(_ table: FieldTable, isHTTP11: Bool) -> Violation? {
+        var hosts = 0
+        for index in 0..<table.count {
+            let name = table.name(index)
+            guard ASCII.isToken(name) else {
+                return Violation(description: name.isEmpty ? "empty header name" : "invalid header name")
+            }
+            guard ASCII.isSafeHeaderValue(table.value(index)) else {
+                return Violation(description: "control character in the value of \(String(decoding: name, as: UTF8.self))")
+            }
+            if ASCII.equalIgnoringCase(name, "host") { hosts += 1 }
+        }
+        if let problem = MessageFraming.problem(table, equalDuplicateLengths: false) { return Violation(description: problem) }
+        // RFC 9112 §3.2: an HTTP/1.1 request without exactly one Host is answered 400.
+        if hosts > 1 || (isHTTP11 && hosts == 0) { return Violation(description: "a request needs exactly one Host header") }
+        return nil
+    }
+}
