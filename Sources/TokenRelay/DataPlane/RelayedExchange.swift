@@ -36,7 +36,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var sentAt = 0.0
     private var upstream: HTTPClientConnection?
     private var ticket: HTTPTransport.UpstreamPool.Ticket?
-    private var timers: [RequestLifecycle.Timer: TransportTimer] = [:]
+    /// One timer per deadline, made when first scheduled (stored apart, not in a dictionary: that would
+    /// be an allocation per request).
+    private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: TransportTimer?
     /// The response head being reported, valid during its callback only.
     private var arrivingHead: ReceivedResponseHead?
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
@@ -135,7 +137,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .cancelUpstream: closeUpstream()
         case .releaseConnection: releaseUpstream()
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
-        case .cancel(let timer): timers[timer]?.cancel()
+        case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
             execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
         case .captureResponse:
@@ -151,9 +153,25 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     private func schedule(_ timer: RequestLifecycle.Timer, after seconds: Double) {
-        let event = timers[timer] ?? TransportTimer(loop: proxy.loop.transport) { [weak self] in self?.timerFired(timer) }
-        timers[timer] = event
+        if let event = self.timer(timer) { return event.schedule(after: seconds) }
+        // Unowned: the exchange owns its timers and cancels them all in `finish`; none fires after it.
+        let event = TransportTimer(loop: proxy.loop.transport) { [unowned self] in timerFired(timer) }
+        switch timer {
+        case .poolWait: poolWaitTimer = event
+        case .connect: connectTimer = event
+        case .responseHead: responseHeadTimer = event
+        case .hold: holdTimer = event
+        }
         event.schedule(after: seconds)
+    }
+
+    private func timer(_ timer: RequestLifecycle.Timer) -> TransportTimer? {
+        switch timer {
+        case .poolWait: poolWaitTimer
+        case .connect: connectTimer
+        case .responseHead: responseHeadTimer
+        case .hold: holdTimer
+        }
     }
 
     private func timerFired(_ timer: RequestLifecycle.Timer) {
@@ -168,6 +186,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
     private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
         let pool = route.pool
+        if !fresh, let connection = pool.takeIdleConnection() { return connectionGranted(connection) }
         let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in
             guard let self, !self.finished else {
                 if case .success(let connection) = result { pool.release(connection) }
@@ -427,8 +446,14 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func finish(_ summary: RequestLifecycle.Summary) {
         ticket?.cancel()
         ticket = nil
-        timers.values.forEach { $0.cancel() }
-        timers.removeAll()
+        poolWaitTimer?.cancel()
+        connectTimer?.cancel()
+        responseHeadTimer?.cancel()
+        holdTimer?.cancel()
+        poolWaitTimer = nil
+        connectTimer = nil
+        responseHeadTimer = nil
+        holdTimer = nil
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
         let status = Int32(clamping: summary.status)
