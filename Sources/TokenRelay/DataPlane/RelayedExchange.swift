@@ -36,9 +36,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var sentAt = 0.0
     private var upstream: HTTPClientConnection?
     private var ticket: HTTPTransport.UpstreamPool.Ticket?
-    /// One timer per deadline, made when first scheduled (stored apart, not in a dictionary: that would
-    /// be an allocation per request).
-    private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: TransportTimer?
+    /// One timer per deadline, borrowed from the session when first scheduled (stored apart, not in a
+    /// dictionary: that would be an allocation per request).
+    private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: DeadlineTimer?
     /// The response head being reported, valid during its callback only.
     private var arrivingHead: ReceivedResponseHead?
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
@@ -154,8 +154,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     private func schedule(_ timer: RequestLifecycle.Timer, after seconds: Double) {
         if let event = self.timer(timer) { return event.schedule(after: seconds) }
-        // Unowned: the exchange owns its timers and cancels them all in `finish`; none fires after it.
-        let event = TransportTimer(loop: proxy.loop.transport) { [unowned self] in timerFired(timer) }
+        let event = session.lendDeadlineTimer()
+        event.exchange = self
+        event.kind = timer
         switch timer {
         case .poolWait: poolWaitTimer = event
         case .connect: connectTimer = event
@@ -165,7 +166,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         event.schedule(after: seconds)
     }
 
-    private func timer(_ timer: RequestLifecycle.Timer) -> TransportTimer? {
+    private func timer(_ timer: RequestLifecycle.Timer) -> DeadlineTimer? {
         switch timer {
         case .poolWait: poolWaitTimer
         case .connect: connectTimer
@@ -174,7 +175,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
     }
 
-    private func timerFired(_ timer: RequestLifecycle.Timer) {
+    func deadlinePassed(_ timer: RequestLifecycle.Timer) {
         // The connect deadline bounds the connect only: a connection that is up may take its time to answer.
         if timer == .connect, upstream?.isConnected ?? true { return }
         execute(lifecycle.timerFired(timer, now: EventLoop.monotonicNow))
@@ -219,7 +220,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard let upstream else { return }
         sentAt = EventLoop.monotonicNow
         captured = nil
-        upstream.handler = self
+        upstream.handler = session   // which passes the reports on to this exchange (see ClientSession)
         upstream.setSilenceLimit(nil)
         switch body {
         case .kept(let bytes):
@@ -442,14 +443,21 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
     }
 
+    private func giveBack(_ timer: DeadlineTimer?) {
+        guard let timer else { return }
+        timer.cancel()
+        timer.exchange = nil
+        session.returnDeadlineTimer(timer)
+    }
+
     /// Frees everything the exchange still holds; the machine's last action, exactly once.
     private func finish(_ summary: RequestLifecycle.Summary) {
         ticket?.cancel()
         ticket = nil
-        poolWaitTimer?.cancel()
-        connectTimer?.cancel()
-        responseHeadTimer?.cancel()
-        holdTimer?.cancel()
+        giveBack(poolWaitTimer)
+        giveBack(connectTimer)
+        giveBack(responseHeadTimer)
+        giveBack(holdTimer)
         poolWaitTimer = nil
         connectTimer = nil
         responseHeadTimer = nil
