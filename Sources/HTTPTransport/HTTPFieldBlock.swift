@@ -15,6 +15,14 @@ public struct HTTPFieldBlock {
     private var openField = -1
     private var openFieldRefused = false
 
+    /// A block of its own (to see what a rule writes); connections lend theirs.
+    public init() {
+        bytes = []
+    }
+
+    /// The field lines written so far, each ending in CR LF.
+    public var serialized: [UInt8] { bytes }
+
     init(reusing buffer: inout [UInt8]) {
         bytes = []
         swap(&bytes, &buffer)

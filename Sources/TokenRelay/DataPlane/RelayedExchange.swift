@@ -297,14 +297,14 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
         if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
-        // Challenges are read only for a refresh-triggering status: most responses are not one, and reading
-        // them turns every field name into a String.
+        // Challenges are read only for a refresh-triggering status: most responses are not one.
         let triggerStatuses = proxy.config.refresh.triggerStatuses
         var challenges: [String] = []
         if triggerStatuses.contains(head.status) {
-            head.forEachField { name, value in
-                if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
-                    challenges.append(String(decoding: value, as: UTF8.self))
+            head.bytes.withUnsafeBytes { bytes in
+                let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
+                for index in 0..<table.count where table.nameIs(index, "www-authenticate") {
+                    challenges.append(String(decoding: table.value(index), as: UTF8.self))
                 }
             }
         }

@@ -35,7 +35,7 @@ enum MessageFraming {
 }
 
 extension MessageFraming {
-    /// `problem(_:equalDuplicateLengths:)` on a received head's field table.
+    /// `problem(_:equalDuplicateLengths:)` on a received head's field table (the transport's requests).
     static func problem(_ table: FieldTable, equalDuplicateLengths: Bool) -> String? {
         var lengthCount = 0
         var firstLength = UnsafeRawBufferPointer(start: nil, count: 0)
