@@ -112,7 +112,7 @@ public final class HTTPClientConnection {
     private var requestBodySent = 0
     /// A request head not written yet (empty when there is none): it goes out with the first body piece.
     /// The buffer keeps its capacity for the next head.
-    private var pendingHead: [UInt8] = []
+    private let pendingHead = HeadBuffer()
     private var responseStarted = false
     private var keepAlive = true
     /// Framed body bytes (and the end of the body) given while waiting for 100 Continue.
@@ -379,37 +379,38 @@ public final class HTTPClientConnection {
         }
         requestFraming = framing
         requestBodySent = 0
-        pendingHead.removeAll(keepingCapacity: true)
-        var out = HTTPFieldBlock(reusing: &pendingHead)
-        out.bytes.append(contentsOf: method.utf8)
-        out.bytes.append(0x20)
-        out.bytes.append(contentsOf: target)
-        out.appendLiteral(" HTTP/1.1\r\n")
-        out.dropsExpect = expectContinue
-        fields(&out)
-        out.endField()
-        out.dropsExpect = false
-        if expectContinue { out.appendLiteral("Expect: 100-continue\r\n") }
+        let out = pendingHead
+        out.clear()
+        var method = method
+        method.withUTF8 { out.append(UnsafeRawBufferPointer($0)) }
+        out.append(0x20)
+        target.withUnsafeBytes { out.append($0) }
+        out.append(literal: " HTTP/1.1\r\n")
+        var block = HTTPFieldBlock(writingInto: out)
+        block.dropsExpect = expectContinue
+        fields(&block)
+        block.endField()
+        if expectContinue { out.append(literal: "Expect: 100-continue\r\n") }
         if let upgrade, body == .none, isSendableField("Upgrade", upgrade) {
-            out.appendLiteral("Upgrade: ")
-            out.bytes.append(contentsOf: upgrade.utf8)
-            out.appendLiteral("\r\nConnection: Upgrade\r\n")
+            out.append(literal: "Upgrade: ")
+            var upgrade = upgrade
+            upgrade.withUTF8 { out.append(UnsafeRawBufferPointer($0)) }
+            out.append(literal: "\r\nConnection: Upgrade\r\n")
         }
         switch framing {
         case .length(let n):
-            out.appendLiteral("Content-Length: ")
+            out.append(literal: "Content-Length: ")
             out.appendDecimal(n)
-            out.appendLiteral("\r\n")
+            out.append(literal: "\r\n")
         case .chunked:
-            out.appendLiteral("Transfer-Encoding: chunked\r\n")
+            out.append(literal: "Transfer-Encoding: chunked\r\n")
         case .none, .closeDelimited:
             break
         }
-        out.appendLiteral("\r\n")
-        out.returnBuffer(to: &pendingHead)
+        out.append(literal: "\r\n")
         if framing == .none || framing == .length(0) || expectContinue {
-            stream.write(pendingHead)
-            releaseHeadBuffer()
+            stream.write(out.bytes)
+            out.clear()
         }
         if expectContinue, let continueWait {
             if continueTimer == nil {
@@ -462,13 +463,8 @@ public final class HTTPClientConnection {
             return
         }
         requestBodyBytesSent += bytes.count
-        writeBodyPiece(bytes, after: pendingHead, chunked: framing == .chunked, to: stream)
-        if !pendingHead.isEmpty { releaseHeadBuffer() }
-    }
-
-    /// Empties the head buffer, keeping an ordinary head's capacity for the next one.
-    private func releaseHeadBuffer() {
-        pendingHead.removeAll(keepingCapacity: pendingHead.capacity <= maxKeptHeadCapacity)
+        writeBodyPiece(bytes, after: pendingHead.bytes, chunked: framing == .chunked, to: stream)
+        pendingHead.clear()
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -489,8 +485,8 @@ public final class HTTPClientConnection {
         case .length(let n) where n != requestBodySent: requestFramingBroken = true
         default: break
         }
-        pendingHead.withUnsafeBytes { headBytes in last.withUTF8Buffer { stream.write(parts: headBytes, UnsafeRawBufferPointer($0)) } }
-        if !pendingHead.isEmpty { releaseHeadBuffer() }
+        last.withUTF8Buffer { stream.write(parts: pendingHead.bytes, UnsafeRawBufferPointer($0)) }
+        pendingHead.clear()
         requestFraming = nil
     }
 

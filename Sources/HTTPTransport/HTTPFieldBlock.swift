@@ -1,5 +1,7 @@
+import Glibc
+
 /// The field lines of a head being written, serialised as they are added ("Name: value\r\n") into the
-/// connection's own buffer, which keeps its capacity from one head to the next: a head costs no
+/// connection's own head buffer, which keeps its memory from one head to the next: a head costs no
 /// allocation per field, nor per message once the buffer has grown.
 ///
 /// Every field is checked as it goes in, as `isSendableField` checks: a name that is not a token, a value
@@ -8,7 +10,7 @@
 /// caller of `startRequest(... fields:)`, `startResponse(... fields:)` and their kin for the duration of
 /// the call.
 public struct HTTPFieldBlock {
-    var bytes: [UInt8]
+    let buffer: HeadBuffer
     /// Leave out `Expect` fields: the transport writes its own `Expect: 100-continue`.
     var dropsExpect = false
     /// Start of the field being written in pieces (`startField`), or -1.
@@ -17,47 +19,49 @@ public struct HTTPFieldBlock {
 
     /// A block of its own (to see what a rule writes); connections lend theirs.
     public init() {
-        bytes = []
+        buffer = HeadBuffer()
+    }
+
+    init(writingInto buffer: HeadBuffer) {
+        self.buffer = buffer
     }
 
     /// The field lines written so far, each ending in CR LF.
-    public var serialized: [UInt8] { bytes }
-
-    init(reusing buffer: inout [UInt8]) {
-        bytes = []
-        swap(&bytes, &buffer)
-    }
-
-    /// Gives the buffer back to its connection.
-    mutating func returnBuffer(to buffer: inout [UInt8]) {
-        swap(&bytes, &buffer)
-    }
+    public var serialized: [UInt8] { Array(buffer.bytes) }
 
     /// Adds a field; nothing is written if it is not sendable.
     public mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         guard openField < 0, acceptsName(name), hasNoControls(value) else { return }
-        bytes.append(contentsOf: name)
-        appendLiteral(": ")
-        bytes.append(contentsOf: value)
-        appendLiteral("\r\n")
+        buffer.appendField(name, value)
     }
 
     public mutating func append(name: String, value: String) {
-        withBytes(of: name) { name in withBytes(of: value) { value in append(name: name, value: value) } }
+        var name = name, value = value
+        name.withUTF8 { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    public mutating func append(name: StaticString, value: String) {
+        var value = value
+        name.withUTF8Buffer { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    public mutating func append(name: StaticString, value: StaticString) {
+        name.withUTF8Buffer { name in value.withUTF8Buffer { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
     }
 
     /// Starts a field whose value is written in pieces (`appendToValue`), ended by `endField()`; for a
     /// list folded from several received fields. The field is left out if its name or any piece is not
     /// sendable.
-    public mutating func startField(name: String) {
+    public mutating func startField(name: StaticString) {
         guard openField < 0 else { return }
-        openField = bytes.count
-        openFieldRefused = withBytes(of: name) { name in
+        openField = buffer.count
+        openFieldRefused = name.withUTF8Buffer { name in
+            let name = UnsafeRawBufferPointer(name)
             guard acceptsName(name) else { return true }
-            bytes.append(contentsOf: name)
+            buffer.append(name)
             return false
         }
-        appendLiteral(": ")
+        buffer.append(literal: ": ")
     }
 
     public mutating func appendToValue(_ piece: UnsafeRawBufferPointer) {
@@ -66,19 +70,24 @@ public struct HTTPFieldBlock {
             openFieldRefused = true
             return
         }
-        bytes.append(contentsOf: piece)
+        buffer.append(piece)
     }
 
     public mutating func appendToValue(_ piece: String) {
-        withBytes(of: piece) { appendToValue($0) }
+        var piece = piece
+        piece.withUTF8 { appendToValue(UnsafeRawBufferPointer($0)) }
+    }
+
+    public mutating func appendToValue(_ piece: StaticString) {
+        piece.withUTF8Buffer { appendToValue(UnsafeRawBufferPointer($0)) }
     }
 
     public mutating func endField() {
         guard openField >= 0 else { return }
         if openFieldRefused {
-            bytes.removeSubrange(openField...)
+            buffer.truncate(to: openField)
         } else {
-            appendLiteral("\r\n")
+            buffer.append(literal: "\r\n")
         }
         openField = -1
         openFieldRefused = false
@@ -88,18 +97,79 @@ public struct HTTPFieldBlock {
         guard isSendableFieldName(name) else { return false }
         return !(dropsExpect && asciiEqualIgnoringCase(name, "expect"))
     }
+}
 
-    mutating func appendLiteral(_ literal: StaticString) {
-        literal.withUTF8Buffer { bytes.append(contentsOf: $0) }
+/// The bytes of a head being written: a connection's own, kept between heads (up to
+/// `maxKeptHeadCapacity`), written with plain copies.
+final class HeadBuffer {
+    private var base: UnsafeMutableRawPointer?
+    private var capacity = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Valid until the next change.
+    var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: count) }
+
+    func append(_ piece: UnsafeRawBufferPointer) {
+        guard let source = piece.baseAddress, piece.count > 0 else { return }
+        let start = reserve(piece.count)
+        start.copyMemory(from: source, byteCount: piece.count)
     }
+
+    func append(_ byte: UInt8) {
+        reserve(1).storeBytes(of: byte, as: UInt8.self)
+    }
+
+    func append(literal: StaticString) {
+        literal.withUTF8Buffer { append(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// "name: value\r\n" with one capacity check.
+    func appendField(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        let start = reserve(name.count + value.count + 4)
+        if let source = name.baseAddress { start.copyMemory(from: source, byteCount: name.count) }
+        var at = start + name.count
+        at.storeBytes(of: 0x3A, as: UInt8.self)
+        (at + 1).storeBytes(of: 0x20, as: UInt8.self)
+        at += 2
+        if let source = value.baseAddress { at.copyMemory(from: source, byteCount: value.count) }
+        at += value.count
+        at.storeBytes(of: 0x0D, as: UInt8.self)
+        (at + 1).storeBytes(of: 0x0A, as: UInt8.self)
+    }
+
+    func truncate(to newCount: Int) {
+        if newCount < count { count = max(0, newCount) }
+    }
+
+    /// Empties the buffer, keeping an ordinary head's memory for the next head.
+    func clear() {
+        count = 0
+        if capacity > maxKeptHeadCapacity {
+            free(base)
+            base = nil
+            capacity = 0
+        }
+    }
+
+    /// Room for `n` more bytes, counted as written: returns where they go.
+    private func reserve(_ n: Int) -> UnsafeMutableRawPointer {
+        let needed = count + n
+        if needed > capacity {
+            let grown = max(needed, max(512, capacity * 2))
+            guard let moved = realloc(base, grown) else { fatalError("out of memory for a message head") }
+            base = moved
+            capacity = grown
+        }
+        let start = base! + count
+        count = needed
+        return start
+    }
+
+    deinit { free(base) }
 }
 
-/// Calls `body` with a string's UTF-8 bytes in place (a copy only for a string not stored contiguously).
-func withBytes<R>(of string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-    if let result = string.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
-    return Array(string.utf8).withUnsafeBytes(body)
-}
-
-/// A connection's head buffer keeps up to this much capacity between heads (more is an unusual head,
+/// A connection's head buffer keeps up to this much memory between heads (more is an unusual head,
 /// not worth holding on an idle keep-alive connection).
 let maxKeptHeadCapacity = 4096

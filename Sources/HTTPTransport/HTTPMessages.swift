@@ -107,44 +107,42 @@ func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
 
 /// Serialises a response head with the framing fields the transport decides.
 func serializeResponseHead(_ head: HTTPResponseHead, version: HTTPVersion, framing: ResponseFraming, close: Bool) -> [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(128 + head.fields.count * 32)
+    let out = HeadBuffer()
     withBytes(of: head.reason) { reason in
-        writeResponseHead(into: &out, status: head.status, reason: reason, version: version, framing: framing, close: close) { block in
+        writeResponseHead(into: out, status: head.status, reason: reason, version: version, framing: framing, close: close) { block in
             for field in head.fields { block.append(name: field.name, value: field.value) }
         }
     }
-    return out
+    return Array(out.bytes)
 }
 
 /// Appends a response head to `out`: the status line (controls dropped from the reason), the fields
 /// `fields` adds (each checked, see `HTTPFieldBlock`), then the framing fields the transport decides.
-func writeResponseHead(into out: inout [UInt8], status: Int, reason: UnsafeRawBufferPointer, version: HTTPVersion,
+func writeResponseHead(into out: HeadBuffer, status: Int, reason: UnsafeRawBufferPointer, version: HTTPVersion,
                        framing: ResponseFraming, close: Bool, fields: (inout HTTPFieldBlock) -> Void) {
-    var block = HTTPFieldBlock(reusing: &out)
-    block.appendLiteral("HTTP/1.1 ")
-    block.appendDecimal(status)
-    block.bytes.append(0x20)
-    for b in reason where b >= 0x20 && b != 0x7F { block.bytes.append(b) }
-    block.appendLiteral("\r\n")
+    out.append(literal: "HTTP/1.1 ")
+    out.appendDecimal(status)
+    out.append(0x20)
+    for b in reason where b >= 0x20 && b != 0x7F { out.append(b) }
+    out.append(literal: "\r\n")
+    var block = HTTPFieldBlock(writingInto: out)
     fields(&block)
     block.endField()
     switch framing {
     case .none, .closeDelimited: break
     case .length(let n):
-        block.appendLiteral("Content-Length: ")
-        block.appendDecimal(n)
-        block.appendLiteral("\r\n")
+        out.append(literal: "Content-Length: ")
+        out.appendDecimal(n)
+        out.append(literal: "\r\n")
     case .chunked:
-        block.appendLiteral("Transfer-Encoding: chunked\r\n")
+        out.append(literal: "Transfer-Encoding: chunked\r\n")
     }
     if close {
-        block.appendLiteral("Connection: close\r\n")
+        out.append(literal: "Connection: close\r\n")
     } else if version == .http10 {
-        block.appendLiteral("Connection: keep-alive\r\n")
+        out.append(literal: "Connection: keep-alive\r\n")
     }
-    block.appendLiteral("\r\n")
-    block.returnBuffer(to: &out)
+    out.append(literal: "\r\n")
 }
 
 enum ResponseFraming: Equatable {
@@ -206,10 +204,10 @@ func asciiEqualIgnoringCase(_ name: UnsafeRawBufferPointer, _ lowercase: StaticS
     }
 }
 
-extension HTTPFieldBlock {
+extension HeadBuffer {
     /// A decimal number without a String.
-    mutating func appendDecimal(_ value: Int) {
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+    func appendDecimal(_ value: Int) {
+        if value < 0 { append(UInt8(ascii: "-")) }
         var n = value.magnitude
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
         withUnsafeMutableBytes(of: &digits) { buffer in
@@ -219,7 +217,13 @@ extension HTTPFieldBlock {
                 buffer[i] = UInt8(truncatingIfNeeded: 0x30 &+ n % 10)
                 n /= 10
             } while n > 0
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i...]))
+            append(UnsafeRawBufferPointer(rebasing: buffer[i...]))
         }
     }
+}
+
+/// Calls `body` with a string's UTF-8 bytes in place (a copy only for a string not stored contiguously).
+func withBytes<R>(of string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+    if let result = string.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
+    return Array(string.utf8).withUnsafeBytes(body)
 }

@@ -70,7 +70,7 @@ public final class HTTPServerConnection {
     private var responseCloses = false
     /// A response head not written yet (empty when there is none): it goes out with the first body piece
     /// (one write instead of two). The buffer keeps its capacity for the next head.
-    private var pendingHead: [UInt8] = []
+    private let pendingHead = HeadBuffer()
     /// Body bytes still owed under a known length: more are never sent (the client would take them for
     /// the next response), fewer end the connection (the client would wait for them).
     private var bodyOwed = 0
@@ -285,18 +285,13 @@ public final class HTTPServerConnection {
         responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread || (server?.wantsSlotsBack ?? false)
         responseFraming = framing
         if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
-        pendingHead.removeAll(keepingCapacity: true)
-        writeResponseHead(into: &pendingHead, status: status, reason: reason, version: requestVersion, framing: framing,
+        pendingHead.clear()
+        writeResponseHead(into: pendingHead, status: status, reason: reason, version: requestVersion, framing: framing,
                           close: responseCloses, fields: fields)
         if framing == .none || framing == .length(0) || requestIsHead {
-            stream.write(pendingHead)
-            releaseHeadBuffer()
+            stream.write(pendingHead.bytes)
+            pendingHead.clear()
         }
-    }
-
-    /// Empties the head buffer, keeping an ordinary head's capacity for the next one.
-    private func releaseHeadBuffer() {
-        pendingHead.removeAll(keepingCapacity: pendingHead.capacity <= maxKeptHeadCapacity)
     }
 
     /// A piece of the response body.
@@ -308,8 +303,8 @@ public final class HTTPServerConnection {
             bodyOwed -= bytes.count
             if bytes.count == 0 { return }
         }
-        writeBodyPiece(bytes, after: pendingHead, chunked: framing == .chunked, to: stream)
-        if !pendingHead.isEmpty { releaseHeadBuffer() }
+        writeBodyPiece(bytes, after: pendingHead.bytes, chunked: framing == .chunked, to: stream)
+        pendingHead.clear()
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -320,10 +315,8 @@ public final class HTTPServerConnection {
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
         let last: StaticString = framing == .chunked && !requestIsHead ? "0\r\n\r\n" : ""
-        pendingHead.withUnsafeBytes { headBytes in
-            last.withUTF8Buffer { stream.write(parts: headBytes, UnsafeRawBufferPointer($0)) }
-        }
-        if !pendingHead.isEmpty { releaseHeadBuffer() }
+        last.withUTF8Buffer { stream.write(parts: pendingHead.bytes, UnsafeRawBufferPointer($0)) }
+        pendingHead.clear()
         responseFraming = nil
         if bodyOwed > 0 {
             // Short of the announced length: only closing tells the client the body will not come.
@@ -383,13 +376,13 @@ public final class HTTPServerConnection {
     /// `switchProtocols` with the fields written by `fields` (see `HTTPFieldBlock`).
     public func switchProtocols(reason: UnsafeRawBufferPointer, fields: (inout HTTPFieldBlock) -> Void) -> TunnelEndpoint? {
         guard requestAsksForUpgrade else { return nil }
-        var head: [UInt8] = []
-        writeResponseHead(into: &head, status: 101, reason: reason, version: .http11, framing: .none, close: false) { block in
+        let head = HeadBuffer()
+        writeResponseHead(into: head, status: 101, reason: reason, version: .http11, framing: .none, close: false) { block in
             fields(&block)
             block.endField()
-            block.appendLiteral("Connection: Upgrade\r\n")
+            block.buffer.append(literal: "Connection: Upgrade\r\n")
         }
-        stream.write(head)
+        stream.write(head.bytes)
         hasEnded = true
         readState = .ended
         disarmHeadTimer()
@@ -615,13 +608,11 @@ let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?)
 
 /// A piece of a message body, for both sides: after the head if it has not gone yet (one write instead of
 /// two), as one chunk when the body is chunked.
-func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after head: [UInt8], chunked: Bool, to stream: SocketStream) {
-    head.withUnsafeBytes { headBytes in
-        if chunked {
-            writeChunk(bytes, after: headBytes, to: stream)
-        } else {
-            stream.write(parts: headBytes, bytes)
-        }
+func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after headBytes: UnsafeRawBufferPointer, chunked: Bool, to stream: SocketStream) {
+    if chunked {
+        writeChunk(bytes, after: headBytes, to: stream)
+    } else {
+        stream.write(parts: headBytes, bytes)
     }
 }
 

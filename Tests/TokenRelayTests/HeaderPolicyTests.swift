@@ -9,7 +9,7 @@ enum FieldRules {
     static func table<R>(_ fields: [(String, String)], _ body: (FieldTable) -> R) -> R {
         var bytes: [UInt8] = []
         var lines: [FieldLine] = []
-        var listsOptions = false
+        var options: ConnectionOptions = []
         for (name, value) in fields {
             let nameStart = bytes.count
             bytes += Array(name.utf8)
@@ -19,9 +19,19 @@ enum FieldRules {
             bytes += Array(value.utf8)
             lines.append(FieldLine(name: nameStart..<nameEnd, value: valueStart..<bytes.count, nameHasUnderscore: name.contains("_")))
             bytes += Array("\r\n".utf8)
-            if name.lowercased() == "connection" && !value.trimmingCharacters(in: .whitespaces).isEmpty { listsOptions = true }
+            if name.lowercased() == "connection" {
+                // As HTTPWire sorts the elements.
+                for element in value.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces).lowercased() }) where !element.isEmpty {
+                    switch element {
+                    case "close": options.insert(.close)
+                    case "keep-alive": options.insert(.keepAlive)
+                    case "upgrade": options.insert(.upgrade)
+                    default: options.insert(.otherTokens)
+                    }
+                }
+            }
         }
-        return bytes.withUnsafeBytes { body(FieldTable(bytes: $0, fields: lines, connection: listsOptions ? .otherTokens : [])) }
+        return bytes.withUnsafeBytes { body(FieldTable(bytes: $0, fields: lines, connection: options)) }
     }
 
     /// What the upstream gets of the client's fields (no Host or token: the exchange adds those).
@@ -86,6 +96,14 @@ final class HeaderPolicyTests: XCTestCase {
     func testConnectionListedNamesAreCaseInsensitive() {
         let forwarded = FieldRules.response([("CONNECTION", " X-Hop ,\tKEEP-ALIVE"), ("x-hop", "1"), ("Keep-Alive", "5"), ("X-Kept", "1")])
         XCTAssertEqual(forwarded.map(\.name), ["X-Kept"])
+    }
+
+    /// Without another token the listed names are known from the options alone.
+    func testConnectionOptionsOnlyDropTheirOwnNames() {
+        let forwarded = FieldRules.response([("Connection", "Close"), ("close", "x"), ("Keep-Alive", "5"), ("Upgrade", "h2c"), ("X-Kept", "1")])
+        XCTAssertEqual(forwarded.map(\.name), ["X-Kept"])
+        let kept = FieldRules.response([("Server", "s"), ("Close", "x")])
+        XCTAssertEqual(kept.map(\.name), ["Server", "Close"])
     }
 
     func testForwardingFieldsAreFoldedReplacedAndAppended() {

@@ -7,14 +7,13 @@ import HTTPWire
 struct FieldTable {
     let bytes: UnsafeRawBufferPointer
     let fields: [FieldLine]
-    /// False when no `Connection` field lists anything: then no name is connection-listed, and the
-    /// lookup is skipped.
-    let listsConnectionOptions: Bool
+    /// What the `Connection` fields list, as HTTPWire classified each element while parsing.
+    let connection: ConnectionOptions
 
     init(bytes: UnsafeRawBufferPointer, fields: [FieldLine], connection: ConnectionOptions) {
         self.bytes = bytes
         self.fields = fields
-        listsConnectionOptions = !connection.isEmpty
+        self.connection = connection
     }
 
     var count: Int { fields.count }
@@ -31,7 +30,13 @@ struct FieldTable {
     /// Whether `name` is listed in a `Connection` field (which makes that field hop-by-hop for this
     /// message, RFC 9110 §7.6.1).
     func isConnectionListed(_ name: UnsafeRawBufferPointer) -> Bool {
-        guard listsConnectionOptions else { return false }
+        // HTTPWire sorted every listed element into close, keep-alive, upgrade or "another token": unless
+        // there was another one, the listed names are known without reading the fields again.
+        if !connection.contains(.otherTokens) {
+            return (connection.contains(.close) && ASCII.equalIgnoringCase(name, "close"))
+                || (connection.contains(.keepAlive) && ASCII.equalIgnoringCase(name, "keep-alive"))
+                || (connection.contains(.upgrade) && ASCII.equalIgnoringCase(name, "upgrade"))
+        }
         for index in 0..<fields.count where nameIs(index, "connection") {
             var listed = false
             ASCII.forEachListElement(value(index)) { element in

@@ -33,7 +33,7 @@ enum ForwardingHeaders {
 
     /// One `name` field: the non-empty values of the forwarded `key` fields, then `element`, joined by ", "
     /// (RFC 9110 §5.3).
-    private static func appendToList(_ name: String, key: StaticString, _ element: String, from table: FieldTable,
+    private static func appendToList(_ name: StaticString, key: StaticString, _ element: String, from table: FieldTable,
                                      forwarded: (Int) -> Bool, into block: inout HTTPFieldBlock) {
         block.startField(name: name)
         for index in 0..<table.count where table.nameIs(index, key) && !table.value(index).isEmpty && forwarded(index) {

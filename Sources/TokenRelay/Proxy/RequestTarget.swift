@@ -22,10 +22,15 @@ struct RequestTarget {
     /// that are not UTF-8). RFC 9112 §3.2 allows no whitespace or control character in a request target:
     /// a lenient parser passes a bare CR through, and `GET /a\rAuthorization: …` would reach the upstream as is.
     static func checkBytes<Bytes: Collection>(_ bytes: Bytes) -> Refusal? where Bytes.Element == UInt8 {
-        if bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
-            return Refusal(description: "the request target contains whitespace or a control character")
+        var ascii = true
+        for byte in bytes {
+            if byte <= 0x20 || byte == 0x7F {
+                return Refusal(description: "the request target contains whitespace or a control character")
+            }
+            if byte >= 0x80 { ascii = false }
         }
-        if String(validating: bytes, as: UTF8.self) == nil {
+        // ASCII is UTF-8: most targets need no decoding.
+        if !ascii && String(validating: bytes, as: UTF8.self) == nil {
             return Refusal(description: "the request target is not valid UTF-8")
         }
         return nil
