@@ -170,15 +170,12 @@ func isSendableFieldName(_ name: UnsafeRawBufferPointer) -> Bool {
     }
 }
 
-private func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
+/// tchar (RFC 9110 section 5.6.2) only: ALPHA, DIGIT and ! # $ % & ' * + - . ^ _ ` | ~, as two 64-bit sets.
+func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
     guard !bytes.isEmpty else { return false }
     for b in bytes {
-        switch b {
-        case 0x61...0x7A, 0x41...0x5A, 0x30...0x39, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
-            continue
-        default:
-            return false
-        }
+        let set: UInt64 = b < 0x40 ? 0x03FF_6CFA_0000_0000 : 0x57FF_FFFF_C7FF_FFFE
+        guard b < 0x80 && (set &>> UInt64(b & 0x3F)) & 1 != 0 else { return false }
     }
     return true
 }
