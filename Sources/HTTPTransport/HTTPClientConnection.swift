@@ -295,6 +295,9 @@ public final class HTTPClientConnection {
     /// at once; idle connections between requests are never timed out by it.
     public func setSilenceLimit(_ seconds: Double?) {
         silenceLimit = seconds
+        // From a handler called while a read is processed the timer is armed once that read is done
+        // (`streamReceived`): a response that is complete by then needs no timer at all.
+        if processing && seconds != nil { return }
         rearmSilence()
     }
 

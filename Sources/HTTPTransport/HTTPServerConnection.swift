@@ -98,6 +98,8 @@ public final class HTTPServerConnection {
     /// the timer checks it when it fires and re-arms for the rest, so a busy connection costs no timer
     /// change per read.
     private var activityTimer: OpaquePointer?
+    /// When the pending expiry of `activityTimer` comes (monotonic seconds); infinity when none is pending.
+    private var activityExpiry = Double.infinity
 
     init(loop: TransportLoop, fd: Int32, peer: PeerAddress, settings: HTTPServer.Settings, sequence: UInt64) {
         self.peer = peer
@@ -151,11 +153,17 @@ public final class HTTPServerConnection {
         default:
             return
         }
-        var tv = clampedTimeval(quietSince + limit - monotonicSeconds())
+        // An earlier expiry already pending serves as well: it finds the connection not quiet long enough
+        // and re-arms for the rest. A keep-alive client then costs no timer change per request.
+        let expiry = quietSince + limit
+        if activityExpiry <= expiry { return }
+        var tv = clampedTimeval(expiry - monotonicSeconds())
         event_add(activityTimer, &tv)
+        activityExpiry = expiry
     }
 
     func activityTimerFired() {
+        activityExpiry = .infinity
         guard !hasEnded else { return }
         let quiet = monotonicSeconds() - quietSince
         switch readState {
@@ -387,6 +395,7 @@ public final class HTTPServerConnection {
         readState = .ended
         disarmHeadTimer()
         if let activityTimer { event_del(activityTimer) }
+        activityExpiry = .infinity
         return TunnelEndpoint(stream: stream) { [self] in
             handler?.connection(self, ended: .closedLocally)
             releaseFromServer()
@@ -543,6 +552,7 @@ public final class HTTPServerConnection {
         hasEnded = true
         readState = .ended
         if let activityTimer { event_del(activityTimer) }
+        activityExpiry = .infinity
         handler?.connection(self, ended: reason)
         if stream.isClosed { releaseFromServer() }
     }
