@@ -102,13 +102,22 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                                  isHTTP11: head.version == .http11)
         }
         if let violation { return refuse(.badRequest(violation.description), log: violation.description) }
-        let target: String
-        switch route.targets.upstreamTarget(for: String(decoding: targetBytes, as: UTF8.self)) {
-        case .success(let mapped): target = mapped
-        case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
+        if targetBytes.first == UInt8(ascii: "/") && route.forwardsPathsUnchanged {
+            // The common case, on the bytes: an origin-form target goes up as it came.
+            if RequestTarget.hasDotSegment(targetBytes) {
+                return refuse(.badRequest(RequestTarget.dotSegmentRefusal.description), log: RequestTarget.dotSegmentRefusal.description)
+            }
+            upstreamTarget = targetBytes
+            passthrough = route.hasPassthroughPaths && route.isPassthrough(String(decoding: targetBytes, as: UTF8.self))
+        } else {
+            let target: String
+            switch route.targets.upstreamTarget(for: String(decoding: targetBytes, as: UTF8.self)) {
+            case .success(let mapped): target = mapped
+            case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
+            }
+            upstreamTarget = Array(target.utf8)
+            passthrough = route.isPassthrough(target)
         }
-        upstreamTarget = Array(target.utf8)
-        passthrough = route.isPassthrough(target)
         execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: now))
     }
 
