@@ -357,13 +357,19 @@ final class SocketStream {
         }
         var written = 0
         if pendingOutput == 0 && phase == .open {
-            var vectors: [iovec] = []
-            vectors.reserveCapacity(parts.count)
-            for part in parts where part.count > 0 {
-                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count))
+            // At most four pieces (prefix, chunk size line, data, CRLF): the vector lives on the stack.
+            var storage: (iovec, iovec, iovec, iovec) = (iovec(), iovec(), iovec(), iovec())
+            var used = 0
+            withUnsafeMutableBytes(of: &storage) { raw in
+                let vectors = raw.bindMemory(to: iovec.self)
+                for part in parts where part.count > 0 {
+                    precondition(used < vectors.count, "write(parts:) takes at most four pieces")
+                    vectors[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count)
+                    used += 1
+                }
             }
             while true {
-                let n = writev(fd, vectors, Int32(vectors.count))
+                let n = withUnsafeBytes(of: &storage) { raw in writev(fd, raw.bindMemory(to: iovec.self).baseAddress, Int32(used)) }
                 if n > 0 { hasMovedBytes = true }
                 if n >= 0 {
                     written = n

@@ -11,7 +11,8 @@ final class LifecycleActionQueue {
 
     func run(_ actions: [RequestLifecycle.Action], perform: (RequestLifecycle.Action) -> Void) {
         guard !running else {
-            pending += actions
+            // Usually nothing waits yet: the list is taken as it is, not copied.
+            if pending.isEmpty { pending = actions } else { pending += actions }
             return
         }
         running = true
