@@ -659,11 +659,16 @@ final class InputBuffer {
 }
 
 /// Read buffers of one loop, reused: a connection holds one only while it has unconsumed input, and a
-/// bounded number of free ones are kept so that busy connections do not allocate per read.
+/// bounded number of free ones are kept so that busy connections do not allocate per read. Buffers of the
+/// standard size and of one other size (upstream connections read into larger ones, room for a larger
+/// head) are kept; fewer of the larger.
 final class BufferPool {
     let size: Int
     private var free: [UnsafeMutableRawPointer] = []
     private let maxFree: Int
+    private var otherSize = 0
+    private var freeOther: [UnsafeMutableRawPointer] = []
+    private let maxFreeOther = 8
 
     init(size: Int = 64 * 1024, maxFree: Int = 64) {
         self.size = size
@@ -672,12 +677,18 @@ final class BufferPool {
 
     func take(_ capacity: Int) -> UnsafeMutableRawPointer {
         if capacity == size, let buffer = free.popLast() { return buffer }
+        if capacity == otherSize, let buffer = freeOther.popLast() { return buffer }
         return UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
     }
 
     func give(_ buffer: UnsafeMutableRawPointer, _ capacity: Int) {
         if capacity == size && free.count < maxFree {
             free.append(buffer)
+            return
+        }
+        if otherSize == 0 && capacity != size { otherSize = capacity }
+        if capacity == otherSize && freeOther.count < maxFreeOther {
+            freeOther.append(buffer)
         } else {
             buffer.deallocate()
         }
@@ -685,6 +696,7 @@ final class BufferPool {
 
     deinit {
         for buffer in free { buffer.deallocate() }
+        for buffer in freeOther { buffer.deallocate() }
     }
 }
 
