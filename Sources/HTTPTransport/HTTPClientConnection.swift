@@ -110,8 +110,9 @@ public final class HTTPClientConnection {
     private var requestMethod = HTTPMethod.get
     private var requestFraming: ResponseFraming?
     private var requestBodySent = 0
-    /// A request head not written yet: it goes out with the first body piece.
-    private var pendingHead: [UInt8]?
+    /// A request head not written yet (empty when there is none): it goes out with the first body piece.
+    /// The buffer keeps its capacity for the next head.
+    private let pendingHead = HeadBuffer()
     private var responseStarted = false
     private var keepAlive = true
     /// Framed body bytes (and the end of the body) given while waiting for 100 Continue.
@@ -286,6 +287,9 @@ public final class HTTPClientConnection {
     /// at once; idle connections between requests are never timed out by it.
     public func setSilenceLimit(_ seconds: Double?) {
         silenceLimit = seconds
+        // From a handler called while a read is processed the timer is armed once that read is done
+        // (`streamReceived`): a response that is complete by then needs no timer at all.
+        if processing && seconds != nil { return }
         rearmSilence()
     }
 
@@ -336,6 +340,14 @@ public final class HTTPClientConnection {
     /// a bodiless request only). A `101` answer then leaves the connection in the switched state.
     public func startRequest(method: String, target: [UInt8], fields: [(name: String, value: String)], body: BodyLength,
                              continueWait: Double? = nil, upgrade: String? = nil) {
+        startRequest(method: method, target: target, body: body, continueWait: continueWait, upgrade: upgrade) { block in
+            for field in fields { block.append(name: field.name, value: field.value) }
+        }
+    }
+
+    /// `startRequest` with the fields `fields` writes straight into the head (see `HTTPFieldBlock`).
+    public func startRequest(method: String, target: [UInt8], body: BodyLength, continueWait: Double? = nil, upgrade: String? = nil,
+                             fields: (inout HTTPFieldBlock) -> Void) {
         guard !hasEnded, case .idle = state else { return }
         requestMethod = HTTPMethod(name: method)
         requestsStarted += 1
@@ -362,40 +374,38 @@ public final class HTTPClientConnection {
         }
         requestFraming = framing
         requestBodySent = 0
-        var out: [UInt8] = []
-        out.reserveCapacity(64 + target.count + fields.count * 32)
-        out.appendUTF8(method)
+        let out = pendingHead
+        out.clear()
+        var method = method
+        method.withUTF8 { out.append(UnsafeRawBufferPointer($0)) }
         out.append(0x20)
-        out.append(contentsOf: target)
-        out.appendASCII(" HTTP/1.1\r\n")
-        for field in fields where isSendableField(field.name, field.value) {
-            if expectContinue && field.name.lowercased() == "expect" { continue }
-            out.appendUTF8(field.name)
-            out.appendASCII(": ")
-            out.appendUTF8(field.value)
-            out.appendASCII("\r\n")
-        }
-        if expectContinue { out.appendASCII("Expect: 100-continue\r\n") }
+        target.withUnsafeBytes { out.append($0) }
+        out.append(literal: " HTTP/1.1\r\n")
+        var block = HTTPFieldBlock(writingInto: out)
+        block.dropsExpect = expectContinue
+        fields(&block)
+        block.endField()
+        if expectContinue { out.append(literal: "Expect: 100-continue\r\n") }
         if let upgrade, body == .none, isSendableField("Upgrade", upgrade) {
-            out.appendASCII("Upgrade: ")
-            out.appendUTF8(upgrade)
-            out.appendASCII("\r\nConnection: Upgrade\r\n")
+            out.append(literal: "Upgrade: ")
+            var upgrade = upgrade
+            upgrade.withUTF8 { out.append(UnsafeRawBufferPointer($0)) }
+            out.append(literal: "\r\nConnection: Upgrade\r\n")
         }
         switch framing {
         case .length(let n):
-            out.appendASCII("Content-Length: ")
-            out.appendUTF8(String(n))
-            out.appendASCII("\r\n")
+            out.append(literal: "Content-Length: ")
+            out.appendDecimal(n)
+            out.append(literal: "\r\n")
         case .chunked:
-            out.appendASCII("Transfer-Encoding: chunked\r\n")
+            out.append(literal: "Transfer-Encoding: chunked\r\n")
         case .none, .closeDelimited:
             break
         }
-        out.appendASCII("\r\n")
+        out.append(literal: "\r\n")
         if framing == .none || framing == .length(0) || expectContinue {
-            stream.write(out)
-        } else {
-            pendingHead = out
+            stream.write(out.bytes)
+            out.clear()
         }
         if expectContinue, let continueWait {
             if continueTimer == nil {
@@ -448,7 +458,8 @@ public final class HTTPClientConnection {
             return
         }
         requestBodyBytesSent += bytes.count
-        writeBodyPiece(bytes, after: &pendingHead, chunked: framing == .chunked, to: stream)
+        writeBodyPiece(bytes, after: pendingHead.bytes, chunked: framing == .chunked, to: stream)
+        pendingHead.clear()
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -463,15 +474,14 @@ public final class HTTPClientConnection {
             finishHeld = true
             return
         }
-        let head = pendingHead ?? []
-        pendingHead = nil
-        var last: [UInt8] = []
+        var last: StaticString = ""
         switch framing {
-        case .chunked: last = Array("0\r\n\r\n".utf8)
+        case .chunked: last = "0\r\n\r\n"
         case .length(let n) where n != requestBodySent: requestFramingBroken = true
         default: break
         }
-        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
+        last.withUTF8Buffer { stream.write(parts: pendingHead.bytes, UnsafeRawBufferPointer($0)) }
+        pendingHead.clear()
         requestFraming = nil
     }
 

@@ -107,35 +107,42 @@ func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
 
 /// Serialises a response head with the framing fields the transport decides.
 func serializeResponseHead(_ head: HTTPResponseHead, version: HTTPVersion, framing: ResponseFraming, close: Bool) -> [UInt8] {
-    var out: [UInt8] = []
-    out.reserveCapacity(128 + head.fields.count * 32)
-    out.appendASCII("HTTP/1.1 ")
-    out.appendUTF8(String(head.status))
-    out.append(0x20)
-    for b in head.reason.utf8 where b >= 0x20 && b != 0x7F { out.append(b) }
-    out.appendASCII("\r\n")
-    for field in head.fields where isSendableField(field.name, field.value) {
-        out.appendUTF8(field.name)
-        out.appendASCII(": ")
-        out.appendUTF8(field.value)
-        out.appendASCII("\r\n")
+    let out = HeadBuffer()
+    withBytes(of: head.reason) { reason in
+        writeResponseHead(into: out, status: head.status, reason: reason, version: version, framing: framing, close: close) { block in
+            for field in head.fields { block.append(name: field.name, value: field.value) }
+        }
     }
+    return Array(out.bytes)
+}
+
+/// Appends a response head to `out`: the status line (controls dropped from the reason), the fields
+/// `fields` adds (each checked, see `HTTPFieldBlock`), then the framing fields the transport decides.
+func writeResponseHead(into out: HeadBuffer, status: Int, reason: UnsafeRawBufferPointer, version: HTTPVersion,
+                       framing: ResponseFraming, close: Bool, fields: (inout HTTPFieldBlock) -> Void) {
+    out.append(literal: "HTTP/1.1 ")
+    out.appendDecimal(status)
+    out.append(0x20)
+    for b in reason where b >= 0x20 && b != 0x7F { out.append(b) }
+    out.append(literal: "\r\n")
+    var block = HTTPFieldBlock(writingInto: out)
+    fields(&block)
+    block.endField()
     switch framing {
     case .none, .closeDelimited: break
     case .length(let n):
-        out.appendASCII("Content-Length: ")
-        out.appendUTF8(String(n))
-        out.appendASCII("\r\n")
+        out.append(literal: "Content-Length: ")
+        out.appendDecimal(n)
+        out.append(literal: "\r\n")
     case .chunked:
-        out.appendASCII("Transfer-Encoding: chunked\r\n")
+        out.append(literal: "Transfer-Encoding: chunked\r\n")
     }
     if close {
-        out.appendASCII("Connection: close\r\n")
+        out.append(literal: "Connection: close\r\n")
     } else if version == .http10 {
-        out.appendASCII("Connection: keep-alive\r\n")
+        out.append(literal: "Connection: keep-alive\r\n")
     }
-    out.appendASCII("\r\n")
-    return out
+    out.append(literal: "\r\n")
 }
 
 enum ResponseFraming: Equatable {
@@ -149,56 +156,71 @@ enum ResponseFraming: Equatable {
 /// no value can end the head early), and not one of the framing fields the transport writes itself.
 /// Called for every field of every head sent, so it reads the bytes in place and allocates nothing.
 func isSendableField(_ name: String, _ value: String) -> Bool {
-    let nameIsToken = name.utf8.withContiguousStorageIfAvailable(isToken) ?? isToken(Array(name.utf8))
-    guard nameIsToken else { return false }
-    let valueIsClean = value.utf8.withContiguousStorageIfAvailable(hasNoControls) ?? hasNoControls(Array(value.utf8))
-    guard valueIsClean else { return false }
-    return !(asciiEqualIgnoringCase(name, "content-length") || asciiEqualIgnoringCase(name, "transfer-encoding")
-        || asciiEqualIgnoringCase(name, "connection"))
+    withBytes(of: name) { name in withBytes(of: value) { value in isSendableFieldName(name) && hasNoControls(value) } }
 }
 
-private func isToken<C: Collection<UInt8>>(_ bytes: C) -> Bool {
+/// A token, and not a framing field (Content-Length, Transfer-Encoding, Connection) in any case.
+func isSendableFieldName(_ name: UnsafeRawBufferPointer) -> Bool {
+    guard isToken(name) else { return false }
+    switch name.count {
+    case 10: return !asciiEqualIgnoringCase(name, "connection")
+    case 14: return !asciiEqualIgnoringCase(name, "content-length")
+    case 17: return !asciiEqualIgnoringCase(name, "transfer-encoding")
+    default: return true
+    }
+}
+
+/// tchar (RFC 9110 section 5.6.2) only: ALPHA, DIGIT and ! # $ % & ' * + - . ^ _ ` | ~, as two 64-bit sets.
+func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
     guard !bytes.isEmpty else { return false }
     for b in bytes {
-        switch b {
-        case 0x61...0x7A, 0x41...0x5A, 0x30...0x39, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
-            continue
-        default:
-            return false
-        }
+        let set: UInt64 = b < 0x40 ? 0x03FF_6CFA_0000_0000 : 0x57FF_FFFF_C7FF_FFFE
+        guard b < 0x80 && (set &>> UInt64(b & 0x3F)) & 1 != 0 else { return false }
     }
     return true
 }
 
-private func hasNoControls<C: Collection<UInt8>>(_ bytes: C) -> Bool {
+func hasNoControls(_ bytes: UnsafeRawBufferPointer) -> Bool {
     for b in bytes where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
     return true
 }
 
 /// `name` equals `lowercase` (which must be lower-case ASCII) ignoring ASCII case, without copying either.
 func asciiEqualIgnoringCase(_ name: String, _ lowercase: StaticString) -> Bool {
-    let utf8 = name.utf8
-    guard utf8.count == lowercase.utf8CodeUnitCount else { return false }
+    withBytes(of: name) { asciiEqualIgnoringCase($0, lowercase) }
+}
+
+func asciiEqualIgnoringCase(_ name: UnsafeRawBufferPointer, _ lowercase: StaticString) -> Bool {
+    guard name.count == lowercase.utf8CodeUnitCount else { return false }
     return lowercase.withUTF8Buffer { wanted in
-        var i = 0
-        for x in utf8 {
-            let lowerX = (x >= 0x41 && x <= 0x5A) ? x | 0x20 : x
-            if lowerX != wanted[i] { return false }
-            i &+= 1
+        for i in 0..<wanted.count {
+            let x = name[i]
+            if ((x >= 0x41 && x <= 0x5A) ? x | 0x20 : x) != wanted[i] { return false }
         }
         return true
     }
 }
 
-extension Array where Element == UInt8 {
-    /// Appends a string's UTF-8 bytes with one copy (appending a `String.UTF8View` goes byte by byte).
-    mutating func appendUTF8(_ string: String) {
-        let copied: Void? = string.utf8.withContiguousStorageIfAvailable { append(contentsOf: $0) }
-        if copied == nil { append(contentsOf: string.utf8) }
+extension HeadBuffer {
+    /// A decimal number without a String.
+    func appendDecimal(_ value: Int) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var n = value.magnitude
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var i = buffer.count
+            repeat {
+                i -= 1
+                buffer[i] = UInt8(truncatingIfNeeded: 0x30 &+ n % 10)
+                n /= 10
+            } while n > 0
+            append(UnsafeRawBufferPointer(rebasing: buffer[i...]))
+        }
     }
+}
 
-    /// Appends a literal's bytes with one copy.
-    mutating func appendASCII(_ literal: StaticString) {
-        literal.withUTF8Buffer { append(contentsOf: $0) }
-    }
+/// Calls `body` with a string's UTF-8 bytes in place (a copy only for a string not stored contiguously).
+func withBytes<R>(of string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+    if let result = string.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
+    return Array(string.utf8).withUnsafeBytes(body)
 }

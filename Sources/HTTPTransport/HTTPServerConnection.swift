@@ -68,8 +68,9 @@ public final class HTTPServerConnection {
     private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
-    /// A response head not written yet: it goes out with the first body piece (one write instead of two).
-    private var pendingHead: [UInt8]?
+    /// A response head not written yet (empty when there is none): it goes out with the first body piece
+    /// (one write instead of two). The buffer keeps its capacity for the next head.
+    private let pendingHead = HeadBuffer()
     /// Body bytes still owed under a known length: more are never sent (the client would take them for
     /// the next response), fewer end the connection (the client would wait for them).
     private var bodyOwed = 0
@@ -97,6 +98,8 @@ public final class HTTPServerConnection {
     /// the timer checks it when it fires and re-arms for the rest, so a busy connection costs no timer
     /// change per read.
     private var activityTimer: OpaquePointer?
+    /// When the pending expiry of `activityTimer` comes (monotonic seconds); infinity when none is pending.
+    private var activityExpiry = Double.infinity
 
     init(loop: TransportLoop, fd: Int32, peer: PeerAddress, settings: HTTPServer.Settings, sequence: UInt64) {
         self.peer = peer
@@ -150,11 +153,17 @@ public final class HTTPServerConnection {
         default:
             return
         }
-        var tv = clampedTimeval(quietSince + limit - monotonicSeconds())
+        // An earlier expiry already pending serves as well: it finds the connection not quiet long enough
+        // and re-arms for the rest. A keep-alive client then costs no timer change per request.
+        let expiry = quietSince + limit
+        if activityExpiry <= expiry { return }
+        var tv = clampedTimeval(expiry - monotonicSeconds())
         event_add(activityTimer, &tv)
+        activityExpiry = expiry
     }
 
     func activityTimerFired() {
+        activityExpiry = .infinity
         guard !hasEnded else { return }
         let quiet = monotonicSeconds() - quietSince
         switch readState {
@@ -256,6 +265,16 @@ public final class HTTPServerConnection {
     /// Starts the response to the current request. With `.known(n)`, exactly n body bytes must follow;
     /// `.none` is for responses that have no body by definition (to HEAD, 1xx, 204, 304).
     public func startResponse(_ response: HTTPResponseHead, body: BodyLength) {
+        withBytes(of: response.reason) { reason in
+            startResponse(status: response.status, reason: reason, body: body) { block in
+                for field in response.fields { block.append(name: field.name, value: field.value) }
+            }
+        }
+    }
+
+    /// Starts the response with the fields `fields` writes straight into the head (see `HTTPFieldBlock`);
+    /// `reason` is the reason phrase's bytes (controls are dropped).
+    public func startResponse(status: Int, reason: UnsafeRawBufferPointer, body: BodyLength, fields: (inout HTTPFieldBlock) -> Void) {
         guard !hasEnded, responseFraming == nil else { return }
         let framing: ResponseFraming
         switch body {
@@ -274,11 +293,12 @@ public final class HTTPServerConnection {
         responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread || (server?.wantsSlotsBack ?? false)
         responseFraming = framing
         if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
-        let head = serializeResponseHead(response, version: requestVersion, framing: framing, close: responseCloses)
+        pendingHead.clear()
+        writeResponseHead(into: pendingHead, status: status, reason: reason, version: requestVersion, framing: framing,
+                          close: responseCloses, fields: fields)
         if framing == .none || framing == .length(0) || requestIsHead {
-            stream.write(head)
-        } else {
-            pendingHead = head
+            stream.write(pendingHead.bytes)
+            pendingHead.clear()
         }
     }
 
@@ -291,7 +311,8 @@ public final class HTTPServerConnection {
             bodyOwed -= bytes.count
             if bytes.count == 0 { return }
         }
-        writeBodyPiece(bytes, after: &pendingHead, chunked: framing == .chunked, to: stream)
+        writeBodyPiece(bytes, after: pendingHead.bytes, chunked: framing == .chunked, to: stream)
+        pendingHead.clear()
     }
 
     public func sendBody(_ bytes: [UInt8]) {
@@ -301,10 +322,9 @@ public final class HTTPServerConnection {
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }
-        let head = pendingHead ?? []
-        pendingHead = nil
-        let last: [UInt8] = framing == .chunked && !requestIsHead ? Array("0\r\n\r\n".utf8) : []
-        head.withUnsafeBytes { headBytes in last.withUnsafeBytes { stream.write(parts: headBytes, $0) } }
+        let last: StaticString = framing == .chunked && !requestIsHead ? "0\r\n\r\n" : ""
+        last.withUTF8Buffer { stream.write(parts: pendingHead.bytes, UnsafeRawBufferPointer($0)) }
+        pendingHead.clear()
         responseFraming = nil
         if bodyOwed > 0 {
             // Short of the announced length: only closing tells the client the body will not come.
@@ -334,6 +354,13 @@ public final class HTTPServerConnection {
         finishResponse()
     }
 
+    /// A complete response with a body, its fields written by `fields` (see `HTTPFieldBlock`).
+    public func respond(status: Int, reason: UnsafeRawBufferPointer, body: [UInt8], fields: (inout HTTPFieldBlock) -> Void) {
+        startResponse(status: status, reason: reason, body: .known(body.count), fields: fields)
+        sendBody(body)
+        finishResponse()
+    }
+
     /// Whether the current request asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1, `Upgrade`
     /// listed in `Connection`, an `Upgrade` field, and no body. Only then can `switchProtocols` be used.
     public var requestAsksForUpgrade: Bool {
@@ -347,15 +374,28 @@ public final class HTTPServerConnection {
     /// still counts against the server's connection limit until then. Bytes the client sent behind its
     /// request head travel with the endpoint. nil unless `requestAsksForUpgrade`.
     public func switchProtocols(_ response: HTTPResponseHead) -> TunnelEndpoint? {
+        withBytes(of: response.reason) { reason in
+            switchProtocols(reason: reason) { block in
+                for field in response.fields { block.append(name: field.name, value: field.value) }
+            }
+        }
+    }
+
+    /// `switchProtocols` with the fields written by `fields` (see `HTTPFieldBlock`).
+    public func switchProtocols(reason: UnsafeRawBufferPointer, fields: (inout HTTPFieldBlock) -> Void) -> TunnelEndpoint? {
         guard requestAsksForUpgrade else { return nil }
-        var head = serializeResponseHead(HTTPResponseHead(status: 101, reason: response.reason, fields: response.fields),
-                                         version: .http11, framing: .none, close: false)
-        head.insert(contentsOf: Array("Connection: Upgrade\r\n".utf8), at: head.count - 2)
-        stream.write(head)
+        let head = HeadBuffer()
+        writeResponseHead(into: head, status: 101, reason: reason, version: .http11, framing: .none, close: false) { block in
+            fields(&block)
+            block.endField()
+            block.buffer.append(literal: "Connection: Upgrade\r\n")
+        }
+        stream.write(head.bytes)
         hasEnded = true
         readState = .ended
         disarmHeadTimer()
         if let activityTimer { event_del(activityTimer) }
+        activityExpiry = .infinity
         return TunnelEndpoint(stream: stream) { [self] in
             handler?.connection(self, ended: .closedLocally)
             releaseFromServer()
@@ -512,6 +552,7 @@ public final class HTTPServerConnection {
         hasEnded = true
         readState = .ended
         if let activityTimer { event_del(activityTimer) }
+        activityExpiry = .infinity
         handler?.connection(self, ended: reason)
         if stream.isClosed { releaseFromServer() }
     }
@@ -577,15 +618,11 @@ let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?)
 
 /// A piece of a message body, for both sides: after the head if it has not gone yet (one write instead of
 /// two), as one chunk when the body is chunked.
-func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after pendingHead: inout [UInt8]?, chunked: Bool, to stream: SocketStream) {
-    let head = pendingHead ?? []
-    pendingHead = nil
-    head.withUnsafeBytes { headBytes in
-        if chunked {
-            writeChunk(bytes, after: headBytes, to: stream)
-        } else {
-            stream.write(parts: headBytes, bytes)
-        }
+func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after headBytes: UnsafeRawBufferPointer, chunked: Bool, to stream: SocketStream) {
+    if chunked {
+        writeChunk(bytes, after: headBytes, to: stream)
+    } else {
+        stream.write(parts: headBytes, bytes)
     }
 }
 

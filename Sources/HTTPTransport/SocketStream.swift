@@ -357,13 +357,19 @@ final class SocketStream {
         }
         var written = 0
         if pendingOutput == 0 && phase == .open {
-            var vectors: [iovec] = []
-            vectors.reserveCapacity(parts.count)
-            for part in parts where part.count > 0 {
-                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count))
+            // At most four pieces (prefix, chunk size line, data, CRLF): the vector lives on the stack.
+            var storage: (iovec, iovec, iovec, iovec) = (iovec(), iovec(), iovec(), iovec())
+            var used = 0
+            withUnsafeMutableBytes(of: &storage) { raw in
+                let vectors = raw.bindMemory(to: iovec.self)
+                for part in parts where part.count > 0 {
+                    precondition(used < vectors.count, "write(parts:) takes at most four pieces")
+                    vectors[used] = iovec(iov_base: UnsafeMutableRawPointer(mutating: part.baseAddress), iov_len: part.count)
+                    used += 1
+                }
             }
             while true {
-                let n = writev(fd, vectors, Int32(vectors.count))
+                let n = withUnsafeBytes(of: &storage) { raw in writev(fd, raw.bindMemory(to: iovec.self).baseAddress, Int32(used)) }
                 if n > 0 { hasMovedBytes = true }
                 if n >= 0 {
                     written = n
@@ -653,11 +659,16 @@ final class InputBuffer {
 }
 
 /// Read buffers of one loop, reused: a connection holds one only while it has unconsumed input, and a
-/// bounded number of free ones are kept so that busy connections do not allocate per read.
+/// bounded number of free ones are kept so that busy connections do not allocate per read. Buffers of the
+/// standard size and of one other size (upstream connections read into larger ones, room for a larger
+/// head) are kept; fewer of the larger.
 final class BufferPool {
     let size: Int
     private var free: [UnsafeMutableRawPointer] = []
     private let maxFree: Int
+    private var otherSize = 0
+    private var freeOther: [UnsafeMutableRawPointer] = []
+    private let maxFreeOther = 8
 
     init(size: Int = 64 * 1024, maxFree: Int = 64) {
         self.size = size
@@ -666,12 +677,18 @@ final class BufferPool {
 
     func take(_ capacity: Int) -> UnsafeMutableRawPointer {
         if capacity == size, let buffer = free.popLast() { return buffer }
+        if capacity == otherSize, let buffer = freeOther.popLast() { return buffer }
         return UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
     }
 
     func give(_ buffer: UnsafeMutableRawPointer, _ capacity: Int) {
         if capacity == size && free.count < maxFree {
             free.append(buffer)
+            return
+        }
+        if otherSize == 0 && capacity != size { otherSize = capacity }
+        if capacity == otherSize && freeOther.count < maxFreeOther {
+            freeOther.append(buffer)
         } else {
             buffer.deallocate()
         }
@@ -679,6 +696,7 @@ final class BufferPool {
 
     deinit {
         for buffer in free { buffer.deallocate() }
+        for buffer in freeOther { buffer.deallocate() }
     }
 }
 

@@ -176,6 +176,14 @@ public final class UpstreamPool {
         return ticket
     }
 
+    /// An idle connection at once, when `acquire` would grant one before returning (the pool is not
+    /// retired and nobody waits); nil otherwise, and the caller acquires as usual. The common case of a
+    /// busy proxy without a ticket and a grant closure per request.
+    public func takeIdleConnection() -> HTTPClientConnection? {
+        guard !isRetired, waitingCount == 0 else { return nil }
+        return takeIdle()
+    }
+
     /// Like `acquire`, but never an idle connection: after a request failed on a reused connection the
     /// others idle beside it are likely as stale (the upstream restarted, or its keep-alive timeout ran out
     /// for all of them at once). A fresh one is opened if the limit allows (closing an idle one to make

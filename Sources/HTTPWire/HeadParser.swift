@@ -222,18 +222,17 @@ public struct HeadParser: Sendable {
         }
         // The end is an LF followed by LF or by CR LF. Positions before scanResume were already searched.
         var i = max(start, scanResume)
-        while i < n {
-            if bytes[i] == LF {
-                if i &+ 1 >= n { break }
-                if bytes[i &+ 1] == LF { return try complete(start, i &+ 2) }
-                if bytes[i &+ 1] == CR {
-                    if i &+ 2 >= n { break }
-                    if bytes[i &+ 2] == LF { return try complete(start, i &+ 3) }
-                }
+        while true {
+            i = firstLF(bytes, from: i, to: n)
+            if i &+ 1 >= n { break }   // no LF, or one whose follower has not arrived: rescanned next time
+            if bytes[i &+ 1] == LF { return try complete(start, i &+ 2) }
+            if bytes[i &+ 1] == CR {
+                if i &+ 2 >= n { break }
+                if bytes[i &+ 2] == LF { return try complete(start, i &+ 3) }
             }
             i &+= 1
         }
-        scanResume = i
+        scanResume = min(i, n)
         return try incomplete(n)
     }
 
@@ -250,8 +249,7 @@ public struct HeadParser: Sendable {
 
     /// The line starting at `from`: the end of its content and the start of the next line.
     private func lineBounds(_ bytes: UnsafeRawBufferPointer, from: Int, headEnd: Int) throws(HTTPWireError) -> (contentEnd: Int, next: Int) {
-        var i = from
-        while i < headEnd && bytes[i] != LF { i &+= 1 }
+        let i = firstLF(bytes, from: from, to: headEnd)
         // findHead guarantees an LF before headEnd.
         if i > from && bytes[i &- 1] == CR { return (i &- 1, i &+ 1) }
         guard limits.allowBareLF else { throw .bareLF }
@@ -331,7 +329,7 @@ public struct HeadParser: Sendable {
         }
         guard i > line.lowerBound else { throw .emptyFieldName }
         let name = line.lowerBound..<i
-        for j in (i &+ 1)..<line.upperBound where !isFieldValueByte(bytes[j]) { throw .invalidFieldValue }
+        guard allFieldValueBytes(bytes, (i &+ 1)..<line.upperBound) else { throw .invalidFieldValue }
         return FieldLine(name: name, value: trimmed(bytes, (i &+ 1)..<line.upperBound), nameHasUnderscore: underscore)
     }
 

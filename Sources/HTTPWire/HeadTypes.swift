@@ -5,6 +5,12 @@ public struct FieldLine: Sendable, Equatable {
     public var value: Range<Int>
     /// "_" in the name: some servers read it as "-", so a proxy may drop such fields (nginx does by default).
     public var nameHasUnderscore: Bool
+
+    public init(name: Range<Int>, value: Range<Int>, nameHasUnderscore: Bool) {
+        self.name = name
+        self.value = value
+        self.nameHasUnderscore = nameHasUnderscore
+    }
 }
 
 /// How the body of a message is delimited (RFC 9112 section 6.3), decided once from the whole head.

@@ -19,6 +19,14 @@ final class SendableFieldTests: XCTestCase {
         }
     }
 
+    func testTokenBytesAreExactlyTheTcharSet() {
+        let tchar = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+        for value in 0...255 {
+            let byte = [UInt8(value)]
+            XCTAssertEqual(byte.withUnsafeBytes { isToken($0) }, tchar.contains(UInt8(value)), "byte \(value)")
+        }
+    }
+
     func testNamesMustBeTokens() {
         for name in ["", "Bad Name", "Bad:Name", "Bad\r\nName", "Bäd", "X(y)"] {
             XCTAssertFalse(isSendableField(name, "x"), name)

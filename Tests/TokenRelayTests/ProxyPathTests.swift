@@ -18,6 +18,20 @@ final class ProxyPathTests: RelayTestCase {
         XCTAssertEqual(head.body, Data())
     }
 
+    /// An upstream URL with a path of its own prefixes every target; without one (or "/") targets go up as
+    /// they came. Dot segments are refused either way.
+    func testUpstreamBasePathPrefixesTargets() throws {
+        let based = try startRelay(["upstream": ["url": api.baseURL + "/base/"]])
+        XCTAssertEqual(try get(based, "/a/b?x=1").status, 200)
+        XCTAssertEqual(api.requests.last?.target, "/base/a/b?x=1")
+        XCTAssertEqual(try get(based, "/a/../b").status, 400)
+        let plain = try startRelay(["upstream": ["url": api.baseURL + "/"]])
+        XCTAssertEqual(try get(plain, "/a/b?x=1").status, 200)
+        XCTAssertEqual(api.requests.last?.target, "/a/b?x=1")
+        XCTAssertEqual(try get(plain, "/a/%2e%2E/b").status, 400)
+        XCTAssertEqual(api.requests.last?.target, "/a/b?x=1")
+    }
+
     func testHopByHopHeadersAreStrippedAndHostIsTheUpstream() throws {
         let relay = try startRelay()
         _ = try get(relay, "/h", headers: [("Connection", "close, X-Private"), ("X-Private", "drop me"), ("Keep-Alive", "timeout=5"),

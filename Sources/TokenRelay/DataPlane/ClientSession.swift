@@ -18,6 +18,8 @@ final class ClientSession: HTTPServerConnectionHandler {
     /// still running; after its answer they are dropped, and the connection closes after that answer).
     private var streaming = false
     private var exchange: RelayedExchange?
+    /// Deadline timers for this connection's exchanges, kept between them (see `DeadlineTimer`).
+    private var spareDeadlineTimers: [DeadlineTimer] = []
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
         self.proxy = proxy
@@ -88,7 +90,46 @@ final class ClientSession: HTTPServerConnectionHandler {
         frontEnd.sessionEnded(self)
     }
 
+    func lendDeadlineTimer() -> DeadlineTimer {
+        spareDeadlineTimers.popLast() ?? DeadlineTimer(loop: proxy.loop.transport)
+    }
+
+    func returnDeadlineTimer(_ timer: DeadlineTimer) {
+        spareDeadlineTimers.append(timer)
+    }
+
     func exchangeFinished(_ finished: RelayedExchange) {
         if exchange === finished { exchange = nil }
+    }
+}
+
+/// The upstream connection of the current exchange reports here, and the session passes each report on
+/// to that exchange: the connection holds its handler weakly, and a weak reference to the long-lived
+/// session is made once per client connection instead of once per request. Only the current exchange
+/// ever has an upstream connection that reports: an exchange lets go of its connection (`handler = nil`)
+/// before its response ends, and the next request is parsed only after that.
+extension ClientSession: HTTPClientConnectionHandler {
+    func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {
+        exchange?.connection(connection, receivedInformational: status)
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
+        exchange?.connection(connection, receivedHead: head)
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
+        exchange?.connection(connection, receivedBody: bytes)
+    }
+
+    func connectionReceivedEnd(_ connection: HTTPClientConnection) {
+        exchange?.connectionReceivedEnd(connection)
+    }
+
+    func connectionCanSendMore(_ connection: HTTPClientConnection) {
+        exchange?.connectionCanSendMore(connection)
+    }
+
+    func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
+        exchange?.connection(connection, ended: ended, responseStarted: responseStarted)
     }
 }

@@ -23,7 +23,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// `timeouts.continue_seconds` as of arrival.
     private let continueWait: Double
     private var upstreamTarget: [UInt8] = []
-    private var forwardedFields: [(name: String, value: String)] = []
+    /// A path passed through untouched (no token; the client's own credentials cross).
+    private var passthrough = false
     /// The protocol a WebSocket-style handshake asks for (see `UpgradeTunnel`); nil for other requests.
     private let upgradeProtocol: String?
 
@@ -35,7 +36,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var sentAt = 0.0
     private var upstream: HTTPClientConnection?
     private var ticket: HTTPTransport.UpstreamPool.Ticket?
-    private var timers: [RequestLifecycle.Timer: TransportTimer] = [:]
+    /// One timer per deadline, borrowed from the session when first scheduled (stored apart, not in a
+    /// dictionary: that would be an allocation per request).
+    private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: DeadlineTimer?
     /// The response head being reported, valid during its callback only.
     private var arrivingHead: ReceivedResponseHead?
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
@@ -94,24 +97,27 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         if let refusal = targetBytes.withUnsafeBufferPointer({ RequestTarget.checkBytes($0) }) {
             return refuse(.badRequest(refusal.description), log: refusal.description)
         }
-        var clientFields: [(name: String, value: String)] = []
-        head.forEachField { name, value in
-            clientFields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+        let violation = head.bytes.withUnsafeBytes { bytes in
+            RequestHygiene.check(FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection),
+                                 isHTTP11: head.version == .http11)
         }
-        if let violation = RequestHygiene.check(clientFields, isHTTP11: head.version == .http11) {
-            return refuse(.badRequest(violation.description), log: violation.description)
+        if let violation { return refuse(.badRequest(violation.description), log: violation.description) }
+        if targetBytes.first == UInt8(ascii: "/") && route.forwardsPathsUnchanged {
+            // The common case, on the bytes: an origin-form target goes up as it came.
+            if RequestTarget.hasDotSegment(targetBytes) {
+                return refuse(.badRequest(RequestTarget.dotSegmentRefusal.description), log: RequestTarget.dotSegmentRefusal.description)
+            }
+            upstreamTarget = targetBytes
+            passthrough = route.hasPassthroughPaths && route.isPassthrough(String(decoding: targetBytes, as: UTF8.self))
+        } else {
+            let target: String
+            switch route.targets.upstreamTarget(for: String(decoding: targetBytes, as: UTF8.self)) {
+            case .success(let mapped): target = mapped
+            case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
+            }
+            upstreamTarget = Array(target.utf8)
+            passthrough = route.isPassthrough(target)
         }
-        let target: String
-        switch route.targets.upstreamTarget(for: String(decoding: targetBytes, as: UTF8.self)) {
-        case .success(let mapped): target = mapped
-        case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
-        }
-        upstreamTarget = Array(target.utf8)
-        let passthrough = route.isPassthrough(target)
-        forwardedFields = ForwardingHeaders.apply(
-            to: HeaderPolicy.forwardedRequestHeaders(clientFields, keepAuthorization: passthrough, injectedHeader: injection.headerKey),
-            clientAddress: client.peer.host, settings: proxy.config.forwarding)
-        forwardedFields.append(("Host", route.authority))
         execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: now))
     }
 
@@ -140,7 +146,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .cancelUpstream: closeUpstream()
         case .releaseConnection: releaseUpstream()
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
-        case .cancel(let timer): timers[timer]?.cancel()
+        case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
             execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
         case .captureResponse:
@@ -156,12 +162,29 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     private func schedule(_ timer: RequestLifecycle.Timer, after seconds: Double) {
-        let event = timers[timer] ?? TransportTimer(loop: proxy.loop.transport) { [weak self] in self?.timerFired(timer) }
-        timers[timer] = event
+        if let event = self.timer(timer) { return event.schedule(after: seconds) }
+        let event = session.lendDeadlineTimer()
+        event.exchange = self
+        event.kind = timer
+        switch timer {
+        case .poolWait: poolWaitTimer = event
+        case .connect: connectTimer = event
+        case .responseHead: responseHeadTimer = event
+        case .hold: holdTimer = event
+        }
         event.schedule(after: seconds)
     }
 
-    private func timerFired(_ timer: RequestLifecycle.Timer) {
+    private func timer(_ timer: RequestLifecycle.Timer) -> DeadlineTimer? {
+        switch timer {
+        case .poolWait: poolWaitTimer
+        case .connect: connectTimer
+        case .responseHead: responseHeadTimer
+        case .hold: holdTimer
+        }
+    }
+
+    func deadlinePassed(_ timer: RequestLifecycle.Timer) {
         // The connect deadline bounds the connect only: a connection that is up may take its time to answer.
         if timer == .connect, upstream?.isConnected ?? true { return }
         execute(lifecycle.timerFired(timer, now: EventLoop.monotonicNow))
@@ -173,6 +196,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
     private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
         let pool = route.pool
+        if !fresh, let connection = pool.takeIdleConnection() { return connectionGranted(connection) }
         let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in
             guard let self, !self.finished else {
                 if case .success(let connection) = result { pool.release(connection) }
@@ -205,26 +229,42 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard let upstream else { return }
         sentAt = EventLoop.monotonicNow
         captured = nil
-        upstream.handler = self
+        upstream.handler = session   // which passes the reports on to this exchange (see ClientSession)
         upstream.setSilenceLimit(nil)
-        var fields = forwardedFields
-        if case .token(_, let authorization) = credential { fields.append((injection.header, authorization)) }
         switch body {
         case .kept(let bytes):
             // A POST, PUT or PATCH always says how long its body is, even when it is empty.
             let announcesLength = !bytes.isEmpty || head.method == .post || head.method == .put || head.method == .patch
-            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields,
-                                  body: announcesLength ? .known(bytes.count) : .none, upgrade: upgradeProtocol)
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, body: announcesLength ? .known(bytes.count) : .none,
+                                  upgrade: upgradeProtocol) { writeForwardedFields(into: &$0, credential) }
             if !bytes.isEmpty { upstream.sendBody(bytes) }
             upstream.finishRequest()
         case .streamed(let streamed):
             // Sent with `Expect: 100-continue` whether or not the client asked: a 401 then comes before the
             // body leaves, and the request can still be replayed. The body flows from the upstream's 100
             // or the end of the wait (`connectionCanSendMore`).
-            upstream.startRequest(method: head.methodName, target: upstreamTarget, fields: fields, body: streamed.length,
-                                  continueWait: continueWait)
+            upstream.startRequest(method: head.methodName, target: upstreamTarget, body: streamed.length,
+                                  continueWait: continueWait) { writeForwardedFields(into: &$0, credential) }
             streamed.attach(upstream)
         }
+    }
+
+    /// The upstream request's fields, written straight into its head from the client's bytes: the client's
+    /// end-to-end fields (`HeaderPolicy`), the forwarding fields (`ForwardingHeaders`), `Host`, and the token.
+    /// Recomputed for each send (a replay is rare; keeping a copy would cost every request).
+    private func writeForwardedFields(into block: inout HTTPFieldBlock, _ credential: RequestLifecycle.Credential) {
+        let keepAuthorization = passthrough
+        let forwarding = proxy.config.forwarding
+        head.bytes.withUnsafeBytes { bytes in
+            let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
+            ASCII.withBytes(of: injection.headerKey) { injectedHeader in
+                ForwardingHeaders.write(table, forwarded: { index in
+                    HeaderPolicy.forwardsRequestField(index, of: table, keepAuthorization: keepAuthorization, injectedHeader: injectedHeader)
+                }, clientAddress: client.peer.host, settings: forwarding, into: &block)
+            }
+        }
+        block.append(name: "Host", value: route.authority)
+        if case .token(_, let authorization) = credential { block.append(name: injection.header, value: authorization) }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.
@@ -266,14 +306,14 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
         if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
-        // Challenges are read only for a refresh-triggering status: most responses are not one, and reading
-        // them turns every field name into a String.
+        // Challenges are read only for a refresh-triggering status: most responses are not one.
         let triggerStatuses = proxy.config.refresh.triggerStatuses
         var challenges: [String] = []
         if triggerStatuses.contains(head.status) {
-            head.forEachField { name, value in
-                if HTTPSyntax.isField(String(decoding: name, as: UTF8.self), "www-authenticate") {
-                    challenges.append(String(decoding: value, as: UTF8.self))
+            head.bytes.withUnsafeBytes { bytes in
+                let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
+                for index in 0..<table.count where table.nameIs(index, "www-authenticate") {
+                    challenges.append(String(decoding: table.value(index), as: UTF8.self))
                 }
             }
         }
@@ -355,28 +395,28 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     private func startRelaying(_ response: ReceivedResponseHead) {
         if response.status == 101, let upgradeProtocol, let upstream { return switchProtocols(response, upstream, upgradeProtocol) }
-        var fields: [(name: String, value: String)] = []
-        var declaredLength: Int?
-        response.forEachField { name, value in
-            let fieldName = String(decoding: name, as: UTF8.self)
-            let fieldValue = String(decoding: value, as: UTF8.self)
-            if HTTPSyntax.isField(fieldName, "content-length") { declaredLength = Int(fieldValue) }
-            fields.append((fieldName, fieldValue))
-        }
-        let length: BodyLength
-        switch response.framing {
-        case .none:
-            // To HEAD: the would-be body's length is announced, its bytes never sent.
-            length = head.method == .head ? declaredLength.map { .known($0) } ?? .none : .none
-        case .length(let n): length = .known(n)
-        case .chunked, .untilClose: length = .unknown
-        }
         if proxy.isDraining { client.closeAfterResponse = true }
         // Between two pieces of the body the upstream may be silent only so long (an idle event stream
         // that died without a FIN must not hold the client for ever).
         upstream?.setSilenceLimit(proxy.config.timeouts.streamIdleSeconds)
-        client.startResponse(HTTPResponseHead(status: response.status, reason: response.reason,
-                                              fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: length)
+        let requestIsHead = head.method == .head
+        response.bytes.withUnsafeBytes { bytes in
+            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
+            let length: BodyLength
+            switch response.framing {
+            case .none:
+                // To HEAD: the would-be body's length is announced (the last Content-Length), its bytes never sent.
+                var declaredLength: Int?
+                if requestIsHead {
+                    for index in 0..<table.count where table.nameIs(index, "content-length") { declaredLength = ASCII.decimal(table.value(index)) }
+                }
+                length = declaredLength.map { .known($0) } ?? .none
+            case .length(let n): length = .known(n)
+            case .chunked, .untilClose: length = .unknown
+            }
+            client.startResponse(status: response.status, reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason]),
+                                 body: length) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
+        }
     }
 
     /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the
@@ -402,22 +442,35 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     private func respondCaptured() {
         guard let captured else { return respond(.loginRequired) }
-        var fields: [(name: String, value: String)] = []
-        captured.head.forEachField { name, value in
-            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
-        }
         if proxy.isDraining { client.closeAfterResponse = true }
         // The transport writes Content-Length for the kept body, which may be shorter than the original.
-        client.respond(HTTPResponseHead(status: captured.head.status, reason: captured.head.reason,
-                                        fields: HeaderPolicy.forwardedResponseHeaders(fields)), body: captured.body)
+        let response = captured.head
+        response.bytes.withUnsafeBytes { bytes in
+            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
+            client.respond(status: response.status, reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason]),
+                           body: captured.body) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
+        }
+    }
+
+    private func giveBack(_ timer: DeadlineTimer?) {
+        guard let timer else { return }
+        timer.cancel()
+        timer.exchange = nil
+        session.returnDeadlineTimer(timer)
     }
 
     /// Frees everything the exchange still holds; the machine's last action, exactly once.
     private func finish(_ summary: RequestLifecycle.Summary) {
         ticket?.cancel()
         ticket = nil
-        timers.values.forEach { $0.cancel() }
-        timers.removeAll()
+        giveBack(poolWaitTimer)
+        giveBack(connectTimer)
+        giveBack(responseHeadTimer)
+        giveBack(holdTimer)
+        poolWaitTimer = nil
+        connectTimer = nil
+        responseHeadTimer = nil
+        holdTimer = nil
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
         let status = Int32(clamping: summary.status)

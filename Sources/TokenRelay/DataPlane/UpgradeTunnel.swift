@@ -36,13 +36,15 @@ final class UpgradeTunnel: ProxiedExchange {
     static func open(proxy: ProxyServer, client: HTTPServerConnection, upstream: HTTPClientConnection,
                      response: ReceivedResponseHead, requestedProtocol: String) -> Bool {
         guard let upstreamEnd = upstream.detachForTunnel() else { return false }
-        var fields: [(name: String, value: String)] = []
-        response.forEachField { name, value in
-            fields.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
-        }
         let switchedTo = response.field("upgrade") ?? requestedProtocol
-        fields = HeaderPolicy.forwardedResponseHeaders(fields) + [("Upgrade", switchedTo)]
-        guard let clientEnd = client.switchProtocols(HTTPResponseHead(status: 101, reason: response.reason, fields: fields)) else {
+        let clientEnd = response.bytes.withUnsafeBytes { bytes in
+            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
+            return client.switchProtocols(reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason])) { block in
+                HeaderPolicy.writeForwardedResponseFields(table, into: &block)
+                block.append(name: "Upgrade", value: switchedTo)
+            }
+        }
+        guard let clientEnd else {
             upstreamEnd.close()
             return false
         }

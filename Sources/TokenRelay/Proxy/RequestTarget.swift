@@ -22,10 +22,15 @@ struct RequestTarget {
     /// that are not UTF-8). RFC 9112 §3.2 allows no whitespace or control character in a request target:
     /// a lenient parser passes a bare CR through, and `GET /a\rAuthorization: …` would reach the upstream as is.
     static func checkBytes<Bytes: Collection>(_ bytes: Bytes) -> Refusal? where Bytes.Element == UInt8 {
-        if bytes.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
-            return Refusal(description: "the request target contains whitespace or a control character")
+        var ascii = true
+        for byte in bytes {
+            if byte <= 0x20 || byte == 0x7F {
+                return Refusal(description: "the request target contains whitespace or a control character")
+            }
+            if byte >= 0x80 { ascii = false }
         }
-        if String(validating: bytes, as: UTF8.self) == nil {
+        // ASCII is UTF-8: most targets need no decoding.
+        if !ascii && String(validating: bytes, as: UTF8.self) == nil {
             return Refusal(description: "the request target is not valid UTF-8")
         }
         return nil
@@ -43,9 +48,7 @@ struct RequestTarget {
         // `/../../etc/passwd` would escape the upstream's base path on an upstream that normalises, and
         // `/x/../public/y` would get a token although it resolves under a passthrough prefix: whatever
         // decides on the path must see the path the upstream will use. Refused rather than rewritten.
-        if Self.hasDotSegment(target) {
-            return .failure(Refusal(description: "the request target contains a dot segment (. or ..)"))
-        }
+        if Self.hasDotSegment(target) { return .failure(Self.dotSegmentRefusal) }
         var base = upstream.path
         while base.hasSuffix("/") { base.removeLast() }
         return .success(base + target)
@@ -70,13 +73,19 @@ struct RequestTarget {
         return .success(target)
     }
 
+    static let dotSegmentRefusal = Refusal(description: "the request target contains a dot segment (. or ..)")
+
     /// A path segment that is `.` or `..`, also percent-encoded (`%2e`), before any query. Scanned as bytes:
     /// it runs on every request, and most paths have no dot at all.
     static func hasDotSegment(_ target: String) -> Bool {
+        hasDotSegment(target.utf8)
+    }
+
+    static func hasDotSegment<Bytes: Sequence<UInt8>>(_ target: Bytes) -> Bool {
         var dots = 0
         var onlyDots = true
         var pendingPercent = 0   // bytes of a "%2e" seen so far
-        for byte in target.utf8 {
+        for byte in target {
             if byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
             if byte == UInt8(ascii: "/") {
                 if onlyDots && pendingPercent == 0 && (dots == 1 || dots == 2) { return true }

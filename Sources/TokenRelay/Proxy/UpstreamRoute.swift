@@ -15,11 +15,15 @@ final class UpstreamRoute {
     let pool: HTTPTransport.UpstreamPool
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
+    /// The upstream URL has no path of its own: an origin-form target is sent as it came.
+    let forwardsPathsUnchanged: Bool
+    var hasPassthroughPaths: Bool { !passthroughPrefixes.isEmpty }
 
     init(config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
         upstream = config.upstream.url
         authority = config.upstream.url.authority
         passthroughPrefixes = config.upstream.passthroughPrefixes
+        forwardsPathsUnchanged = config.upstream.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop)
         targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
     }

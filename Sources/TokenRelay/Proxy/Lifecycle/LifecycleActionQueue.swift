@@ -10,14 +10,24 @@ final class LifecycleActionQueue {
     private(set) var isFinished = false
 
     func run(_ actions: [RequestLifecycle.Action], perform: (RequestLifecycle.Action) -> Void) {
-        pending += actions
-        guard !running else { return }
+        guard !running else {
+            // Usually nothing waits yet: the list is taken as it is, not copied.
+            if pending.isEmpty { pending = actions } else { pending += actions }
+            return
+        }
         running = true
-        while !pending.isEmpty {
-            let action = pending.removeFirst()
-            guard !isFinished else { continue }
-            if case .finish = action { isFinished = true }
-            perform(action)
+        // The outermost call works through its own batch in place, then through whatever the actions
+        // queued meanwhile, batch by batch: the same order as one queue, without copying every action.
+        var batch = actions
+        while true {
+            for action in batch {
+                guard !isFinished else { continue }
+                if case .finish = action { isFinished = true }
+                perform(action)
+            }
+            if pending.isEmpty { break }
+            batch = pending
+            pending = []
         }
         running = false
     }

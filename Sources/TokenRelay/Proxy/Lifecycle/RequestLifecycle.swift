@@ -140,10 +140,10 @@ struct RequestLifecycle {
         if case .token(let generation, _) = credential { sentGeneration = generation }
         capturedStatus = nil
         phase = .awaitingResponse
-        actions.append(.send(credential))
-        actions.append(.schedule(.responseHead, after: settings.upstreamSeconds))
-        if !reused { actions.append(.schedule(.connect, after: settings.connectSeconds)) }
-        return actions
+        // Written out whole: this runs for every request, and growing an array is an allocation each time.
+        let send = Action.send(credential), headDeadline = Action.schedule(.responseHead, after: settings.upstreamSeconds)
+        if reused { return [.cancel(.poolWait), send, headDeadline] }
+        return [.cancel(.poolWait), send, headDeadline, .schedule(.connect, after: settings.connectSeconds)]
     }
 
     /// The transport reports the connection established (TCP, and TLS if any).
@@ -173,18 +173,15 @@ struct RequestLifecycle {
     /// longer accepted (see `RefreshTrigger`).
     mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> [Action] {
         guard phase == .awaitingResponse else { return [] }
-        var actions: [Action] = [.cancel(.connect), .cancel(.responseHead)]
         if attempts == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
             phase = .capturing
             capturedStatus = status
-            actions.append(.captureResponse)
-        } else {
-            phase = .relaying
-            answeredStatus = status
-            answeredByUpstream = true
-            actions.append(.relayResponse)
+            return [.cancel(.connect), .cancel(.responseHead), .captureResponse]
         }
-        return actions
+        phase = .relaying
+        answeredStatus = status
+        answeredByUpstream = true
+        return [.cancel(.connect), .cancel(.responseHead), .relayResponse]
     }
 
     /// The response is complete (its body too).
@@ -193,7 +190,7 @@ struct RequestLifecycle {
         case .capturing:
             return [.releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration)]
         case .relaying:
-            return [.releaseConnection, .endRelayedResponse] + finish(now: now)
+            return [.releaseConnection, .endRelayedResponse, finish(now: now)]
         default:
             return []
         }
@@ -214,7 +211,7 @@ struct RequestLifecycle {
             return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
         case .relaying:
             // The head is out: a truncated response is the honest answer.
-            return [.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true)] + finish(now: now)
+            return [.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true), finish(now: now)]
         default:
             return []
         }
@@ -310,14 +307,14 @@ struct RequestLifecycle {
     mutating func clientGone(now: Double) -> [Action] {
         guard phase != .finished else { return [] }
         let wasHeld = phase == .held
-        return [.cancelUpstream] + (wasHeld ? [.unhold] : []) + finish(now: now)
+        return [.cancelUpstream] + (wasHeld ? [.unhold] : []) + [finish(now: now)]
     }
 
     /// The drain deadline passed at shutdown.
     mutating func abandon(now: Double) -> [Action] {
         switch phase {
         case .finished: return []
-        case .relaying: return [.cancelUpstream, .abortClient(flushFirst: false)] + finish(now: now)
+        case .relaying: return [.cancelUpstream, .abortClient(flushFirst: false), finish(now: now)]
         case .held: return [.unhold, .cancel(.hold)] + respond(.unavailable("tokenrelay is shutting down"), now: now)
         default: return [.cancelUpstream] + respond(.unavailable("tokenrelay is shutting down"), now: now)
         }
@@ -328,16 +325,16 @@ struct RequestLifecycle {
     private mutating func respond(_ response: LocalResponse, now: Double) -> [Action] {
         answeredStatus = Int(response.status)
         answeredByUpstream = false
-        return [.respond(response)] + finish(now: now)
+        return [.respond(response), finish(now: now)]
     }
 
     private mutating func respondCaptured(now: Double) -> [Action] {
         answeredStatus = capturedStatus ?? 401
         answeredByUpstream = false
-        return [.respondCaptured] + finish(now: now)
+        return [.respondCaptured, finish(now: now)]
     }
 
-    private mutating func finish(now: Double) -> [Action] {
+    private mutating func finish(now: Double) -> Action {
         phase = .finished
         var summary = Summary(status: answeredStatus, attempts: attempts, generation: sentGeneration)
         if let since = heldSince {
@@ -350,6 +347,6 @@ struct RequestLifecycle {
             }
             summary.hold = (max(0, now - since), outcome)
         }
-        return [.finish(summary)]
+        return .finish(summary)
     }
 }

@@ -1,0 +1,175 @@
+import Glibc
+
+/// The field lines of a head being written, serialised as they are added ("Name: value\r\n") into the
+/// connection's own head buffer, which keeps its memory from one head to the next: a head costs no
+/// allocation per field, nor per message once the buffer has grown.
+///
+/// Every field is checked as it goes in, as `isSendableField` checks: a name that is not a token, a value
+/// with a control character (which could end the head early), or one of the framing fields the transport
+/// writes itself (Content-Length, Transfer-Encoding, Connection) is left out. A block is lent to the
+/// caller of `startRequest(... fields:)`, `startResponse(... fields:)` and their kin for the duration of
+/// the call.
+public struct HTTPFieldBlock {
+    let buffer: HeadBuffer
+    /// Leave out `Expect` fields: the transport writes its own `Expect: 100-continue`.
+    var dropsExpect = false
+    /// Start of the field being written in pieces (`startField`), or -1.
+    private var openField = -1
+    private var openFieldRefused = false
+
+    /// A block of its own (to see what a rule writes); connections lend theirs.
+    public init() {
+        buffer = HeadBuffer()
+    }
+
+    init(writingInto buffer: HeadBuffer) {
+        self.buffer = buffer
+    }
+
+    /// The field lines written so far, each ending in CR LF.
+    public var serialized: [UInt8] { Array(buffer.bytes) }
+
+    /// Adds a field; nothing is written if it is not sendable.
+    public mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        guard openField < 0, acceptsName(name), hasNoControls(value) else { return }
+        buffer.appendField(name, value)
+    }
+
+    public mutating func append(name: String, value: String) {
+        var name = name, value = value
+        name.withUTF8 { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    public mutating func append(name: StaticString, value: String) {
+        var value = value
+        name.withUTF8Buffer { name in value.withUTF8 { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    public mutating func append(name: StaticString, value: StaticString) {
+        name.withUTF8Buffer { name in value.withUTF8Buffer { value in append(name: UnsafeRawBufferPointer(name), value: UnsafeRawBufferPointer(value)) } }
+    }
+
+    /// Starts a field whose value is written in pieces (`appendToValue`), ended by `endField()`; for a
+    /// list folded from several received fields. The field is left out if its name or any piece is not
+    /// sendable.
+    public mutating func startField(name: StaticString) {
+        guard openField < 0 else { return }
+        openField = buffer.count
+        openFieldRefused = name.withUTF8Buffer { name in
+            let name = UnsafeRawBufferPointer(name)
+            guard acceptsName(name) else { return true }
+            buffer.append(name)
+            return false
+        }
+        buffer.append(literal: ": ")
+    }
+
+    public mutating func appendToValue(_ piece: UnsafeRawBufferPointer) {
+        guard openField >= 0, !openFieldRefused else { return }
+        guard hasNoControls(piece) else {
+            openFieldRefused = true
+            return
+        }
+        buffer.append(piece)
+    }
+
+    public mutating func appendToValue(_ piece: String) {
+        var piece = piece
+        piece.withUTF8 { appendToValue(UnsafeRawBufferPointer($0)) }
+    }
+
+    public mutating func appendToValue(_ piece: StaticString) {
+        piece.withUTF8Buffer { appendToValue(UnsafeRawBufferPointer($0)) }
+    }
+
+    public mutating func endField() {
+        guard openField >= 0 else { return }
+        if openFieldRefused {
+            buffer.truncate(to: openField)
+        } else {
+            buffer.append(literal: "\r\n")
+        }
+        openField = -1
+        openFieldRefused = false
+    }
+
+    private func acceptsName(_ name: UnsafeRawBufferPointer) -> Bool {
+        guard isSendableFieldName(name) else { return false }
+        return !(dropsExpect && asciiEqualIgnoringCase(name, "expect"))
+    }
+}
+
+/// The bytes of a head being written: a connection's own, kept between heads (up to
+/// `maxKeptHeadCapacity`), written with plain copies.
+final class HeadBuffer {
+    private var base: UnsafeMutableRawPointer?
+    private var capacity = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Valid until the next change.
+    var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: count) }
+
+    func append(_ piece: UnsafeRawBufferPointer) {
+        guard let source = piece.baseAddress, piece.count > 0 else { return }
+        let start = reserve(piece.count)
+        start.copyMemory(from: source, byteCount: piece.count)
+    }
+
+    func append(_ byte: UInt8) {
+        reserve(1).storeBytes(of: byte, as: UInt8.self)
+    }
+
+    func append(literal: StaticString) {
+        literal.withUTF8Buffer { append(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// "name: value\r\n" with one capacity check.
+    func appendField(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
+        let start = reserve(name.count + value.count + 4)
+        if let source = name.baseAddress { start.copyMemory(from: source, byteCount: name.count) }
+        var at = start + name.count
+        at.storeBytes(of: 0x3A, as: UInt8.self)
+        (at + 1).storeBytes(of: 0x20, as: UInt8.self)
+        at += 2
+        if let source = value.baseAddress { at.copyMemory(from: source, byteCount: value.count) }
+        at += value.count
+        at.storeBytes(of: 0x0D, as: UInt8.self)
+        (at + 1).storeBytes(of: 0x0A, as: UInt8.self)
+    }
+
+    func truncate(to newCount: Int) {
+        if newCount < count { count = max(0, newCount) }
+    }
+
+    /// Empties the buffer, keeping an ordinary head's memory for the next head.
+    func clear() {
+        count = 0
+        if capacity > maxKeptHeadCapacity {
+            free(base)
+            base = nil
+            capacity = 0
+        }
+    }
+
+    /// Room for `n` more bytes, counted as written: returns where they go.
+    private func reserve(_ n: Int) -> UnsafeMutableRawPointer {
+        let needed = count + n
+        if needed > capacity {
+            let grown = max(needed, max(512, capacity * 2))
+            guard let moved = realloc(base, grown) else { fatalError("out of memory for a message head") }
+            base = moved
+            capacity = grown
+        }
+        let start = base! + count
+        count = needed
+        return start
+    }
+
+    deinit { free(base) }
+}
+
+/// A connection's head buffer keeps up to this much memory between heads (more is an unusual head,
+/// not worth holding on an idle keep-alive connection).
+let maxKeptHeadCapacity = 4096

@@ -1,0 +1,126 @@
+import HTTPWire
+
+/// A received head's field lines read in place: the head's bytes and the offsets HTTPWire found in them.
+/// The header rules (`HeaderPolicy`, `ForwardingHeaders`, `RequestHygiene`) run on this on every request
+/// and response, so nothing here makes a String or allocates; names are compared ignoring ASCII case.
+/// Valid only inside the `withUnsafeBytes` of the head's bytes that made it.
+struct FieldTable {
+    let bytes: UnsafeRawBufferPointer
+    let fields: [FieldLine]
+    /// What the `Connection` fields list, as HTTPWire classified each element while parsing.
+    let connection: ConnectionOptions
+
+    init(bytes: UnsafeRawBufferPointer, fields: [FieldLine], connection: ConnectionOptions) {
+        self.bytes = bytes
+        self.fields = fields
+        self.connection = connection
+    }
+
+    var count: Int { fields.count }
+
+    func name(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[fields[index].name]) }
+
+    func value(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[fields[index].value]) }
+
+    /// Whether field `index` is named `lowercasedKey`.
+    func nameIs(_ index: Int, _ lowercasedKey: StaticString) -> Bool {
+        ASCII.equalIgnoringCase(name(index), lowercasedKey)
+    }
+
+    /// Whether `name` is listed in a `Connection` field (which makes that field hop-by-hop for this
+    /// message, RFC 9110 §7.6.1).
+    func isConnectionListed(_ name: UnsafeRawBufferPointer) -> Bool {
+        // HTTPWire sorted every listed element into close, keep-alive, upgrade or "another token": unless
+        // there was another one, the listed names are known without reading the fields again.
+        if !connection.contains(.otherTokens) {
+            return (connection.contains(.close) && ASCII.equalIgnoringCase(name, "close"))
+                || (connection.contains(.keepAlive) && ASCII.equalIgnoringCase(name, "keep-alive"))
+                || (connection.contains(.upgrade) && ASCII.equalIgnoringCase(name, "upgrade"))
+        }
+        for index in 0..<fields.count where nameIs(index, "connection") {
+            var listed = false
+            ASCII.forEachListElement(value(index)) { element in
+                if !listed && ASCII.equalIgnoringCase(element, name) { listed = true }
+            }
+            if listed { return true }
+        }
+        return false
+    }
+}
+
+/// Byte-level helpers for field names and values (ASCII by definition: RFC 9110 §5.1, §5.6.2).
+enum ASCII {
+    /// Calls `body` with a string's UTF-8 bytes in place (copied only if the string is not contiguous).
+    static func withBytes<R>(of string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        if let result = string.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
+        return Array(string.utf8).withUnsafeBytes(body)
+    }
+
+    static func lowered(_ byte: UInt8) -> UInt8 { byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte }
+
+    static func equalIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ lowercased: StaticString) -> Bool {
+        guard bytes.count == lowercased.utf8CodeUnitCount else { return false }
+        return lowercased.withUTF8Buffer { wanted in
+            for i in 0..<wanted.count where lowered(bytes[i]) != wanted[i] { return false }
+            return true
+        }
+    }
+
+    static func equalIgnoringCase(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+        guard a.count == b.count else { return false }
+        for i in 0..<a.count where lowered(a[i]) != lowered(b[i]) { return false }
+        return true
+    }
+
+    /// `bytes` without leading and trailing spaces and tabs (RFC 9110 §5.6.3).
+    static func trimmedOWS(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+        var start = 0
+        var end = bytes.count
+        while start < end && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
+        while end > start && (bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09) { end -= 1 }
+        return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+    }
+
+    /// Each comma-separated element of a list value, trimmed; empty elements included.
+    static func forEachListElement(_ value: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> Void) {
+        var start = 0
+        for i in 0...value.count where i == value.count || value[i] == UInt8(ascii: ",") {
+            body(trimmedOWS(UnsafeRawBufferPointer(rebasing: value[start..<i])))
+            start = i + 1
+        }
+    }
+
+    /// `token = 1*tchar` (RFC 9110 §5.6.2).
+    static func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard !bytes.isEmpty else { return false }
+        for byte in bytes {
+            switch byte {
+            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
+                continue
+            default:
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Visible ASCII, spaces, tabs and high bytes; no CR, LF, NUL or other control (`HTTPSyntax.isSafeHeaderValue`).
+    static func isSafeHeaderValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        for byte in bytes where byte != 0x09 && (byte < 0x20 || byte == 0x7F) { return false }
+        return true
+    }
+
+    /// Digits only, as a non-negative Int; nil for anything else or a value past Int.max.
+    static func decimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
+        guard !bytes.isEmpty else { return nil }
+        var value = 0
+        for byte in bytes {
+            guard byte >= 0x30 && byte <= 0x39 else { return nil }
+            let (times10, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times10.addingReportingOverflow(Int(byte - 0x30))
+            guard !o1, !o2 else { return nil }
+            value = sum
+        }
+        return value
+    }
+}
