@@ -9,8 +9,8 @@
 #include <sys/select.h>
 #include <sys/time.h>
 
-// Public libevent headers only: http_struct.h stays out so that evhttp_request remains an
-// opaque type (OpaquePointer in Swift) and nobody pokes at its fields.
+// Public libevent headers only (HTTPTransport uses the event API, evdns, and evhttp's URI parser and
+// percent-encoder, which need no HTTP server or connection).
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/buffer.h>

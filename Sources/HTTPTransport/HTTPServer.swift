@@ -8,7 +8,7 @@ import Glibc
 /// The server accepts itself (no evconnlistener): the peer address comes with `accept4`, sockets are
 /// non-blocking and close-on-exec from the start, and the number of open connections is exact.
 ///
-/// The connection limit (`Settings.maxConnections`) works as the evhttp path's does:
+/// The connection limit (`Settings.maxConnections`):
 /// 1. At the limit, a connection that has been *idle* (no request in progress, nothing buffered either
 ///    way) for `idleGrace` is closed to make room. A server may close an idle connection at any time
 ///    (RFC 9112 section 9.5); the grace avoids the moment a keep-alive client is most likely to send.
@@ -171,8 +171,8 @@ public final class HTTPServer {
         sweepTimer = TransportTimer(loop: loop) { [weak self] in self?.sweep() }
     }
 
-    /// An IP literal as it is; a name (`localhost`, the host's own name) through the system resolver, as
-    /// evhttp's listener took it. Blocking, but a listener is made once, at start, before the loop serves
+    /// An IP literal as it is; a name (`localhost`, the host's own name) through the system resolver.
+    /// Blocking, but a listener is made once, at start, before the loop serves
     /// (a hosts-file name answers at once; the config check accepts names, so start must too).
     private static func listenAddresses(host: String, port: UInt16) throws(ListenError) -> [SocketAddress] {
         if let literal = SocketAddress(host: host, port: port) { return [literal] }

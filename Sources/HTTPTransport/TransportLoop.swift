@@ -6,13 +6,12 @@ import Glibc
 /// on its thread; `wake()` is the one call that is safe from any thread.
 ///
 /// tokenrelay runs everything mutable (the refresh coordinator, the token client, Redis, admin) on one
-/// loop thread, so the transport and the parts still on evhttp share this one base: its `EventLoop`
-/// wraps a `TransportLoop`.
+/// loop thread: its `EventLoop` wraps a `TransportLoop`.
 public final class TransportLoop {
-    /// The libevent base. `package`, not public: only tokenrelay's evhttp bridge reaches it, until evhttp goes.
-    package let base: OpaquePointer
+    /// The libevent base; nothing outside the transport reaches it.
+    let base: OpaquePointer
     /// The loop's resolver (names never go through a blocking `getaddrinfo` on the loop thread).
-    package let dnsBase: OpaquePointer
+    let dnsBase: OpaquePointer
     /// Read buffers shared by the loop's connections (loop thread only).
     let bufferPool = BufferPool()
     private var wakeEvent: OpaquePointer?

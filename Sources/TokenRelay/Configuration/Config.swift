@@ -156,10 +156,9 @@ public struct Config: Sendable {
     }
 
     public struct Timeouts: Sendable {
-        /// Sending a request and waiting for the response headers (evhttp's one per-connection timeout,
-        /// also the outer bound of the connect).
+        /// Sending a request and waiting for the response headers (also the outer bound of the connect).
         public var upstreamSeconds = 60.0
-        /// Establishing a new upstream connection (our own timer; evhttp 2.1 has no separate one).
+        /// Establishing a new upstream connection: resolving, connecting and the TLS handshake.
         public var connectSeconds = 5.0
         /// Silence from the upstream once its response has started (an SSE stream between events).
         public var streamIdleSeconds = 300.0

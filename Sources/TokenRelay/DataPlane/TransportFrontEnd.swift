@@ -17,7 +17,7 @@ final class TransportFrontEnd {
             server = try HTTPServer(loop: proxy.loop.transport, host: config.listen.host, port: UInt16(clamping: config.listen.port),
                                     backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
         } catch {
-            // The same line as the evhttp engine's: "cannot listen on 127.0.0.1:8080: Address already in use".
+            // One line for every listener: "cannot listen on 127.0.0.1:8080: Address already in use".
             throw HTTPListener.BindError(description: "cannot listen on \(error.description)")
         }
         server.onConnection = { [unowned self] connection in self.accepted(connection) }
@@ -25,7 +25,7 @@ final class TransportFrontEnd {
     }
 
     /// The server's limits and timeouts from the config. Over the connection limit a request is answered
-    /// with the same 503 as on the evhttp engine.
+    /// with tokenrelay's own 503 (JSON, `Retry-After`).
     private static func settings(_ config: Config) -> HTTPServer.Settings {
         let overLimit = LocalResponse.tooManyConnections
         return HTTPServer.Settings(

@@ -1,6 +1,6 @@
-/// What the proxy asks of a request in flight, whichever engine carries it (`Exchange` on evhttp,
-/// `RelayedExchange` on HTTPTransport): the held list releases it after a refresh, and shutdown
-/// abandons it when the drain deadline passes.
+/// What the proxy asks of a request in flight (`RelayedExchange`) or of an upgraded connection
+/// (`UpgradeTunnel`): the held list releases it after a refresh, and shutdown abandons it when the drain
+/// deadline passes.
 protocol ProxiedExchange: AnyObject {
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome)
     func abandon()

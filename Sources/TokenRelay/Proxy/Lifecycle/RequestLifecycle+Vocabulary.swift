@@ -1,5 +1,5 @@
 /// The words `RequestLifecycle` speaks: what its driver tells it, and what it asks the driver to do.
-/// Nothing here names a transport: the same machine runs on evhttp (`Exchange`) and on HTTPTransport.
+/// Nothing here names a transport: the machine's tests run it without one.
 extension RequestLifecycle {
     /// Fixed for the life of one request (taken at arrival: a reload does not change a request in flight).
     struct Settings {

@@ -33,7 +33,7 @@
 ///   comes first) it is replayed like any other.
 ///
 /// Pure: no I/O, no clock of its own (`now` comes with each event), no transport import. The driver
-/// (`Exchange` on evhttp, `RelayedExchange` on HTTPTransport) feeds it events and carries out its actions
+/// (`DataPlane/RelayedExchange`, on HTTPTransport) feeds it events and carries out its actions
 /// in order.
 struct RequestLifecycle {
     enum Phase: Equatable {
