@@ -14,6 +14,7 @@
 #   LARGE_CONNECTIONS  wrk connections, /large                              (default 8)
 #   COUNT_SMALL        requests per strace count, /small                    (default 5000)
 #   COUNT_LARGE        requests per strace count, /large                    (default 300)
+#   LARGE_BYTES        size of the /large body                              (default 1048576)
 #   CALLGRIND=0        skip the user-space instruction count (valgrind callgrind)
 #   CG_SMALL/CG_LARGE  requests per callgrind count                         (default 1000 / 40)
 #   EVHTTP=1           also a second tokenrelay with `data_plane: evhttp` (retired: since the engine was removed
@@ -36,6 +37,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 LARGE_CONNECTIONS=${LARGE_CONNECTIONS:-8}
 COUNT_SMALL=${COUNT_SMALL:-5000}
 COUNT_LARGE=${COUNT_LARGE:-300}
+LARGE_BYTES=${LARGE_BYTES:-1048576}
 CALLGRIND=${CALLGRIND:-1}
 CG_SMALL=${CG_SMALL:-1000}
 CG_LARGE=${CG_LARGE:-40}
@@ -157,7 +159,7 @@ TMP=$(mktemp -d /tmp/tokenrelay-bench.XXXXXX)
 # nginx workers started by root run as 'nobody' and must read /large.
 chmod 0755 "$TMP"
 mkdir -p "$TMP/www" "$TMP/up" "$TMP/ngx" "$TMP/cgngx" "$TMP/cg"
-head -c 1048576 /dev/urandom >"$TMP/www/large"
+head -c "$LARGE_BYTES" /dev/urandom >"$TMP/www/large"
 chmod 0644 "$TMP/www/large"
 LARGE_SHA=$(sha256sum "$TMP/www/large" | cut -d' ' -f1)
 SMALL_BODY=$(printf 'x%.0s' $(seq 1 99))   # 99 bytes + "\n" = 100-byte body
@@ -549,7 +551,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 
 REPORT=$RESULTS_DIR/latest.txt
 {
     echo "tokenrelay (evhttp = data_plane evhttp, transport = data_plane transport) vs nginx reverse proxy  ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load $LOADAVG_START, $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?'), tokenrelay Swift runtime: $STDLIB)"
-    echo "small = /small, 100-byte body, wrk -t1 -c$CONNECTIONS; large = /large, 1 MiB body, wrk -t1 -c$LARGE_CONNECTIONS"
+    echo "small = /small, 100-byte body, wrk -t1 -c$CONNECTIONS; large = /large, $LARGE_BYTES-byte body, wrk -t1 -c$LARGE_CONNECTIONS"
     echo "timed: medians of $ROUNDS interleaved rounds of ${DURATION}s; pinned: ${PROXY_CPU[*]:-no}"
     echo "syscalls/req: strace -c -f over $COUNT_SMALL (small) / $COUNT_LARGE (large) requests, c=8"
     echo "insn/req: callgrind Ir (user space, whole process) over $CG_SMALL / $CG_LARGE requests, c=4"

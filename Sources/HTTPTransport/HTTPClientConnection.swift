@@ -101,6 +101,8 @@ public final class HTTPClientConnection {
         case lengthBody(remaining: Int)
         case chunkedBody
         case bodyUntilClose
+        /// The rest of a length-framed body is being spliced to a client connection (`BodySplice`).
+        case splicedBody
         /// A 101 arrived: what follows is not HTTP. Nothing more is parsed; `detachForTunnel` hands the
         /// socket over.
         case switched
@@ -124,6 +126,16 @@ public final class HTTPClientConnection {
     /// response says, the connection is not reused.
     private var requestFramingBroken = false
     private var continueTimer: TransportTimer?
+    /// The client connection the current response's body is to be spliced to, once the bytes read with
+    /// the head have gone the normal way; the splice while it runs.
+    private weak var spliceTarget: HTTPServerConnection?
+    private var spliceMinimum = 0
+    private var splice: BodySplice?
+    /// The handler's pause, kept apart from the splice's own control of reading.
+    private var readingPausedByHandler = false
+    /// Responses whose body (the rest after the bytes read with the head) went by splice, and the bytes.
+    public private(set) var splicedResponses = 0
+    public private(set) var splicedBytes = 0
 
     /// Where the current request stands with `Expect: 100-continue`.
     public enum ContinueState: Sendable, Equatable {
@@ -514,9 +526,98 @@ public final class HTTPClientConnection {
     }
 
     /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
-    public func pauseReading() { stream.pauseReading() }
+    public func pauseReading() {
+        readingPausedByHandler = true
+        if splice == nil { stream.pauseReading() }
+    }
 
-    public func resumeReading() { stream.resumeReading() }
+    public func resumeReading() {
+        readingPausedByHandler = false
+        if splice == nil { stream.resumeReading() }
+    }
+
+    // MARK: - Splicing
+
+    /// Asks for the rest of the current response's body to be moved to `client` with splice(2), kernel to
+    /// kernel, instead of through `receivedBody`. Call it from `receivedHead`, after `client.startResponse`
+    /// with the same length. The bytes read together with the head still come through `receivedBody`
+    /// first (the caller sends them as usual); then, if at least `minimumBytes` remain, the splice takes
+    /// over (its bytes follow whatever is still queued for the client) and the next report is `connectionReceivedEnd` (or the
+    /// connection's end, if either side fails). Returns false, and nothing changes, unless both
+    /// connections are plain TCP, the response is framed by its length and the client's response
+    /// announced the same length (not to HEAD). The splice paces the upstream by the client itself: a
+    /// pause from before it is lifted when it starts, and while it runs `pauseReading` and
+    /// `resumeReading` only record the wish (applied when it ends).
+    public func spliceBody(to client: HTTPServerConnection, minimumBytes: Int = 64 * 1024) -> Bool {
+        guard !hasEnded, splice == nil, case .lengthBody(let remaining) = state, stream.isOpen, !stream.usesTLS,
+              client.spliceableBodyOwed == remaining else { return false }
+        spliceTarget = client
+        spliceMinimum = max(minimumBytes, 1)
+        return true
+    }
+
+    /// Starts the splice asked for, once the input buffer is empty; false when it cannot start now.
+    private func startSplice(remaining: Int) -> Bool {
+        guard let client = spliceTarget else { return false }
+        guard remaining >= spliceMinimum, stream.isOpen, client.spliceableBodyOwed == remaining else {
+            spliceTarget = nil
+            return false
+        }
+        // The head, and body bytes still queued for the client, go before any spliced byte (`BodySplice`).
+        client.flushPendingHead()
+        guard client.stream.isOpen else {
+            spliceTarget = nil
+            return false
+        }
+        guard let pipe = loop.splicePipes.take() else {
+            spliceTarget = nil
+            return false
+        }
+        spliceTarget = nil
+        readingPausedByHandler = false
+        state = .splicedBody
+        splicedResponses += 1
+        let splice = BodySplice(owner: self, source: stream, client: client, pipe: pipe, pool: loop.splicePipes, remaining: remaining)
+        self.splice = splice
+        splice.start()
+        return true
+    }
+
+    func spliceReceived(_ n: Int) {
+        splicedBytes += n
+        rearmSilence()
+    }
+
+    /// The whole body went through: the response is complete as if it had been read.
+    func spliceFinished() {
+        endSplice()
+        guard !hasEnded, case .splicedBody = state else { return }
+        state = .idle
+        responseComplete()
+        rearmSilence()
+    }
+
+    /// The upstream closed before the whole body came.
+    func spliceSourceEnded() {
+        endSplice()
+        streamReachedEnd(stream)
+    }
+
+    /// The client went away mid-body: this connection holds the rest of a body nobody takes.
+    func spliceLostClient() {
+        endSplice()
+        guard !hasEnded else { return }
+        keepAlive = false
+        closeNow()
+    }
+
+    private func endSplice() {
+        guard let splice else { return }
+        self.splice = nil
+        splice.stop()
+        guard !stream.isClosed else { return }
+        if readingPausedByHandler { stream.pauseReading() } else { stream.resumeReading() }
+    }
 
     // MARK: - Receiving
 
@@ -527,7 +628,7 @@ public final class HTTPClientConnection {
         while !hasEnded {
             let input = stream.input
             switch state {
-            case .ended, .switched:
+            case .ended, .switched, .splicedBody:
                 return
             case .idle:
                 // Nothing may arrive between responses: a stray response would answer the next request.
@@ -578,6 +679,7 @@ public final class HTTPClientConnection {
                 handler?.connection(self, receivedHead: ReceivedResponseHead(bytes: headBytes, parsed: head))
                 if case .idle = state { responseComplete() }
             case .lengthBody(let remaining):
+                if input.count == 0, spliceTarget != nil, startSplice(remaining: remaining) { continue }
                 guard input.count > 0 else { return }
                 let take = min(remaining, input.count)
                 handler?.connection(self, receivedBody: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(input.unconsumed)[0..<take]))
@@ -616,6 +718,7 @@ public final class HTTPClientConnection {
         // Bytes already buffered behind a complete response: never reuse (and the handler sees it). Nor
         // when the response came before the request body was all sent (an early 401 or 413): the rest of
         // that body would be read by the upstream as the next request.
+        spliceTarget = nil
         let unsolicited = stream.input.count > 0
         if unsolicited { onUnsolicitedBytes?(stream.input.count) }
         if unsolicited || requestFraming != nil || requestFramingBroken || bodyAbandoned { keepAlive = false }
@@ -636,6 +739,11 @@ public final class HTTPClientConnection {
         hasEnded = true
         let started = responseStarted
         state = .ended
+        spliceTarget = nil
+        if let splice {
+            self.splice = nil
+            splice.stop()
+        }
         silenceTimer?.cancel()
         continueTimer?.cancel()
         connectTimer?.cancel()

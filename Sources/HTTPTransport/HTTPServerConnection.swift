@@ -319,6 +319,27 @@ public final class HTTPServerConnection {
         bytes.withUnsafeBytes { sendBody($0) }
     }
 
+    // MARK: - Splicing (see `BodySplice`)
+
+    /// Body bytes the current response still owes, if they may be spliced into the socket: a response of
+    /// known length (not to HEAD) being sent on a plain TCP connection that is still open.
+    var spliceableBodyOwed: Int? {
+        guard !hasEnded, !stream.isClosed, !stream.usesTLS, case .length = responseFraming, !requestIsHead else { return nil }
+        return bodyOwed
+    }
+
+    /// Writes a response head that waits for its first body piece: spliced bytes must follow it.
+    func flushPendingHead() {
+        guard !pendingHead.isEmpty else { return }
+        stream.write(pendingHead.bytes)
+        pendingHead.clear()
+    }
+
+    /// Spliced bytes the socket took count against the announced length, like bytes sent.
+    func bodySpliced(_ n: Int) {
+        bodyOwed -= min(max(n, 0), bodyOwed)
+    }
+
     /// Ends the response; the connection then reads the next request or closes.
     public func finishResponse() {
         guard !hasEnded, let framing = responseFraming else { return }

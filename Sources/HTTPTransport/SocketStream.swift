@@ -64,6 +64,11 @@ final class SocketStream {
     /// limit is the write event's own timeout, armed only while output waits, and libevent starts a
     /// persistent event's timeout again each time the event fires, so any progress restarts it.
     var sendStallLimit: Double = 0
+    /// While a body is spliced from this socket, its readability goes to the splice instead of `read`.
+    weak var spliceSource: BodySplice?
+    /// While a body is spliced to this socket, its writability goes to the splice once the output queue
+    /// is empty (bytes queued before the splice started go first; nothing is queued while it runs).
+    weak var spliceSink: BodySplice?
 
     private enum Phase {
         /// No socket yet (resolving), or the last connect attempt failed.
@@ -112,6 +117,7 @@ final class SocketStream {
     var pendingOutput: Int { output.count - outputStart }
 
     var isOpen: Bool { phase == .open && !isClosed }
+    var usesTLS: Bool { tls != nil }
     var isHandshaking: Bool { phase == .handshaking }
 
     /// Starts a non-blocking connect. Returns nil, or the errno of an immediate failure (the stream then
@@ -228,6 +234,10 @@ final class SocketStream {
             return
         case .open:
             break
+        }
+        if let spliceSource {
+            spliceSource.sourceReadable()
+            return
         }
         if let tls {
             readTLS(tls)
@@ -410,6 +420,10 @@ final class SocketStream {
         case .open:
             break
         }
+        if let spliceSink, pendingOutput == 0 {
+            spliceSink.sinkWritable()
+            return
+        }
         if tlsReadWaitsForWrite {
             tlsReadWaitsForWrite = false
             readable()
@@ -437,6 +451,10 @@ final class SocketStream {
         }
         output.removeAll(keepingCapacity: output.capacity <= 256 * 1024)
         outputStart = 0
+        if let spliceSink {
+            spliceSink.sinkWritable()
+            return
+        }
         disarmWrite()
         if closeWhenFlushed {
             finishWithLinger()
@@ -447,7 +465,7 @@ final class SocketStream {
 
     /// `sendStallLimit` passed with output queued and none of it taken.
     func sendStalled() {
-        guard !isClosed, phase == .open, pendingOutput > 0 else { return }
+        guard !isClosed, phase == .open, pendingOutput > 0 || spliceSink?.holdsBytes == true else { return }
         fail(ETIMEDOUT)
     }
 
@@ -497,7 +515,7 @@ final class SocketStream {
         return offset
     }
 
-    private func armWrite() {
+    func armWrite() {
         guard !writeArmed, !isClosed, !tlsWriteWaitsForRead, let writeEvent else { return }
         writeArmed = true
         if sendStallLimit > 0 && phase == .open {
@@ -508,7 +526,7 @@ final class SocketStream {
         }
     }
 
-    private func disarmWrite() {
+    func disarmWrite() {
         guard writeArmed, let writeEvent else { return }
         writeArmed = false
         event_del(writeEvent)
@@ -563,7 +581,7 @@ final class SocketStream {
     }
 
     /// Reports the failure (so the owner knows why) and then closes.
-    private func fail(_ error: Int32) {
+    func fail(_ error: Int32) {
         guard !isClosed else { return }
         owner?.streamFailed(self, errno: error)
         close()
@@ -578,6 +596,9 @@ final class SocketStream {
     private func release() {
         guard !isClosed else { return }
         isClosed = true
+        // A splice using this socket stops first (its pipe is not this socket's to keep).
+        spliceSource?.streamClosing(self)
+        spliceSink?.streamClosing(self)
         if phase == .open && !isWriteShut { tls?.closeQuietly() }
         // Unregister before closing the descriptor: the number may be reused by the next accept.
         if let readEvent { event_free(readEvent) }

@@ -14,6 +14,8 @@ public final class TransportLoop {
     let dnsBase: OpaquePointer
     /// Read buffers shared by the loop's connections (loop thread only).
     let bufferPool = BufferPool()
+    /// Empty pipes for spliced bodies (loop thread only).
+    let splicePipes = SplicePipePool()
     private var wakeEvent: OpaquePointer?
     private var wakeHandler: (() -> Void)?
 

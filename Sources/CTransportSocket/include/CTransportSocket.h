@@ -9,6 +9,13 @@
 /// which this file's users must not define (it changes glibc's types for the whole Swift module).
 int transport_accept_nonblocking(int fd, struct sockaddr *addr, socklen_t *len);
 
+/// pipe2(fds, O_NONBLOCK | O_CLOEXEC), fcntl(fd, F_SETPIPE_SZ, bytes) (returns the capacity granted, or
+/// -1) and splice(from, NULL, to, NULL, count, SPLICE_F_MOVE | SPLICE_F_NONBLOCK): Linux-only, and the
+/// latter two need _GNU_SOURCE for the same reason as accept4.
+int transport_pipe_nonblocking(int fds[2]);
+int transport_pipe_set_capacity(int fd, int bytes);
+ssize_t transport_splice(int from, int to, size_t count);
+
 // OpenSSL types are only forward-declared: OpenSSL's headers stay out of this module (they reach Swift
 // through CLibevent once, so that both modules agree on glibc's feature macros).
 struct ssl_st;
