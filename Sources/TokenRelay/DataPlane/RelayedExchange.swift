@@ -417,6 +417,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             client.startResponse(status: response.status, reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason]),
                                  body: length) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
         }
+        // A large body of known length goes socket to socket in the kernel when both sides are plain TCP (the
+        // transport checks that and the sizes); a relayed response is never captured, so nothing here needs it.
+        if case .length = response.framing, !requestIsHead { _ = upstream?.spliceBody(to: client) }
     }
 
     /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the
