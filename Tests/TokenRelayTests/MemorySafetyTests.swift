@@ -32,6 +32,15 @@ final class MemorySafetyTests: RelayTestCase {
         XCTAssertEqual(replayed.compactMap { try? $0.get() }, [200, 200, 200, 200])
         XCTAssertEqual(tokenServer.successfulRefreshes, 1)
         XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/upload", body: Data(repeating: 7, count: 200_000)).status, 200)
+        // A response large enough for the spliced path (socket -> pipe -> socket), then an ordinary one.
+        let big = Data((0..<(2 * 1024 * 1024)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        api.responseOverride = { request in
+            request.target == "/big" ? TestResponse(status: 200, headers: [("Content-Type", "application/octet-stream")], body: big) : nil
+        }
+        let download = try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/big", timeout: 60)
+        XCTAssertEqual(download.status, 200)
+        XCTAssertEqual(download.body, big)
+        api.responseOverride = nil
         let abandoned = try HTTPTestConnection(port: relay.proxyPort)
         try abandoned.writeRaw("GET /abandoned HTTP/1.1\r\nHost: x\r\n")
         abandoned.close()
