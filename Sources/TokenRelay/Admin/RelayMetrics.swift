@@ -43,7 +43,10 @@ final class RelayMetrics {
     }
 
     private let registry = PrometheusCollectorRegistry()
-    private var requestsByStatus: [Int: Counter] = [:]
+    /// The request counters by status, indexed by the status itself (100-599): a lookup on the hot path
+    /// without hashing. Made on first use of each status; anything outside that range goes to `otherStatuses`.
+    private var requestsByStatus = [Counter?](repeating: nil, count: 600)
+    private var otherStatuses: [Int: Counter] = [:]
     private var labelled: [String: Counter] = [:]
 
     let heldRequests: Gauge
@@ -113,10 +116,12 @@ final class RelayMetrics {
 
     /// Client requests answered, by HTTP status (the hot path: counters are cached per status).
     func countRequest(status: Int) {
-        if let counter = requestsByStatus[status] { return counter.increment() }
+        let indexed = requestsByStatus.indices.contains(status)
+        if indexed, let counter = requestsByStatus[status] { return counter.increment() }
+        if !indexed, let counter = otherStatuses[status] { return counter.increment() }
         let family = Families.requests
         let counter = registry.makeCounter(descriptor: family.descriptor, labels: [("status", String(status))])
-        requestsByStatus[status] = counter
+        if indexed { requestsByStatus[status] = counter } else { otherStatuses[status] = counter }
         counter.increment()
     }
 

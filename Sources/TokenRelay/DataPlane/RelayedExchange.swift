@@ -48,6 +48,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     static let maxCapturedBodyBytes = 64 * 1024
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
+    var activeSlot = -1
 
     /// A request body: kept whole (up to `limits.max_body_bytes`, so it can be sent again), or streamed.
     enum Body {
@@ -307,17 +308,18 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
         if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
         // Challenges are read only for a refresh-triggering status: most responses are not one.
-        let triggerStatuses = proxy.config.refresh.triggerStatuses
-        var challenges: [String] = []
-        if triggerStatuses.contains(head.status) {
+        var expired = false
+        if proxy.refreshTriggerStatuses.contains(head.status) {
+            var challenges: [String] = []
             head.bytes.withUnsafeBytes { bytes in
                 let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
                 for index in 0..<table.count where table.nameIs(index, "www-authenticate") {
                     challenges.append(String(decoding: table.value(index), as: UTF8.self))
                 }
             }
+            expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
+                                                           triggerStatuses: proxy.config.refresh.triggerStatuses)
         }
-        let expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges, triggerStatuses: triggerStatuses)
         arrivingHead = head
         execute(lifecycle.responseHead(status: head.status, indicatesExpiredToken: expired))
         arrivingHead = nil

@@ -18,6 +18,7 @@ final class UpgradeTunnel: ProxiedExchange {
     private var tunnel: ByteTunnel?
     private let openedAt = EventLoop.monotonicNow
     private let protocolName: String
+    var activeSlot = -1
 
     private init(proxy: ProxyServer, protocolName: String) {
         self.proxy = proxy

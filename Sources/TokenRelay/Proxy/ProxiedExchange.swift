@@ -4,4 +4,7 @@
 protocol ProxiedExchange: AnyObject {
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome)
     func abandon()
+    /// Where the proxy keeps it in its list of exchanges in flight (its own, set by `began`): removing it
+    /// is a swap with the last, without hashing per request.
+    var activeSlot: Int { get set }
 }

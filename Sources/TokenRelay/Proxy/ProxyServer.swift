@@ -18,7 +18,10 @@ final class ProxyServer {
     private(set) var frontEnd: TransportFrontEnd!
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [any ProxiedExchange] = []
-    private var active: [ObjectIdentifier: any ProxiedExchange] = [:]
+    /// Exchanges and tunnels in flight, in no order; each knows its slot (`activeSlot`).
+    private var active: [any ProxiedExchange] = []
+    /// `refresh.trigger_statuses` of the running config as a bit set (read for every response).
+    private(set) var refreshTriggerStatuses = StatusCodeSet()
     private(set) var isDraining = false
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
@@ -30,6 +33,7 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
+        refreshTriggerStatuses = StatusCodeSet(config.refresh.triggerStatuses)
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
         route = makeRoute(config, upstreamTLS: upstreamTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
@@ -51,6 +55,7 @@ final class ProxyServer {
     /// the old pool is freed as its connections come back.
     func apply(_ config: Config, upstreamTLS: TLSContext?) {
         self.config = config
+        refreshTriggerStatuses = StatusCodeSet(config.refresh.triggerStatuses)
         frontEnd.apply(config)
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
         route.retire()
@@ -75,7 +80,19 @@ final class ProxyServer {
 
     /// A request on the transport front end has begun (its head and body are in).
     func began(_ exchange: any ProxiedExchange) {
-        active[ObjectIdentifier(exchange)] = exchange
+        exchange.activeSlot = active.count
+        active.append(exchange)
+    }
+
+    private func removeActive(_ exchange: any ProxiedExchange) {
+        let slot = exchange.activeSlot
+        guard active.indices.contains(slot), active[slot] === exchange else { return }
+        let last = active.removeLast()
+        if slot < active.count {
+            last.activeSlot = slot
+            active[slot] = last
+        }
+        exchange.activeSlot = -1
     }
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
@@ -161,7 +178,7 @@ final class ProxyServer {
         if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
             metrics.recordHold(seconds: hold.seconds, outcome: outcome)
         }
-        active.removeValue(forKey: ObjectIdentifier(exchange))
+        removeActive(exchange)
         if status > 0 { metrics.countRequest(status: Int(status)) }
         if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
@@ -169,7 +186,7 @@ final class ProxyServer {
 
     /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain.
     func tunnelEnded(_ tunnel: any ProxiedExchange) {
-        active.removeValue(forKey: ObjectIdentifier(tunnel))
+        removeActive(tunnel)
         checkDrained()
     }
 
@@ -192,6 +209,7 @@ final class ProxyServer {
 
     /// Drain deadline passed: answer or cut whatever is left.
     func abandonRemaining() {
-        Array(active.values).forEach { $0.abandon() }
+        let remaining = active
+        remaining.forEach { $0.abandon() }
     }
 }
