@@ -12,7 +12,7 @@ final class RequestLifecycleTests: XCTestCase {
         .init(kind: .connectionLost, responseStarted: started, description: "connection closed before a response")
     }
 
-    private func summary(_ actions: [Machine.Action]) -> Machine.Summary? {
+    private func summary(_ actions: Machine.ActionList) -> Machine.Summary? {
         guard case .finish(let summary)? = actions.last else { return nil }
         return summary
     }

@@ -29,7 +29,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private let upgradeProtocol: String?
 
     private var lifecycle: RequestLifecycle
-    private let queue = LifecycleActionQueue()
+    private var queue = LifecycleActionQueue()
     private var finished: Bool { queue.isFinished }
 
     private let arrivedAt = EventLoop.monotonicNow
@@ -132,8 +132,18 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     // MARK: - Carrying out the machine's actions
 
-    private func execute(_ actions: [RequestLifecycle.Action]) {
-        queue.run(actions) { perform($0) }
+    private func execute(_ actions: RequestLifecycle.ActionList) {
+        guard queue.begin(actions) else { return }
+        performEach(actions)
+        while let batch = queue.next() { performEach(batch) }
+    }
+
+    private func performEach(_ actions: RequestLifecycle.ActionList) {
+        // By index: an iterator would be a copy of the list.
+        for index in 0..<actions.count {
+            let action = actions[index]
+            if queue.admits(action) { perform(action) }
+        }
     }
 
     private func perform(_ action: RequestLifecycle.Action) {

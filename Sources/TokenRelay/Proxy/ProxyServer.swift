@@ -117,11 +117,11 @@ final class ProxyServer {
     /// rules, counters, the log) for either engine's driver, and returns the actions of any event it fed
     /// back into the machine. Drivers pass every other action to their own transport.
     func carryOut(_ action: RequestLifecycle.Action, for exchange: any ProxiedExchange,
-                  lifecycle: inout RequestLifecycle) -> [RequestLifecycle.Action] {
+                  lifecycle: inout RequestLifecycle) -> RequestLifecycle.ActionList {
         let now = EventLoop.monotonicNow
         switch action {
         case .hold:
-            return hold(exchange) ? [] : lifecycle.holdRefused(now: now)
+            return hold(exchange) ? RequestLifecycle.ActionList() : lifecycle.holdRefused(now: now)
         case .unhold:
             unhold(exchange)
         case .consultRefreshRules(let sentGeneration):
@@ -134,7 +134,7 @@ final class ProxyServer {
         default:
             assertionFailure("\(action) is the driver's to carry out")
         }
-        return []
+        return RequestLifecycle.ActionList()
     }
 
     // MARK: - Held requests

@@ -1,34 +1,45 @@
-/// Runs a request's actions in the order the machine gave them, for either engine's driver.
+/// Runs a request's actions in the order the machine gave them, for the driver (`RelayedExchange`), which
+/// keeps it as a stored value (no object per request).
 ///
 /// An action may feed the machine another event (a refused hold, the refresh rules' answer, a connection
 /// granted at once); the actions that event yields queue behind the ones still pending instead of running
 /// inside the current one, so a driver never acts on a step the machine has already left. Nothing runs
-/// after `finish`.
-final class LifecycleActionQueue {
-    private var pending: [RequestLifecycle.Action] = []
+/// after `finish`. The driver's loop:
+///
+/// ```
+/// guard queue.begin(actions) else { return }   // queued behind the running batch
+/// performEach(actions)                          // each action that queue.admits(action)
+/// while let batch = queue.next() { performEach(batch) }
+/// ```
+struct LifecycleActionQueue {
+    private var pending = RequestLifecycle.ActionList()
     private var running = false
     private(set) var isFinished = false
 
-    func run(_ actions: [RequestLifecycle.Action], perform: (RequestLifecycle.Action) -> Void) {
-        guard !running else {
-            // Usually nothing waits yet: the list is taken as it is, not copied.
-            if pending.isEmpty { pending = actions } else { pending += actions }
-            return
+    /// True: the caller runs `actions` now. False: a batch is running; they wait behind it.
+    mutating func begin(_ actions: RequestLifecycle.ActionList) -> Bool {
+        guard running else {
+            running = true
+            return true
         }
-        running = true
-        // The outermost call works through its own batch in place, then through whatever the actions
-        // queued meanwhile, batch by batch: the same order as one queue, without copying every action.
-        var batch = actions
-        while true {
-            for action in batch {
-                guard !isFinished else { continue }
-                if case .finish = action { isFinished = true }
-                perform(action)
-            }
-            if pending.isEmpty { break }
-            batch = pending
-            pending = []
+        // Usually nothing waits yet: the list is taken whole.
+        if pending.isEmpty { pending = actions } else { pending += actions }
+        return false
+    }
+
+    /// Whether to perform `action` (nothing after `finish`); marks the queue finished at `finish`.
+    mutating func admits(_ action: RequestLifecycle.Action) -> Bool {
+        guard !isFinished else { return false }
+        if case .finish = action { isFinished = true }
+        return true
+    }
+
+    /// The next batch queued meanwhile, if any; at the end the queue is idle again.
+    mutating func next() -> RequestLifecycle.ActionList? {
+        guard !pending.isEmpty else {
+            running = false
+            return nil
         }
-        running = false
+        return pending.take()
     }
 }

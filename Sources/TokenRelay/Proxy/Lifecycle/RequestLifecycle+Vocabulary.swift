@@ -55,7 +55,8 @@ extension RequestLifecycle {
         case afterRefresh
     }
 
-    /// What the driver does, in the order given.
+    /// What the driver does, in the order given. The cases with a large payload, which only rare paths
+    /// use, are boxed (`indirect`): every action is copied as often as its largest case is long.
     enum Action: Equatable {
         /// Ask the pool for a connection. `admittedEarlier`: a request released by a refresh queues in
         /// order and is never refused by the waiter bound meant for new arrivals.
@@ -89,14 +90,14 @@ extension RequestLifecycle {
         /// Answer the client with the response captured earlier.
         case respondCaptured
         /// Answer the client with tokenrelay's own response.
-        case respond(LocalResponse)
+        indirect case respond(LocalResponse)
         /// The response to the client cannot be completed: close its connection so it sees a truncated
         /// response, never a clean end. `flushFirst`: write what is queued first.
         case abortClient(flushFirst: Bool)
         case countReplay(ReplayReason)
-        case upstreamFailed(UpstreamFailure)
+        indirect case upstreamFailed(UpstreamFailure)
         /// Log that the request goes out again on a fresh connection.
-        case retrying(after: UpstreamFailure)
+        indirect case retrying(after: UpstreamFailure)
         /// The request is over: the driver frees what it still holds (timers, queue place, connection,
         /// hold registration) and reports the summary. Always the last action, exactly once.
         case finish(Summary)

@@ -81,23 +81,23 @@ struct RequestLifecycle {
     // MARK: - Arrival
 
     /// `admission`: the refresh rules' answer for a request arriving now (nil for passthrough requests).
-    mutating func start(admission: Admission?, now: Double) -> [Action] {
-        guard phase == .arrived else { return [] }
+    mutating func start(admission: Admission?, now: Double) -> ActionList {
+        guard phase == .arrived else { return ActionList() }
         if case nil = admission { passthrough = true }
         return admit(admission, now: now)
     }
 
     /// A request refused before anything was forwarded (smuggling probes, foreign hosts, TRACE).
-    mutating func refuse(_ response: LocalResponse, now: Double) -> [Action] {
-        guard phase == .arrived else { return [] }
+    mutating func refuse(_ response: LocalResponse, now: Double) -> ActionList {
+        guard phase == .arrived else { return ActionList() }
         return respond(response, now: now)
     }
 
-    private mutating func admit(_ admission: Admission?, now: Double) -> [Action] {
+    private mutating func admit(_ admission: Admission?, now: Double) -> ActionList {
         switch admission {
         case nil, .send:
             phase = .waitingForConnection
-            return [.acquireConnection(admittedEarlier: heldSince != nil)]
+            return ActionList(.acquireConnection(admittedEarlier: heldSince != nil))
         case .hold:
             return hold(now: now)
         case .loginRequired:
@@ -111,22 +111,22 @@ struct RequestLifecycle {
 
     /// The pool has no free connection; the request waits in its queue, but only so long: a stalled
     /// upstream must turn into quick 503s, not an unbounded queue of clients.
-    mutating func connectionQueued() -> [Action] {
-        guard phase == .waitingForConnection else { return [] }
-        return [.schedule(.poolWait, after: settings.poolWaitSeconds)]
+    mutating func connectionQueued() -> ActionList {
+        guard phase == .waitingForConnection else { return ActionList() }
+        return ActionList(.schedule(.poolWait, after: settings.poolWaitSeconds))
     }
 
     /// The pool's queue is full.
-    mutating func connectionRefused(now: Double) -> [Action] {
-        guard phase == .waitingForConnection else { return [] }
+    mutating func connectionRefused(now: Double) -> ActionList {
+        guard phase == .waitingForConnection else { return ActionList() }
         return respond(.poolExhausted("too many requests are waiting for an upstream connection"), now: now)
     }
 
     /// A connection is in hand. `admission`: the refresh rules' answer *now* (nil for passthrough): a
     /// refresh may have started or finished while the request waited.
-    mutating func connectionAcquired(reused: Bool, admission: Admission?, now: Double) -> [Action] {
-        guard phase == .waitingForConnection else { return [.releaseConnection] }
-        var actions: [Action] = [.cancel(.poolWait)]
+    mutating func connectionAcquired(reused: Bool, admission: Admission?, now: Double) -> ActionList {
+        guard phase == .waitingForConnection else { return ActionList(.releaseConnection) }
+        var actions = ActionList(.cancel(.poolWait))
         let credential: Credential
         switch admission {
         case nil: credential = .none
@@ -142,13 +142,13 @@ struct RequestLifecycle {
         phase = .awaitingResponse
         // Written out whole: this runs for every request, and growing an array is an allocation each time.
         let send = Action.send(credential), headDeadline = Action.schedule(.responseHead, after: settings.upstreamSeconds)
-        if reused { return [.cancel(.poolWait), send, headDeadline] }
-        return [.cancel(.poolWait), send, headDeadline, .schedule(.connect, after: settings.connectSeconds)]
+        if reused { return ActionList(.cancel(.poolWait), send, headDeadline) }
+        return ActionList(.cancel(.poolWait), send, headDeadline, .schedule(.connect, after: settings.connectSeconds))
     }
 
     /// The transport reports the connection established (TCP, and TLS if any).
-    mutating func connected() -> [Action] {
-        [.cancel(.connect)]
+    mutating func connected() -> ActionList {
+        ActionList(.cancel(.connect))
     }
 
     /// The first byte of a streamed request body has left for the upstream.
@@ -161,59 +161,59 @@ struct RequestLifecycle {
     /// response-head deadline then runs from the last piece: an upload lasts as long as the client and the
     /// upstream need (a 20 MiB body must not be cut by the deadline meant for the answer), while an
     /// upstream that stops taking the body, or never answers after it, still times out.
-    mutating func streamedBodyProgressed() -> [Action] {
+    mutating func streamedBodyProgressed() -> ActionList {
         bodyIsReplayable = false
-        guard phase == .awaitingResponse else { return [] }
-        return [.schedule(.responseHead, after: settings.upstreamSeconds)]
+        guard phase == .awaitingResponse else { return ActionList() }
+        return ActionList(.schedule(.responseHead, after: settings.upstreamSeconds))
     }
 
     // MARK: - The upstream's answer
 
     /// The response head is in. `indicatesExpiredToken`: the status and challenge say the token is no
     /// longer accepted (see `RefreshTrigger`).
-    mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> [Action] {
-        guard phase == .awaitingResponse else { return [] }
+    mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> ActionList {
+        guard phase == .awaitingResponse else { return ActionList() }
         if attempts == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
             phase = .capturing
             capturedStatus = status
-            return [.cancel(.connect), .cancel(.responseHead), .captureResponse]
+            return ActionList(.cancel(.connect), .cancel(.responseHead), .captureResponse)
         }
         phase = .relaying
         answeredStatus = status
         answeredByUpstream = true
-        return [.cancel(.connect), .cancel(.responseHead), .relayResponse]
+        return ActionList(.cancel(.connect), .cancel(.responseHead), .relayResponse)
     }
 
     /// The response is complete (its body too).
-    mutating func responseEnded(now: Double) -> [Action] {
+    mutating func responseEnded(now: Double) -> ActionList {
         switch phase {
         case .capturing:
-            return [.releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration)]
+            return ActionList(.releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration))
         case .relaying:
-            return [.releaseConnection, .endRelayedResponse, finish(now: now)]
+            return ActionList(.releaseConnection, .endRelayedResponse, finish(now: now))
         default:
-            return []
+            return ActionList()
         }
     }
 
     /// The upstream connection failed, or the driver refused its answer (invalid, too large).
-    mutating func upstreamFailed(_ failure: UpstreamFailure, now: Double) -> [Action] {
+    mutating func upstreamFailed(_ failure: UpstreamFailure, now: Double) -> ActionList {
         switch phase {
         case .awaitingResponse, .capturing:
-            var actions: [Action] = [.cancel(.connect), .cancel(.responseHead)]
+            var actions = ActionList(.cancel(.connect), .cancel(.responseHead))
             if phase == .awaitingResponse && mayRetry(failure) {
                 retried = true
                 attempts -= 1
                 phase = .waitingForConnection
-                return actions + [.retrying(after: failure), .acquireFreshConnection]
+                return actions + ActionList(.retrying(after: failure), .acquireFreshConnection)
             }
-            actions += [.releaseConnection, .upstreamFailed(failure)]
+            actions += ActionList(.releaseConnection, .upstreamFailed(failure))
             return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
         case .relaying:
             // The head is out: a truncated response is the honest answer.
-            return [.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true), finish(now: now)]
+            return ActionList(.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true), finish(now: now))
         default:
-            return []
+            return ActionList()
         }
     }
 
@@ -229,12 +229,12 @@ struct RequestLifecycle {
     // MARK: - The refresh path
 
     /// The refresh rules' answer to `consultRefreshRules`.
-    mutating func refreshRulesDecided(_ decision: RefreshRulesDecision, now: Double) -> [Action] {
-        guard phase == .capturing else { return [] }
+    mutating func refreshRulesDecided(_ decision: RefreshRulesDecision, now: Double) -> ActionList {
+        guard phase == .capturing else { return ActionList() }
         switch decision {
         case .replay:
             phase = .waitingForConnection
-            return [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: heldSince != nil)]
+            return ActionList(.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: heldSince != nil))
         case .hold:
             return hold(now: now)
         case .passThrough:
@@ -246,31 +246,31 @@ struct RequestLifecycle {
 
     /// The hold deadline runs from the first hold: a request held, replayed, and held again does not
     /// get a second full wait.
-    private mutating func hold(now: Double) -> [Action] {
+    private mutating func hold(now: Double) -> ActionList {
         phase = .held
         holdIsFirst = heldSince == nil
         if holdIsFirst { heldSince = now }
         let deadline = holdDeadline ?? now + settings.holdSeconds
         holdDeadline = deadline
-        return [.hold, .schedule(.hold, after: max(0, deadline - now))]
+        return ActionList(.hold, .schedule(.hold, after: max(0, deadline - now)))
     }
 
     /// The list of held requests is full (`limits.max_held_requests`).
-    mutating func holdRefused(now: Double) -> [Action] {
-        guard phase == .held else { return [] }
+    mutating func holdRefused(now: Double) -> ActionList {
+        guard phase == .held else { return ActionList() }
         if holdIsFirst { heldSince = nil }
-        return [.cancel(.hold)] + respond(.tooManyHeld, now: now)
+        return ActionList(.cancel(.hold)) + respond(.tooManyHeld, now: now)
     }
 
     /// A refresh cycle ended. After `renewed` the replay reads the token when its connection is in hand.
-    mutating func refreshFinished(_ outcome: RefreshOutcome, now: Double) -> [Action] {
-        guard phase == .held else { return [] }
-        let leave: [Action] = [.cancel(.hold), .unhold]
+    mutating func refreshFinished(_ outcome: RefreshOutcome, now: Double) -> ActionList {
+        guard phase == .held else { return ActionList() }
+        let leave = ActionList(.cancel(.hold), .unhold)
         switch outcome {
         case .renewed:
             phase = .waitingForConnection
-            let replay: [Action] = attempts > 0 ? [.countReplay(.afterRefresh)] : []
-            return leave + replay + [.acquireConnection(admittedEarlier: true)]
+            let replay = attempts > 0 ? ActionList(.countReplay(.afterRefresh)) : ActionList()
+            return leave + replay + ActionList(.acquireConnection(admittedEarlier: true))
         case .rejected:
             return leave + (capturedStatus != nil ? respondCaptured(now: now) : respond(.loginRequired, now: now))
         case .unavailable:
@@ -280,58 +280,58 @@ struct RequestLifecycle {
 
     // MARK: - Deadlines
 
-    mutating func timerFired(_ timer: Timer, now: Double) -> [Action] {
+    mutating func timerFired(_ timer: Timer, now: Double) -> ActionList {
         switch (timer, phase) {
         case (.poolWait, .waitingForConnection):
-            return [.cancelConnectionWait] + respond(.poolExhausted("timed out waiting for a free upstream connection"), now: now)
+            return ActionList(.cancelConnectionWait) + respond(.poolExhausted("timed out waiting for a free upstream connection"), now: now)
         case (.connect, .awaitingResponse):
             // The cancel also stops the connect attempt.
-            return [.cancel(.responseHead), .cancelUpstream, .releaseConnection]
-                + [.upstreamFailed(UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time"))]
+            return ActionList(.cancel(.responseHead), .cancelUpstream, .releaseConnection)
+                + ActionList(.upstreamFailed(UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time")))
                 + respond(.gatewayTimeout, now: now)
         case (.responseHead, .awaitingResponse):
             // The connection is closed by the cancel: never reused with half a head in it.
-            return [.cancel(.connect), .cancelUpstream, .releaseConnection]
-                + [.upstreamFailed(UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out"))]
+            return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection)
+                + ActionList(.upstreamFailed(UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")))
                 + respond(.gatewayTimeout, now: now)
         case (.hold, .held):
-            return [.unhold] + respond(.unavailable("timed out waiting for a token refresh"), now: now)
+            return ActionList(.unhold) + respond(.unavailable("timed out waiting for a token refresh"), now: now)
         default:
-            return []
+            return ActionList()
         }
     }
 
     // MARK: - The client, and shutdown
 
     /// The client hung up (or its connection failed): nobody is left to answer.
-    mutating func clientGone(now: Double) -> [Action] {
-        guard phase != .finished else { return [] }
+    mutating func clientGone(now: Double) -> ActionList {
+        guard phase != .finished else { return ActionList() }
         let wasHeld = phase == .held
-        return [.cancelUpstream] + (wasHeld ? [.unhold] : []) + [finish(now: now)]
+        return ActionList(.cancelUpstream) + (wasHeld ? ActionList(.unhold) : ActionList()) + ActionList(finish(now: now))
     }
 
     /// The drain deadline passed at shutdown.
-    mutating func abandon(now: Double) -> [Action] {
+    mutating func abandon(now: Double) -> ActionList {
         switch phase {
-        case .finished: return []
-        case .relaying: return [.cancelUpstream, .abortClient(flushFirst: false), finish(now: now)]
-        case .held: return [.unhold, .cancel(.hold)] + respond(.unavailable("tokenrelay is shutting down"), now: now)
-        default: return [.cancelUpstream] + respond(.unavailable("tokenrelay is shutting down"), now: now)
+        case .finished: return ActionList()
+        case .relaying: return ActionList(.cancelUpstream, .abortClient(flushFirst: false), finish(now: now))
+        case .held: return ActionList(.unhold, .cancel(.hold)) + respond(.unavailable("tokenrelay is shutting down"), now: now)
+        default: return ActionList(.cancelUpstream) + respond(.unavailable("tokenrelay is shutting down"), now: now)
         }
     }
 
     // MARK: - Answers
 
-    private mutating func respond(_ response: LocalResponse, now: Double) -> [Action] {
+    private mutating func respond(_ response: LocalResponse, now: Double) -> ActionList {
         answeredStatus = Int(response.status)
         answeredByUpstream = false
-        return [.respond(response), finish(now: now)]
+        return ActionList(.respond(response), finish(now: now))
     }
 
-    private mutating func respondCaptured(now: Double) -> [Action] {
+    private mutating func respondCaptured(now: Double) -> ActionList {
         answeredStatus = capturedStatus ?? 401
         answeredByUpstream = false
-        return [.respondCaptured, finish(now: now)]
+        return ActionList(.respondCaptured, finish(now: now))
     }
 
     private mutating func finish(now: Double) -> Action {

@@ -1,0 +1,50 @@
+import XCTest
+@testable import TokenRelay
+
+/// The inline action list and the queue the driver runs the machine's actions through.
+final class LifecycleActionQueueTests: XCTestCase {
+    typealias Action = RequestLifecycle.Action
+    typealias ActionList = RequestLifecycle.ActionList
+
+    func testListsLongerThanTheInlineSlotsKeepTheirOrder() {
+        var list = ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection)
+        list += ActionList(.upstreamFailed(.init(kind: .timeout, responseStarted: false, description: "timed out")), .respond(.gatewayTimeout))
+        list.append(.unhold)
+        XCTAssertEqual(list, [.cancel(.connect), .cancelUpstream, .releaseConnection,
+                              .upstreamFailed(.init(kind: .timeout, responseStarted: false, description: "timed out")),
+                              .respond(.gatewayTimeout), .unhold])
+        XCTAssertEqual(list.count, 6)
+        XCTAssertEqual(list.last, .unhold)
+        XCTAssertNotEqual(list, [.cancel(.connect)])
+        var taken = list
+        XCTAssertEqual(taken.take(), list)
+        XCTAssertTrue(taken.isEmpty)
+    }
+
+    func testActionsQueuedDuringABatchRunAfterItInOrderAndNothingRunsAfterFinish() {
+        var queue = LifecycleActionQueue()
+        var performed: [Action] = []
+        let summary = RequestLifecycle.Summary(status: 200, attempts: 1, generation: 1)
+        // What a driver does: an action that feeds the machine queues the new actions behind the batch.
+        func execute(_ actions: ActionList) {
+            guard queue.begin(actions) else { return }
+            func performEach(_ batch: ActionList) {
+                for index in 0..<batch.count where queue.admits(batch[index]) {
+                    performed.append(batch[index])
+                    if case .acquireConnection = batch[index] {
+                        execute(ActionList(.cancel(.poolWait), .send(.none), .schedule(.responseHead, after: 1)))
+                        execute(ActionList(.finish(summary), .unhold))
+                    }
+                }
+            }
+            performEach(actions)
+            while let batch = queue.next() { performEach(batch) }
+        }
+        execute(ActionList(.acquireConnection(admittedEarlier: false), .hold))
+        XCTAssertEqual(performed, [.acquireConnection(admittedEarlier: false), .hold, .cancel(.poolWait), .send(.none),
+                                   .schedule(.responseHead, after: 1), .finish(summary)])
+        XCTAssertTrue(queue.isFinished)
+        execute(ActionList(.hold))
+        XCTAssertEqual(performed.count, 6)
+    }
+}
