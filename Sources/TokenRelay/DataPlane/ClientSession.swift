@@ -60,8 +60,8 @@ final class ClientSession: HTTPServerConnectionHandler {
             exchange?.streamedBodyEnded()
             return
         }
-        guard let head else { return }
-        self.head = nil
+        // Taken, not copied: the head's arrays move into the exchange without a retain and release each.
+        guard let head = head.take() else { return }
         let exchange = RelayedExchange(proxy: proxy, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
@@ -69,8 +69,7 @@ final class ClientSession: HTTPServerConnectionHandler {
     }
 
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
-        guard let head else { return }
-        self.head = nil
+        guard let head = head.take() else { return }
         streaming = true
         let exchange = RelayedExchange(proxy: proxy, session: self, head: head,
                                        body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))

@@ -44,7 +44,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
     /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
     /// were not there.
-    private var captured: (head: ReceivedResponseHead, body: [UInt8])?
+    private var captured: CapturedResponse?
     static let maxCapturedBodyBytes = 64 * 1024
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
@@ -161,7 +161,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
             execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
         case .captureResponse:
-            if let arrivingHead { captured = (arrivingHead, []) }
+            if let arrivingHead { captured = CapturedResponse(head: arrivingHead) }
         case .relayResponse:
             if let arrivingHead { startRelaying(arrivingHead) }
         case .endRelayedResponse: client.finishResponse()
@@ -339,8 +339,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         guard connection === upstream else { return }
         switch lifecycle.phase {
         case .capturing:
-            let room = Self.maxCapturedBodyBytes - (captured?.body.count ?? 0)
-            if room > 0 { captured?.body.append(contentsOf: bytes.prefix(room)) }
+            guard let captured else { break }
+            let room = Self.maxCapturedBodyBytes - captured.body.count
+            if room > 0 { captured.body.append(contentsOf: bytes.prefix(room)) }
         case .relaying:
             client.sendBody(bytes)
             // The client is slower than the upstream: stop reading the upstream until it has drained.
@@ -500,4 +501,15 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         retained?.release()
     }
 
+}
+
+/// An upstream 401 kept for a possible replay (see `RelayedExchange.captured`). A class, so that the
+/// exchange's empty slot for it costs nothing on the requests that never capture one.
+final class CapturedResponse {
+    let head: ReceivedResponseHead
+    var body: [UInt8] = []
+
+    init(head: ReceivedResponseHead) {
+        self.head = head
+    }
 }

@@ -18,8 +18,7 @@ final class ProxyServer {
     private(set) var frontEnd: TransportFrontEnd!
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [any ProxiedExchange] = []
-    /// Exchanges and tunnels in flight, in no order; each knows its slot (`activeSlot`).
-    private var active: [any ProxiedExchange] = []
+    private var active = ActiveExchanges()
     /// `refresh.trigger_statuses` of the running config as a bit set (read for every response).
     private(set) var refreshTriggerStatuses = StatusCodeSet()
     private(set) var isDraining = false
@@ -80,19 +79,7 @@ final class ProxyServer {
 
     /// A request on the transport front end has begun (its head and body are in).
     func began(_ exchange: any ProxiedExchange) {
-        exchange.activeSlot = active.count
-        active.append(exchange)
-    }
-
-    private func removeActive(_ exchange: any ProxiedExchange) {
-        let slot = exchange.activeSlot
-        guard active.indices.contains(slot), active[slot] === exchange else { return }
-        let last = active.removeLast()
-        if slot < active.count {
-            last.activeSlot = slot
-            active[slot] = last
-        }
-        exchange.activeSlot = -1
+        active.insert(exchange)
     }
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
@@ -178,7 +165,7 @@ final class ProxyServer {
         if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
             metrics.recordHold(seconds: hold.seconds, outcome: outcome)
         }
-        removeActive(exchange)
+        active.remove(exchange)
         if status > 0 { metrics.countRequest(status: Int(status)) }
         if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
@@ -186,7 +173,7 @@ final class ProxyServer {
 
     /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain.
     func tunnelEnded(_ tunnel: any ProxiedExchange) {
-        removeActive(tunnel)
+        active.remove(tunnel)
         checkDrained()
     }
 
@@ -209,7 +196,33 @@ final class ProxyServer {
 
     /// Drain deadline passed: answer or cut whatever is left.
     func abandonRemaining() {
-        let remaining = active
-        remaining.forEach { $0.abandon() }
+        active.all.forEach { $0.abandon() }
+    }
+}
+
+/// Exchanges and tunnels in flight, in no order; each knows its slot (`activeSlot`), so that removing
+/// one is a swap with the last, without hashing. A value with mutating methods: each insert or removal
+/// is one access to the proxy's stored property.
+private struct ActiveExchanges {
+    private(set) var all: [any ProxiedExchange] = []
+
+    var count: Int { all.count }
+    var isEmpty: Bool { all.isEmpty }
+
+    mutating func insert(_ exchange: any ProxiedExchange) {
+        exchange.activeSlot = all.count
+        all.append(exchange)
+    }
+
+    /// No-op for one that is not in the list (or no longer).
+    mutating func remove(_ exchange: any ProxiedExchange) {
+        let slot = exchange.activeSlot
+        guard all.indices.contains(slot), all[slot] === exchange else { return }
+        let last = all.removeLast()
+        if slot < all.count {
+            last.activeSlot = slot
+            all[slot] = last
+        }
+        exchange.activeSlot = -1
     }
 }
