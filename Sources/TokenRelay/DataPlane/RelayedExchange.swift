@@ -490,11 +490,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
         let status = Int32(clamping: summary.status)
-        let logTarget = proxy.config.accessLog.enabled ? String(decoding: head.target, as: UTF8.self) : nil
+        // The method and target are decoded for the access log only (a String each per request otherwise).
+        let logging = proxy.config.accessLog.enabled
+        let logTarget = logging ? String(decoding: head.target, as: UTF8.self) : nil
         session.exchangeFinished(self)
         route.requestEnded()
         proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
-            method: head.methodName, target: logTarget, status: status,
+            method: logging ? head.methodName : "", target: logTarget, status: status,
             seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation), hold: summary.hold)
         let retained = selfRetain
         selfRetain = nil

@@ -260,6 +260,9 @@ final class RefreshCoordinator {
     // MARK: - Executing actions
 
     private func execute(_ actions: [RefreshMachine.Action]) {
+        // Most calls (every request's admission) bring nothing: the queue is empty then, or being worked
+        // through by an outer call.
+        if actions.isEmpty { return }
         queue += actions
         guard !executing else { return }
         executing = true
