@@ -40,4 +40,20 @@ final class ResponseFramingTests: RelayTestCase {
         XCTAssertEqual(response.bodyText, "alpha-beta-gamma")
         XCTAssertEqual(response.header("Content-Type"), "text/plain")
     }
+
+    /// A HEAD answer announcing its would-be length as a list of equal values (`10, 10`, which RFC 9110
+    /// lets a recipient read as 10) keeps announcing it to the client.
+    func testHeadResponseWithARepeatedLengthKeepsItsLength() throws {
+        let upstream = try rawUpstream { connection in
+            while try connection.readRequest() != nil {
+                try connection.write("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10, 10\r\n\r\n")
+            }
+        }
+        let relay = try startRelay(["upstream": ["url": upstream.baseURL]])
+        let raw = try HTTPTestClient.sendRaw(port: relay.proxyPort, bytes: Data("HEAD /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8))
+        let head = String(decoding: raw, as: UTF8.self).lowercased()
+        XCTAssertTrue(head.hasPrefix("http/1.1 200"), head)
+        XCTAssertTrue(head.contains("content-length: 10\r\n"), head)
+        XCTAssertTrue(head.hasSuffix("\r\n\r\n"), "no body after a HEAD answer: \(head)")
+    }
 }

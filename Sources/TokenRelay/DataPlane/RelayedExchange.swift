@@ -418,10 +418,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             let length: BodyLength
             switch response.framing {
             case .none:
-                // To HEAD: the would-be body's length is announced (the last Content-Length), its bytes never sent.
+                // To HEAD: the would-be body's length is announced, its bytes never sent. The parser has
+                // accepted the fields only if every value in them is the same length (`10, 10` included).
                 var declaredLength: Int?
                 if requestIsHead {
-                    for index in 0..<table.count where table.nameIs(index, "content-length") { declaredLength = ASCII.decimal(table.value(index)) }
+                    for index in 0..<table.count where table.nameIs(index, "content-length") {
+                        ASCII.forEachListElement(table.value(index)) { declaredLength = ASCII.decimal($0) ?? declaredLength }
+                    }
                 }
                 length = declaredLength.map { .known($0) } ?? .none
             case .length(let n): length = .known(n)
