@@ -463,6 +463,13 @@ final class SocketStream {
         owner?.streamDrained(self)
     }
 
+    /// The owner gives up a handshake (its connect timeout): the name's cached session is forgotten, as
+    /// after a handshake that failed.
+    func abandonHandshake() {
+        guard phase == .handshaking, let tls else { return }
+        tls.context.sessionCache.forget(tls.name)
+    }
+
     /// `sendStallLimit` passed with output queued and none of it taken.
     func sendStalled() {
         guard !isClosed, phase == .open, pendingOutput > 0 || spliceSink?.holdsBytes == true else { return }

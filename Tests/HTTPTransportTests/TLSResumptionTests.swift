@@ -82,4 +82,31 @@ final class TLSResumptionTests: LoopThreadTestCase {
         XCTAssertEqual(after["x-resumed"], "0")
         XCTAssertTrue(tls.handshakeCounts == (full: 2, resumed: 0), "\(tls.handshakeCounts)")
     }
+
+    /// A handshake given up at the connect timeout (a server that stalls, perhaps on the offered session)
+    /// forgets the name's session too: the next connection to the name is a full handshake.
+    func testHandshakeTimeoutForgetsTheSession() throws {
+        let upstream = try TLSTestServer(role: .upstream, identity: TestPKI.shared().server)
+        defer { upstream.stop() }
+        let silent = CannedUpstream(answer: "")
+        defer { silent.stop() }
+        let tls = try context()
+        _ = try fields("localhost", upstream.port, tls: tls, log: upstream)
+        let recorder = FieldRecorder()
+        let loop = loopThread.loop
+        let stalled: HTTPClientConnection? = loopThread.sync {
+            let connection = try? HTTPClientConnection(loop: loop, host: "localhost", port: silent.port, tls: tls, connectTimeout: 0.3)
+            connection?.handler = recorder
+            connection?.startRequest(method: "GET", target: Array("/".utf8), fields: [("Host", "localhost")], body: .none)
+            connection?.finishRequest()
+            return connection
+        }
+        XCTAssertTrue(waitUntil(recorder.signal, timeout: 10) { recorder.ended != nil })
+        guard case .connectFailed(let reason)? = recorder.ended else { return XCTFail("\(String(describing: recorder.ended))") }
+        XCTAssertTrue(reason.contains("did not finish within"), reason)
+        loopThread.sync { stalled?.close() }
+        let after = try fields("localhost", upstream.port, tls: tls, log: upstream)
+        XCTAssertEqual(after["x-resumed"], "0")
+        XCTAssertTrue(tls.handshakeCounts == (full: 2, resumed: 0), "\(tls.handshakeCounts)")
+    }
 }
