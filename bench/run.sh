@@ -26,6 +26,17 @@
 #   BASE_PORT          first of 13 consecutive 127.0.0.1 ports              (default 18590)
 #   SKIP_BUILD=1       use the existing binary as is
 #   PERF=1             afterwards, `perf record -g` tokenrelay during one more /small run
+#   UPSTREAM_TLS=1     the upstream served over TLS (the upstream nginx's own `listen ssl`, a throwaway CA and
+#                      certificate made with openssl in the temp dir): nginx proxies with `proxy_pass https://`,
+#                      `proxy_ssl_session_reuse on` and verification against that CA, tokenrelay with
+#                      `upstream.tls.ca_file`; the table adds upstream TLS handshakes per 1,000 requests and
+#                      the share resumed (from the upstream's log of each connection's first request).
+#                      Defaults to SCENARIOS=small.
+#   UPSTREAM_KEEPALIVE_REQUESTS=N  the upstream closes each connection after N requests (default 1000000), so
+#                      reconnects (and, with UPSTREAM_TLS=1, handshakes and resumption) count
+#   SCENARIOS          which paths to time, "small large" by default
+#   OLD_BIN=path       with EVHTTP=1: the `evhttp` instance runs this binary (an old build that still has the
+#                      evhttp engine, e.g. one built at a4db024) instead of this tree's
 #
 # See bench/README.md for what is measured and how to read the output.
 set -euo pipefail
@@ -53,6 +64,11 @@ PIN=${PIN:-1}
 BASE_PORT=${BASE_PORT:-18590}
 SKIP_BUILD=${SKIP_BUILD:-0}
 PERF=${PERF:-0}
+UPSTREAM_TLS=${UPSTREAM_TLS:-0}
+UPSTREAM_KEEPALIVE_REQUESTS=${UPSTREAM_KEEPALIVE_REQUESTS:-1000000}
+if [[ "$UPSTREAM_TLS" == 1 ]]; then SCENARIOS_DEFAULT=small; else SCENARIOS_DEFAULT="small large"; fi
+read -r -a SCENARIOS <<<"${SCENARIOS:-$SCENARIOS_DEFAULT}"
+OLD_BIN=${OLD_BIN:-}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
@@ -73,8 +89,10 @@ declare -A CG_TR_PORT_OF=([transport]=$((BASE_PORT + 7)) [evhttp]=$((BASE_PORT +
 declare -A CG_TR_ADMIN_PORT_OF=([transport]=$((BASE_PORT + 8)) [evhttp]=$((BASE_PORT + 10)))
 RL_PORT=$((BASE_PORT + 11))        # transport-bench-relay
 CG_RL_PORT=$((BASE_PORT + 12))     # transport-bench-relay under callgrind
+UP_TLS_PORT=$((BASE_PORT + 13))    # upstream nginx over TLS (UPSTREAM_TLS=1)
 ENGINES=(transport)
 if [[ "$EVHTTP" == 1 ]]; then ENGINES=(evhttp transport); fi
+declare -A BIN_OF=([transport]=$BIN [evhttp]=${OLD_BIN:-$BIN})
 TOKEN=bench-token-123456
 
 log() { printf '[bench] %s\n' "$*" >&2; }
@@ -145,9 +163,11 @@ if [[ "$SKIP_BUILD" != 1 || ! -x "$BIN" ]]; then
 fi
 if [[ "$BENCH_RELAY" == 1 && ! -x "$RELAY_BIN" ]]; then die "transport-bench-relay missing: $RELAY_BIN (run without SKIP_BUILD=1)"; fi
 [[ -x "$BIN" ]] || die "tokenrelay binary missing: $BIN"
+[[ -z "$OLD_BIN" || -x "$OLD_BIN" ]] || die "OLD_BIN is not an executable: $OLD_BIN"
+[[ "$UPSTREAM_TLS" != 1 || "$BENCH_RELAY" != 1 ]] || die "BENCH_RELAY=1 speaks plain HTTP to the upstream; not with UPSTREAM_TLS=1"
 
 # ---------------------------------------------------------------- ports
-for p in $(seq "$BASE_PORT" $((BASE_PORT + 12))); do
+for p in $(seq "$BASE_PORT" $((BASE_PORT + 13))); do
     if [[ -n "$(ss -Htln "sport = :$p" 2>/dev/null)" ]]; then
         die "port $p is in use; pick another range with BASE_PORT=..."
     fi
@@ -209,11 +229,31 @@ EOF
     nginx_main "$TMP/up" on
     echo "http {"
     nginx_http "$TMP/up"
+    if [[ "$UPSTREAM_TLS" == 1 ]]; then
+        cat <<'EOF'
+    log_format tlsconn '$ssl_session_reused';
+    map "$https:$connection_requests" $first_request_over_tls { "on:1" 1; default 0; }
+EOF
+    fi
     cat <<EOF
     sendfile on;
     tcp_nopush on;
     server {
         listen 127.0.0.1:$UP_PORT backlog=4096;
+EOF
+    if [[ "$UPSTREAM_TLS" == 1 ]]; then
+        # One line per upstream connection (its first request): whether its TLS session was resumed.
+        cat <<EOF
+        listen 127.0.0.1:$UP_TLS_PORT ssl backlog=4096;
+        ssl_certificate $TMP/tls/server.pem;
+        ssl_certificate_key $TMP/tls/server.key;
+        ssl_session_cache shared:upstream:4m;
+        ssl_session_timeout 1h;
+        access_log $TMP/up/tls-connections.log tlsconn if=\$first_request_over_tls;
+EOF
+    fi
+    cat <<EOF
+        keepalive_requests $UPSTREAM_KEEPALIVE_REQUESTS;
         location = /large { root $TMP/www; }
         location = /check { return 200 "\$http_authorization\n"; }
         location = /small { return 200 "$SMALL_BODY\n"; }
@@ -228,14 +268,22 @@ proxy_nginx_conf() { # $1 = prefix, $2 = port, $3 = master_process
     nginx_http "$1"
     cat <<EOF
     upstream backend {
-        server 127.0.0.1:$UP_PORT;
+        server 127.0.0.1:$UPSTREAM_PORT;
         keepalive 64;
         keepalive_requests 1000000;
     }
     server {
         listen 127.0.0.1:$2 backlog=4096;
         location / {
-            proxy_pass http://backend;
+            proxy_pass $UPSTREAM_SCHEME://backend;
+$(if [[ "$UPSTREAM_TLS" == 1 ]]; then cat <<EOT
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate $TMP/tls/ca.pem;
+            proxy_ssl_name localhost;
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+EOT
+fi)
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_set_header Authorization "Bearer $TOKEN";
@@ -246,6 +294,23 @@ proxy_nginx_conf() { # $1 = prefix, $2 = port, $3 = master_process
 }
 EOF
 }
+if [[ "$UPSTREAM_TLS" == 1 ]]; then
+    # A throwaway CA and a certificate for "localhost" (and 127.0.0.1) signed by it; both proxies trust only it.
+    mkdir -p "$TMP/tls"
+    (
+        cd "$TMP/tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=tokenrelay bench CA" \
+            -keyout ca.key -out ca.pem 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >ext.cnf
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf \
+            -out server.pem 2>/dev/null
+        chmod 0644 ca.pem server.pem server.key
+    ) || die "could not make the bench CA and certificate with openssl"
+    UPSTREAM_PORT=$UP_TLS_PORT; UPSTREAM_SCHEME=https
+else
+    UPSTREAM_PORT=$UP_PORT; UPSTREAM_SCHEME=http
+fi
 proxy_nginx_conf "$TMP/ngx" "$NGX_PORT" on >"$TMP/ngx/nginx.conf"
 # Under valgrind nginx runs as one process (no master), which is then the worker.
 proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
@@ -256,7 +321,11 @@ tokenrelay_conf() { # port admin-port token-file engine
     cat <<EOF
 { "listen": "127.0.0.1:$1",
   "data_plane": "$4",
-  "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
+  "upstream": $(if [[ "$UPSTREAM_TLS" == 1 ]]; then
+      echo "{ \"url\": \"https://127.0.0.1:$UP_TLS_PORT\", \"tls\": { \"ca_file\": \"$TMP/tls/ca.pem\", \"server_name\": \"localhost\" } },"
+  else
+      echo "{ \"url\": \"http://127.0.0.1:$UP_PORT\" },"
+  fi)
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$2" },
@@ -323,12 +392,21 @@ wrk_count() { # url connections count -> wrk output (stops after COUNT responses
     cat "$TMP/count.out"
 }
 requests_of() { awk '/requests in/ {print $1; exit}' <<<"$1"; }
+# Upstream TLS connections so far and how many of them resumed a session: "total resumed".
+tls_connections() {
+    if [[ -f "$TMP/up/tls-connections.log" ]]; then
+        awk '{n++} $1 == "r" {r++} END {printf "%d %d\n", n, r}' "$TMP/up/tls-connections.log"
+    else
+        echo "0 0"
+    fi
+}
 
 # ---------------------------------------------------------------- start
 log "starting upstream nginx on 127.0.0.1:$UP_PORT"
 "${LOAD_CPU[@]}" "$NGINX" -p "$TMP/up/" -e "$TMP/up/error.log" -c "$TMP/up/nginx.conf" &
 PIDS+=($!)
 wait_port "$UP_PORT" 5 || { cat "$TMP/up/error.log" >&2; die "upstream nginx did not start"; }
+if [[ "$UPSTREAM_TLS" == 1 ]]; then wait_port "$UP_TLS_PORT" 5 || die "upstream nginx not listening on $UP_TLS_PORT (TLS)"; fi
 
 log "starting nginx reverse proxy on 127.0.0.1:$NGX_PORT"
 "${PROXY_CPU[@]}" "$NGINX" -p "$TMP/ngx/" -e "$TMP/ngx/error.log" -c "$TMP/ngx/nginx.conf" &
@@ -344,7 +422,7 @@ declare -A LOG_OF=()
 for e in "${ENGINES[@]}"; do
     log "starting tokenrelay (data_plane: $e) on 127.0.0.1:${TR_PORT_OF[$e]}"
     LOG_OF[$e]=$RESULTS_DIR/latest-tokenrelay-$e.log
-    "${PROXY_CPU[@]}" "$BIN" run --config "$TMP/tr-$e/tokenrelay.json" 2>"${LOG_OF[$e]}" &
+    "${PROXY_CPU[@]}" "${BIN_OF[$e]}" run --config "$TMP/tr-$e/tokenrelay.json" 2>"${LOG_OF[$e]}" &
     PID_OF[$e]=$!
     PIDS+=("${PID_OF[$e]}")
     wait_log "${LOG_OF[$e]}" 'msg=listening' "${PID_OF[$e]}" 10 || { cat "${LOG_OF[$e]}" >&2; die "tokenrelay ($e) did not start"; }
@@ -377,7 +455,6 @@ for p in "${PROXIES[@]}"; do
 done
 log "sanity check passed (token injected, bodies intact through both proxies)"
 
-SCENARIOS=(small large)
 declare -A CONN_OF=([small]=$CONNECTIONS [large]=$LARGE_CONNECTIONS)
 declare -A COUNT_OF=([small]=$COUNT_SMALL [large]=$COUNT_LARGE)
 declare -A CG_COUNT_OF=([small]=$CG_SMALL [large]=$CG_LARGE)
@@ -415,7 +492,7 @@ done
 # ---------------------------------------------------------------- 2. timed rounds, interleaved
 RAW=$RESULTS_DIR/latest-wrk.txt
 : >"$RAW"
-declare -A V_RPS V_P50 V_P99 V_CPU V_ERR
+declare -A V_RPS V_P50 V_P99 V_CPU V_ERR V_HS V_RESUMED
 for r in $(seq 1 "$ROUNDS"); do
     order=("${PROXIES[@]}")
     if ! ((r % 2)); then for ((i = 0; i < ${#PROXIES[@]}; i++)); do order[i]=${PROXIES[${#PROXIES[@]} - 1 - i]}; done; fi
@@ -427,9 +504,11 @@ for r in $(seq 1 "$ROUNDS"); do
             log "round $r: $p / $s: warm-up ${WARMUP}s, wrk -t1 -c$c -d${DURATION}s"
             "${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${WARMUP}s" "$url" >/dev/null 2>&1 || true
             alive "$pid" || die "$p (pid $pid) died during warm-up"
+            read -r h0 hr0 < <(tls_connections)
             t0=$(cpu_ticks "$pid")
             out=$("${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true
             t1=$(cpu_ticks "$pid") || die "$p (pid $pid) died during the run"
+            read -r h1 hr1 < <(tls_connections)
             printf '===== round %s %s / %s: wrk -t1 -c%s -d%ss --latency %s\n%s\n\n' "$r" "$p" "$s" "$c" "$DURATION" "$url" "$out" >>"$RAW"
             req=$(requests_of "$out")
             [[ -n "$req" && "$req" -gt 0 ]] || { echo "$out" >&2; die "$p / $s: wrk made no requests"; }
@@ -437,6 +516,8 @@ for r in $(seq 1 "$ROUNDS"); do
             V_P50[$p.$s]+=" $(to_ms "$(awk '$1 == "50%" {print $2; exit}' <<<"$out")")"
             V_P99[$p.$s]+=" $(to_ms "$(awk '$1 == "99%" {print $2; exit}' <<<"$out")")"
             V_CPU[$p.$s]+=" $(awk -v d="$((t1 - t0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
+            V_HS[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v n="$req" 'BEGIN {printf "%.2f", h * 1000 / n}')"
+            V_RESUMED[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v r="$((hr1 - hr0))" 'BEGIN {if (h == 0) print "-"; else printf "%.0f", r * 100 / h}')"
             non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF; exit}' <<<"$out")
             sockerr=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10; exit}' <<<"$out")
             V_ERR[$p.$s]=$(( ${V_ERR[$p.$s]:-0} + ${non2xx:-0} + ${sockerr:-0} ))
@@ -459,10 +540,10 @@ if [[ "$CALLGRIND" == 1 ]]; then
     PIDS+=("${CG_PID_OF[nginx]}")
     # valgrind 3.19 cannot read the DWARF 5 debug info of Swift's static runtime: count on a copy without it
     # (the symbol table stays, so function names do too).
-    objcopy --strip-debug "$BIN" "$TMP/cg/tokenrelay"
     for e in "${ENGINES[@]}"; do
+        objcopy --strip-debug "${BIN_OF[$e]}" "$TMP/cg/tokenrelay-$e"
         "${PROXY_CPU[@]}" valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg/$e.out" \
-            "$TMP/cg/tokenrelay" run --config "$TMP/cgtr-$e/tokenrelay.json" 2>"$TMP/cg/$e.err" &
+            "$TMP/cg/tokenrelay-$e" run --config "$TMP/cgtr-$e/tokenrelay.json" 2>"$TMP/cg/$e.err" &
         CG_PID_OF[$e]=$!
         CG_PORT_OF[$e]=${CG_TR_PORT_OF[$e]}
         PIDS+=("${CG_PID_OF[$e]}")
@@ -555,6 +636,12 @@ REPORT=$RESULTS_DIR/latest.txt
     echo "timed: medians of $ROUNDS interleaved rounds of ${DURATION}s; pinned: ${PROXY_CPU[*]:-no}"
     echo "syscalls/req: strace -c -f over $COUNT_SMALL (small) / $COUNT_LARGE (large) requests, c=8"
     echo "insn/req: callgrind Ir (user space, whole process) over $CG_SMALL / $CG_LARGE requests, c=4"
+    if [[ "$UPSTREAM_TLS" == 1 ]]; then
+        echo "upstream over TLS (nginx listen ssl, private CA); upstream keepalive_requests $UPSTREAM_KEEPALIVE_REQUESTS;" \
+            "evhttp binary: ${BIN_OF[evhttp]}"
+    elif [[ "$UPSTREAM_KEEPALIVE_REQUESTS" != 1000000 ]]; then
+        echo "upstream keepalive_requests $UPSTREAM_KEEPALIVE_REQUESTS"
+    fi
     echo
     printf '%-6s %-11s %10s %9s %9s %11s %12s %12s %7s\n' path proxy req/s p50ms p99ms 'CPU us/req' 'syscalls/req' 'insn/req' errors
     for s in "${SCENARIOS[@]}"; do
@@ -597,6 +684,14 @@ REPORT=$RESULTS_DIR/latest.txt
             printf '  %-6s %-11s %s\n' "$s" "$p" "${SYS_TOP[$p.$s]}"
         done
     done
+    if [[ "$UPSTREAM_TLS" == 1 ]]; then
+        echo "upstream TLS handshakes per 1,000 requests | % of them resumed, every timed round:"
+        for s in "${SCENARIOS[@]}"; do
+            for p in "${PROXIES[@]}"; do
+                printf '  %-6s %-11s%s |%s\n' "$s" "$p" "${V_HS[$p.$s]}" "${V_RESUMED[$p.$s]}"
+            done
+        done
+    fi
     echo "errors = wrk non-2xx/3xx responses + socket errors over all timed rounds; raw: bench/results/latest-wrk.txt"
 } | tee "$RESULTS_DIR/latest.txt"
 
