@@ -243,16 +243,7 @@ final class SocketStream {
             readTLS(tls)
             return
         }
-        if input.spaceAtEnd == 0 { input.compact() }
-        guard input.spaceAtEnd > 0 else {
-            // The owner has not consumed what it has; it resumes reading once it did.
-            pauseReading()
-            return
-        }
-        if discarding {
-            discardInput()
-            return
-        }
+        guard hasRoomToRead() else { return }
         while true {
             let n = Glibc.read(fd, input.end, input.spaceAtEnd)
             if n > 0 { hasMovedBytes = true }
@@ -278,6 +269,22 @@ final class SocketStream {
         }
     }
 
+    /// Whether a read may go into the input buffer now. No: the owner has not consumed what it has (reading
+    /// pauses; it resumes once it did), or the connection is lingering after its last answer (input is
+    /// dropped instead).
+    private func hasRoomToRead() -> Bool {
+        if input.spaceAtEnd == 0 { input.compact() }
+        guard input.spaceAtEnd > 0 else {
+            pauseReading()
+            return false
+        }
+        if discarding {
+            discardInput()
+            return false
+        }
+        return true
+    }
+
     /// Reads what OpenSSL can decrypt into the free space, then hands it over once.
     private func readTLS(_ tls: TLSSession) {
         if tlsWriteWaitsForRead {
@@ -287,15 +294,7 @@ final class SocketStream {
         }
         // Woken by event_active for buffered input while paused: the resume comes back for it.
         guard !readingPaused else { return }
-        if input.spaceAtEnd == 0 { input.compact() }
-        guard input.spaceAtEnd > 0 else {
-            pauseReading()
-            return
-        }
-        if discarding {
-            discardInput()
-            return
-        }
+        guard hasRoomToRead() else { return }
         var received = 0
         var last = TLSSession.Step.wantRead
         while input.spaceAtEnd > 0 {

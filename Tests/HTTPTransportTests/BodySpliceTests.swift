@@ -144,16 +144,9 @@ final class RawLengthUpstream: @unchecked Sendable {
     private let fd: Int32
 
     init(length: Int, closeAfter: Int) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (fd, port) = try! LoopbackListener.open()
         self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        listen(fd, 4)
-        var size = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &size) } }
-        port = UInt16(bigEndian: address.sin_port)
+        self.port = port
         let listener = fd
         Thread {
             let client = accept(listener, nil, nil)
@@ -161,12 +154,7 @@ final class RawLengthUpstream: @unchecked Sendable {
             var tv = timeval(tv_sec: 5, tv_usec: 0)
             setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            var seen: [UInt8] = []
-            var byte: UInt8 = 0
-            while read(client, &byte, 1) == 1 {
-                seen.append(byte)
-                if seen.suffix(4) == [13, 10, 13, 10] { break }
-            }
+            _ = LoopbackListener.readHead(client)
             var out = Array("HTTP/1.1 200 OK\r\nContent-Length: \(length)\r\n\r\n".utf8)
             out.append(contentsOf: expectedPattern(closeAfter))
             var offset = 0

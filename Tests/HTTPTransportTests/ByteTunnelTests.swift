@@ -117,19 +117,9 @@ final class RawUpgradeUpstream: @unchecked Sendable {
     var sawEOF: Bool { lock.withLock { _sawEOF } }
 
     init(flood: Int = 0, closeAfterEarly: Bool = false) throws {
-        let listening = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listening, boundPort) = try LoopbackListener.open()
         listener = listening
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Bool in
-                bind(listening, pointer, length) == 0 && listen(listening, 4) == 0 && getsockname(listening, pointer, &length) == 0
-            }
-        }
-        guard bound else { throw ClientError("upstream listen: \(String(cString: strerror(errno)))") }
-        port = UInt16(bigEndian: address.sin_port)
+        port = boundPort
         let fd = listening
         Thread { [self] in
             defer { finished.signal() }

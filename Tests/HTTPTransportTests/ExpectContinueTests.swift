@@ -13,16 +13,9 @@ final class ScriptedUpstream: @unchecked Sendable {
     private let exited = DispatchSemaphore(value: 0)
 
     init(_ script: @escaping @Sendable (Int32, String) -> Void) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (fd, port) = try! LoopbackListener.open()
         self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        listen(fd, 4)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        port = UInt16(bigEndian: address.sin_port)
+        self.port = port
         let listener = fd
         let done = finished
         let exit = exited
@@ -32,12 +25,7 @@ final class ScriptedUpstream: @unchecked Sendable {
             guard client >= 0 else { done.signal(); return }
             var tv = timeval(tv_sec: 5, tv_usec: 0)
             setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            var seen: [UInt8] = []
-            var byte: UInt8 = 0
-            while Glibc.read(client, &byte, 1) == 1 {
-                seen.append(byte)
-                if seen.suffix(4) == [13, 10, 13, 10] { break }
-            }
+            let seen = LoopbackListener.readHead(client)
             script(client, String(decoding: seen, as: UTF8.self))
             close(client)
             done.signal()

@@ -46,16 +46,9 @@ final class CannedUpstream: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
 
     init(answer: String) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (fd, port) = try! LoopbackListener.open()
         self.fd = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        inet_pton(AF_INET, "127.0.0.1", &address.sin_addr)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        listen(fd, 4)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        port = UInt16(bigEndian: address.sin_port)
+        self.port = port
         let listener = fd
         let finished = done
         let bytes = Array(answer.utf8)
@@ -63,12 +56,7 @@ final class CannedUpstream: @unchecked Sendable {
             let client = accept(listener, nil, nil)
             var tv = timeval(tv_sec: 5, tv_usec: 0)
             setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-            var seen: [UInt8] = []
-            var byte: UInt8 = 0
-            while read(client, &byte, 1) == 1 {
-                seen.append(byte)
-                if seen.suffix(4) == [13, 10, 13, 10] { break }
-            }
+            _ = LoopbackListener.readHead(client)
             _ = bytes.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
             _ = finished.wait(timeout: .now() + 10)
             close(client)
