@@ -107,18 +107,7 @@ cat >"$TMP/tokenrelay.json" <<EOF
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$ADMIN_PORT" } }
 EOF
-cat >"$TMP/count.lua" <<'EOF'
-local done_count = 0
-local limit = tonumber(os.getenv("COUNT"))
-response = function(status, headers, body)
-    done_count = done_count + 1
-    if done_count == limit then
-        local f = io.open(os.getenv("MARKER"), "w")
-        f:close()
-        wrk.thread:stop()
-    end
-end
-EOF
+cp "$BENCH_DIR/wrk-count.lua" "$TMP/count.lua"
 wrk_count() { # count -> wrk output
     local marker=$TMP/count.done w
     rm -f "$marker"

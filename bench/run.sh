@@ -184,20 +184,8 @@ chmod 0644 "$TMP/www/large"
 LARGE_SHA=$(sha256sum "$TMP/www/large" | cut -d' ' -f1)
 SMALL_BODY=$(printf 'x%.0s' $(seq 1 99))   # 99 bytes + "\n" = 100-byte body
 
-# A fixed number of requests with wrk: the (single) thread stops after COUNT responses and leaves a
-# marker file; wrk itself waits for its duration, so the script interrupts it (it then prints its summary).
-cat >"$TMP/count.lua" <<'EOF'
-local done_count = 0
-local limit = tonumber(os.getenv("COUNT"))
-response = function(status, headers, body)
-    done_count = done_count + 1
-    if done_count == limit then
-        local f = io.open(os.getenv("MARKER"), "w")
-        f:close()
-        wrk.thread:stop()
-    end
-end
-EOF
+# A fixed number of requests with wrk (bench/wrk-count.lua).
+cp "$BENCH_DIR/wrk-count.lua" "$TMP/count.lua"
 
 nginx_main() { # $1 = prefix dir, $2 = master_process on|off
     cat <<EOF
