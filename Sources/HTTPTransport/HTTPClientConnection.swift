@@ -276,8 +276,6 @@ public final class HTTPClientConnection {
         if lookup != nil {
             connectFailed("cannot resolve \(host): no answer within \(limit)", cause: .timedOut)
         } else if stream.isHandshaking {
-            // The session offered may be what the server stalls on: the next connection makes a full handshake.
-            stream.abandonHandshake()
             connectFailed("TLS handshake with \(remote?.description ?? host) did not finish within \(limit)", cause: .timedOut)
         } else {
             connectFailed("connect \(remote?.description ?? host) did not finish within \(limit)", cause: .timedOut)

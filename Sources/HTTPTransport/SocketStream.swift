@@ -462,13 +462,6 @@ final class SocketStream {
         owner?.streamDrained(self)
     }
 
-    /// The owner gives up a handshake (its connect timeout): the name's cached session is forgotten, as
-    /// after a handshake that failed.
-    func abandonHandshake() {
-        guard phase == .handshaking, let tls else { return }
-        tls.context.sessionCache.forget(tls.name)
-    }
-
     /// `sendStallLimit` passed with output queued and none of it taken.
     func sendStalled() {
         guard !isClosed, phase == .open, pendingOutput > 0 || spliceSink?.holdsBytes == true else { return }
@@ -595,6 +588,9 @@ final class SocketStream {
 
     func close() {
         guard !isClosed else { return }
+        // A handshake given up (a connect timeout, whoever owns the stream) forgets the name's cached session,
+        // as one that failed does: the session offered may be what the server stalls on.
+        if phase == .handshaking, let tls { tls.context.sessionCache.forget(tls.name) }
         release()
         owner?.streamClosed(self)
     }
