@@ -359,6 +359,10 @@ wait_log() { # file pattern pid seconds
     return 1
 }
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }   # utime+stime
+# TCP segments sent machine-wide (all of 127.0.0.1 here), and of them pure ACKs: how much packet work each
+# proxy's socket behaviour causes (every segment on loopback is processed by the kernel twice, out and in).
+tcp_segments() { nstat -az TcpOutSegs TcpExtTCPPureAcks 2>/dev/null | awk '$1 == "TcpOutSegs" {o = $2} $1 == "TcpExtTCPPureAcks" {a = $2} END {print o + 0, a + 0}'; }
+sys_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $13}'; }         # stime alone (the kernel's share)
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 alive() { kill -0 "$1" 2>/dev/null; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else printf "%.4g\n", (a[NR/2]+a[NR/2+1])/2}'; }
@@ -480,7 +484,7 @@ done
 # ---------------------------------------------------------------- 2. timed rounds, interleaved
 RAW=$RESULTS_DIR/latest-wrk.txt
 : >"$RAW"
-declare -A V_RPS V_P50 V_P99 V_CPU V_ERR V_HS V_RESUMED
+declare -A V_RPS V_P50 V_P99 V_CPU V_SYSCPU V_SEGS V_ACKS V_ERR V_HS V_RESUMED
 for r in $(seq 1 "$ROUNDS"); do
     order=("${PROXIES[@]}")
     if ! ((r % 2)); then for ((i = 0; i < ${#PROXIES[@]}; i++)); do order[i]=${PROXIES[${#PROXIES[@]} - 1 - i]}; done; fi
@@ -493,9 +497,12 @@ for r in $(seq 1 "$ROUNDS"); do
             "${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${WARMUP}s" "$url" >/dev/null 2>&1 || true
             alive "$pid" || die "$p (pid $pid) died during warm-up"
             read -r h0 hr0 < <(tls_connections)
-            t0=$(cpu_ticks "$pid")
+            read -r g0 a0 < <(tcp_segments)
+            t0=$(cpu_ticks "$pid"); k0=$(sys_ticks "$pid")
             out=$("${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true
             t1=$(cpu_ticks "$pid") || die "$p (pid $pid) died during the run"
+            k1=$(sys_ticks "$pid")
+            read -r g1 a1 < <(tcp_segments)
             read -r h1 hr1 < <(tls_connections)
             printf '===== round %s %s / %s: wrk -t1 -c%s -d%ss --latency %s\n%s\n\n' "$r" "$p" "$s" "$c" "$DURATION" "$url" "$out" >>"$RAW"
             req=$(requests_of "$out")
@@ -504,6 +511,9 @@ for r in $(seq 1 "$ROUNDS"); do
             V_P50[$p.$s]+=" $(to_ms "$(awk '$1 == "50%" {print $2; exit}' <<<"$out")")"
             V_P99[$p.$s]+=" $(to_ms "$(awk '$1 == "99%" {print $2; exit}' <<<"$out")")"
             V_CPU[$p.$s]+=" $(awk -v d="$((t1 - t0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
+            V_SEGS[$p.$s]+=" $(awk -v d="$((g1 - g0))" -v n="$req" 'BEGIN {printf "%.2f", d / n}')"
+            V_ACKS[$p.$s]+=" $(awk -v d="$((a1 - a0))" -v n="$req" 'BEGIN {printf "%.2f", d / n}')"
+            V_SYSCPU[$p.$s]+=" $(awk -v d="$((k1 - k0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
             V_HS[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v n="$req" 'BEGIN {printf "%.2f", h * 1000 / n}')"
             V_RESUMED[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v r="$((hr1 - hr0))" 'BEGIN {if (h == 0) print "-"; else printf "%.0f", r * 100 / h}')"
             non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF; exit}' <<<"$out")
@@ -655,7 +665,7 @@ REPORT=$RESULTS_DIR/latest.txt
     echo "timed figures, every round (how noisy the medians above are):"
     for s in "${SCENARIOS[@]}"; do
         for p in "${PROXIES[@]}"; do
-            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}"
+            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s | of it kernel%s | TCP segments/req%s, pure ACKs%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}" "${V_SYSCPU[$p.$s]}" "${V_SEGS[$p.$s]}" "${V_ACKS[$p.$s]}"
         done
     done
     echo
