@@ -31,7 +31,7 @@ final class ClientSession: HTTPServerConnectionHandler {
         self.head = head
         body = []
         streaming = false
-        if case .length(let length) = head.framing, length > proxy.config.limits.maxBodyBytes {
+        if case .length(let length) = head.framing, length > proxy.context.maxBodyBytes {
             // The client's `Expect: 100-continue` is answered when the body can flow to the upstream.
             return beginStreaming(length: .known(length), prefix: [])
         }
@@ -45,7 +45,7 @@ final class ClientSession: HTTPServerConnectionHandler {
             return
         }
         guard head != nil else { return }
-        if body.count + bytes.count > proxy.config.limits.maxBodyBytes {
+        if body.count + bytes.count > proxy.context.maxBodyBytes {
             // A chunked body that outgrew what is kept: streamed from here, the collected part first.
             var prefix = body
             prefix.append(contentsOf: bytes)
@@ -62,7 +62,7 @@ final class ClientSession: HTTPServerConnectionHandler {
         }
         // Taken, not copied: the head's arrays move into the exchange without a retain and release each.
         guard let head = head.take() else { return }
-        let exchange = RelayedExchange(proxy: proxy, session: self, head: head, body: .kept(body))
+        let exchange = RelayedExchange(proxy: proxy, context: proxy.context, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -71,7 +71,7 @@ final class ClientSession: HTTPServerConnectionHandler {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let exchange = RelayedExchange(proxy: proxy, session: self, head: head,
+        let exchange = RelayedExchange(proxy: proxy, context: proxy.context, session: self, head: head,
                                        body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()

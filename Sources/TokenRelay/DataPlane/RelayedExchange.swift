@@ -14,14 +14,12 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// action runs; `finish` tells it, and the reference cycle ends there.
     private let session: ClientSession
     private let client: HTTPServerConnection
-    /// The upstream and pool this request uses from arrival to answer, whatever a reload changes meanwhile.
-    private let route: UpstreamRoute
-    /// The token header as of arrival (the client's own copy of it was dropped then).
-    private let injection: InjectSettings
+    /// The settings as of arrival, and the services to report to. Its route (upstream and pool) and token
+    /// header serve this request from arrival to answer, whatever a reload changes meanwhile.
+    private let context: ExchangeContext
+    private var route: UpstreamRoute { context.route }
     private let head: ReceivedRequestHead
     private let body: Body
-    /// `timeouts.continue_seconds` as of arrival.
-    private let continueWait: Double
     private var upstreamTarget: [UInt8] = []
     /// A path passed through untouched (no token; the client's own credentials cross).
     private var passthrough = false
@@ -56,23 +54,21 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case streamed(StreamedRequestBody)
     }
 
-    init(proxy: ProxyServer, session: ClientSession, head: ReceivedRequestHead, body: Body) {
+    init(proxy: ProxyServer, context: ExchangeContext, session: ClientSession, head: ReceivedRequestHead, body: Body) {
         self.proxy = proxy
+        self.context = context
         self.session = session
         client = session.connection
-        route = proxy.route
-        injection = proxy.config.inject
         self.head = head
         self.body = body
         upgradeProtocol = UpgradeTunnel.requestedProtocol(head, on: session.connection)
-        let timeouts = proxy.config.timeouts
-        continueWait = timeouts.continueSeconds
+        let timeouts = context.timeouts
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
             upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
         streamed?.onProgress = { [weak self] in
             guard let self, !self.finished else { return }
-            self.execute(self.lifecycle.streamedBodyProgressed())
+            self.step { $0.streamedBodyProgressed() }
         }
     }
 
@@ -86,6 +82,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     func begin() {
         selfRetain = Unmanaged.passRetained(self)
         proxy.began(self)
+        let route = self.route
         route.requestBegan()
         let now = EventLoop.monotonicNow
         switch head.method {
@@ -119,7 +116,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             upstreamTarget = Array(target.utf8)
             passthrough = route.isPassthrough(target)
         }
-        execute(lifecycle.start(admission: passthrough ? nil : proxy.coordinator.admit(), now: now))
+        let admission = passthrough ? nil : context.coordinator.admit()
+        step { $0.start(admission: admission, now: now) }
     }
 
     /// Refused before anything was forwarded; the connection closes after the answer (after a message we
@@ -127,10 +125,22 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func refuse(_ response: LocalResponse, log reason: String) {
         proxy.refused(reason)
         client.closeAfterResponse = true
-        execute(lifecycle.refuse(response, now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.refuse(response, now: now) }
     }
 
     // MARK: - Carrying out the machine's actions
+
+    /// Feeds one event to the machine and carries out what it decides. The machine (a plain value) steps
+    /// on a copy that is stored back before any action runs: the stored property is only ever read or
+    /// assigned whole, never accessed across a call, so the compiler can prove its accesses exclusive and
+    /// does not check them at run time on every event.
+    private func step(_ event: (inout RequestLifecycle) -> RequestLifecycle.ActionList) {
+        var machine = lifecycle
+        let actions = event(&machine)
+        lifecycle = machine
+        execute(actions)
+    }
 
     private func execute(_ actions: RequestLifecycle.ActionList) {
         guard queue.begin(actions) else { return }
@@ -159,7 +169,15 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
-            execute(proxy.carryOut(action, for: self, lifecycle: &lifecycle))
+            switch proxy.carryOut(action, for: self) {
+            case .done: break
+            case .holdRefused:
+                let now = EventLoop.monotonicNow
+                step { $0.holdRefused(now: now) }
+            case .refreshRulesDecided(let decision):
+                let now = EventLoop.monotonicNow
+                step { $0.refreshRulesDecided(decision, now: now) }
+            }
         case .captureResponse:
             if let arrivingHead { captured = CapturedResponse(head: arrivingHead) }
         case .relayResponse:
@@ -198,7 +216,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     func deadlinePassed(_ timer: RequestLifecycle.Timer) {
         // The connect deadline bounds the connect only: a connection that is up may take its time to answer.
         if timer == .connect, upstream?.isConnected ?? true { return }
-        execute(lifecycle.timerFired(timer, now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.timerFired(timer, now: now) }
     }
 
     // MARK: - Upstream connection
@@ -217,23 +236,25 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             let now = EventLoop.monotonicNow
             switch result {
             case .success(let connection): self.connectionGranted(connection)
-            case .failure(.tooManyWaiters): self.execute(self.lifecycle.connectionRefused(now: now))
+            case .failure(.tooManyWaiters): self.step { $0.connectionRefused(now: now) }
             case .failure(let failure):
-                self.execute(self.lifecycle.upstreamFailed(.init(kind: .connect, responseStarted: false, description: failure.description), now: now))
+                let failure = RequestLifecycle.UpstreamFailure(kind: .connect, responseStarted: false, description: failure.description)
+                self.step { $0.upstreamFailed(failure, now: now) }
             }
         }
         let ticket = fresh ? pool.acquireFresh(lane: lane, ready) : pool.acquire(lane: lane, ready)
         if ticket.isWaiting {
             self.ticket = ticket
-            execute(lifecycle.connectionQueued())
+            step { $0.connectionQueued() }
         }
     }
 
     /// The token is read now, not at arrival: a refresh may have finished while we waited.
     private func connectionGranted(_ connection: HTTPClientConnection) {
         upstream = connection
-        let admission = lifecycle.passthrough ? nil : proxy.coordinator.admit()
-        execute(lifecycle.connectionAcquired(reused: connection.requestsStarted > 0, admission: admission, now: EventLoop.monotonicNow))
+        let admission = lifecycle.passthrough ? nil : context.coordinator.admit()
+        let reused = connection.requestsStarted > 0, now = EventLoop.monotonicNow
+        step { $0.connectionAcquired(reused: reused, admission: admission, now: now) }
     }
 
     private func send(_ credential: RequestLifecycle.Credential) {
@@ -255,7 +276,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             // body leaves, and the request can still be replayed. The body flows from the upstream's 100
             // or the end of the wait (`connectionCanSendMore`).
             upstream.startRequest(method: head.methodName, target: upstreamTarget, body: streamed.length,
-                                  continueWait: continueWait) { writeForwardedFields(into: &$0, credential) }
+                                  continueWait: context.timeouts.continueSeconds) { writeForwardedFields(into: &$0, credential) }
             streamed.attach(upstream)
         }
     }
@@ -265,7 +286,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// Recomputed for each send (a replay is rare; keeping a copy would cost every request).
     private func writeForwardedFields(into block: inout HTTPFieldBlock, _ credential: RequestLifecycle.Credential) {
         let keepAuthorization = passthrough
-        let forwarding = proxy.config.forwarding
+        // The running configuration's, as before the context existed: a replay after a reload follows it.
+        let forwarding = proxy.context.forwarding
+        let injection = context.injection
         head.bytes.withUnsafeBytes { bytes in
             let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
             ASCII.withBytes(of: injection.headerKey) { injectedHeader in
@@ -274,7 +297,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                 }, clientAddress: client.peer.host, settings: forwarding, into: &block)
             }
         }
-        block.append(name: "Host", value: route.authority)
+        block.append(name: "Host", value: context.route.authority)
         if case .token(_, let authorization) = credential { block.append(name: injection.header, value: authorization) }
     }
 
@@ -307,19 +330,26 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
         guard connection === upstream else { return }
-        proxy.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
+        context.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
         if head.status == 101 && upgradeProtocol == nil {
             closeUpstream()
-            return execute(lifecycle.upstreamFailed(.init(kind: .invalidResponse, responseStarted: true,
-                                                          description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade"),
-                                                    now: EventLoop.monotonicNow))
+            let failure = RequestLifecycle.UpstreamFailure(kind: .invalidResponse, responseStarted: true,
+                                                           description: "invalid HTTP response: interim 101 to a request that did not ask for an upgrade")
+            let now = EventLoop.monotonicNow
+            return step { $0.upstreamFailed(failure, now: now) }
         }
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
-        if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 { lifecycle.streamedBodyStarted() }
-        // Challenges are read only for a refresh-triggering status: most responses are not one.
+        if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 {
+            var machine = lifecycle
+            machine.streamedBodyStarted()
+            lifecycle = machine
+        }
+        // Challenges are read only for a refresh-triggering status: most responses are not one. The running
+        // configuration's statuses, as before the context existed.
+        let running = proxy.context!
         var expired = false
-        if proxy.refreshTriggerStatuses.contains(head.status) {
+        if running.triggerStatusSet.contains(head.status) {
             var challenges: [String] = []
             head.bytes.withUnsafeBytes { bytes in
                 let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
@@ -328,10 +358,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                 }
             }
             expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
-                                                           triggerStatuses: proxy.config.refresh.triggerStatuses)
+                                                           triggerStatuses: running.triggerStatuses)
         }
         arrivingHead = head
-        execute(lifecycle.responseHead(status: head.status, indicatesExpiredToken: expired))
+        step { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }
         arrivingHead = nil
     }
 
@@ -356,7 +386,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     func connectionReceivedEnd(_ connection: HTTPClientConnection) {
         guard connection === upstream else { return }
-        execute(lifecycle.responseEnded(now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.responseEnded(now: now) }
     }
 
     func connectionCanSendMore(_ connection: HTTPClientConnection) {
@@ -370,7 +401,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream = nil
         streamed?.detach()
         connection.handler = nil
-        execute(lifecycle.upstreamFailed(failure, now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.upstreamFailed(failure, now: now) }
     }
 
     // MARK: - Client side
@@ -393,25 +425,29 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     func clientGone() {
-        execute(lifecycle.clientGone(now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.clientGone(now: now) }
     }
 
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
-        execute(lifecycle.refreshFinished(outcome, now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.refreshFinished(outcome, now: now) }
     }
 
     func abandon() {
-        execute(lifecycle.abandon(now: EventLoop.monotonicNow))
+        let now = EventLoop.monotonicNow
+        step { $0.abandon(now: now) }
     }
 
     // MARK: - Answers
 
     private func startRelaying(_ response: ReceivedResponseHead) {
         if response.status == 101, let upgradeProtocol, let upstream { return switchProtocols(response, upstream, upgradeProtocol) }
+        let proxy = self.proxy
         if proxy.isDraining { client.closeAfterResponse = true }
         // Between two pieces of the body the upstream may be silent only so long (an idle event stream
-        // that died without a FIN must not hold the client for ever).
-        upstream?.setSilenceLimit(proxy.config.timeouts.streamIdleSeconds)
+        // that died without a FIN must not hold the client for ever). The running configuration's limit.
+        upstream?.setSilenceLimit(proxy.context.timeouts.streamIdleSeconds)
         let requestIsHead = head.method == .head
         response.bytes.withUnsafeBytes { bytes in
             let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
@@ -446,10 +482,11 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         let now = EventLoop.monotonicNow
         guard UpgradeTunnel.open(proxy: proxy, client: client, upstream: connection, response: response, requestedProtocol: requested) else {
             connection.close()
-            return execute(lifecycle.upstreamFailed(.init(kind: .connectionLost, responseStarted: true,
-                                                          description: "connection lost while switching protocols"), now: now))
+            let failure = RequestLifecycle.UpstreamFailure(kind: .connectionLost, responseStarted: true,
+                                                           description: "connection lost while switching protocols")
+            return step { $0.upstreamFailed(failure, now: now) }
         }
-        execute(lifecycle.responseEnded(now: now))
+        step { $0.responseEnded(now: now) }
     }
 
     private func respond(_ response: LocalResponse) {
@@ -493,8 +530,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
         let status = Int32(clamping: summary.status)
+        let proxy = self.proxy
         // The method and target are decoded for the access log only (a String each per request otherwise).
-        let logging = proxy.config.accessLog.enabled
+        let logging = proxy.context.accessLog.enabled
         let logTarget = logging ? String(decoding: head.target, as: UTF8.self) : nil
         session.exchangeFinished(self)
         route.requestEnded()

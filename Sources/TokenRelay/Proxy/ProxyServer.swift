@@ -8,8 +8,10 @@ final class ProxyServer {
     /// The running configuration; a reload swaps it (`apply`).
     private(set) var config: Config
     let coordinator: RefreshCoordinator
-    /// Where new requests go; exchanges keep the route they arrived under.
-    private(set) var route: UpstreamRoute!
+    /// What new requests take at arrival (their route among it); exchanges keep the one they arrived under.
+    private(set) var context: ExchangeContext!
+    /// Where new requests go.
+    var route: UpstreamRoute { context.route }
     /// Routes a reload replaced, kept until their last connection is back.
     private var retiredRoutes: [UpstreamRoute] = []
     let metrics: RelayMetrics
@@ -19,8 +21,6 @@ final class ProxyServer {
     /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
     private var held: [any ProxiedExchange] = []
     private var active = ActiveExchanges()
-    /// `refresh.trigger_statuses` of the running config as a bit set (read for every response).
-    private(set) var refreshTriggerStatuses = StatusCodeSet()
     private(set) var isDraining = false
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
@@ -32,10 +32,13 @@ final class ProxyServer {
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
-        refreshTriggerStatuses = StatusCodeSet(config.refresh.triggerStatuses)
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
-        route = makeRoute(config, upstreamTLS: upstreamTLS)
+        context = makeContext(config, upstreamTLS: upstreamTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
+    }
+
+    private func makeContext(_ config: Config, upstreamTLS: TLSContext?) -> ExchangeContext {
+        ExchangeContext(config: config, route: makeRoute(config, upstreamTLS: upstreamTLS), coordinator: coordinator, metrics: metrics)
     }
 
     private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
@@ -54,12 +57,11 @@ final class ProxyServer {
     /// the old pool is freed as its connections come back.
     func apply(_ config: Config, upstreamTLS: TLSContext?) {
         self.config = config
-        refreshTriggerStatuses = StatusCodeSet(config.refresh.triggerStatuses)
         frontEnd.apply(config)
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
         route.retire()
         retiredRoutes.append(route)
-        route = makeRoute(config, upstreamTLS: upstreamTLS)
+        context = makeContext(config, upstreamTLS: upstreamTLS)
     }
 
     /// Frees every idle upstream connection, old routes' too; only once no request is in flight.
@@ -100,19 +102,27 @@ final class ProxyServer {
 
     // MARK: - Actions that are the same on both engines
 
+    /// What carrying out one of the proxy's actions (`carryOut`) came to, for the driver to tell its machine.
+    enum ActionOutcome {
+        case done
+        /// The list of held requests is full: the machine hears `holdRefused`.
+        case holdRefused
+        /// The refresh rules' answer to `consultRefreshRules`: the machine hears `refreshRulesDecided`.
+        case refreshRulesDecided(RequestLifecycle.RefreshRulesDecision)
+    }
+
     /// Carries out an action of `RequestLifecycle` that involves no connection (the held list, the refresh
-    /// rules, counters, the log) for either engine's driver, and returns the actions of any event it fed
-    /// back into the machine. Drivers pass every other action to their own transport.
-    func carryOut(_ action: RequestLifecycle.Action, for exchange: any ProxiedExchange,
-                  lifecycle: inout RequestLifecycle) -> RequestLifecycle.ActionList {
-        let now = EventLoop.monotonicNow
+    /// rules, counters, the log) for a driver, and says what its machine must hear of it. Drivers pass every
+    /// other action to their own transport. The driver feeds the machine itself: the machine is never
+    /// lent out across a call into the proxy.
+    func carryOut(_ action: RequestLifecycle.Action, for exchange: any ProxiedExchange) -> ActionOutcome {
         switch action {
         case .hold:
-            return hold(exchange) ? RequestLifecycle.ActionList() : lifecycle.holdRefused(now: now)
+            return hold(exchange) ? .done : .holdRefused
         case .unhold:
             unhold(exchange)
         case .consultRefreshRules(let sentGeneration):
-            return lifecycle.refreshRulesDecided(coordinator.unauthorized(sentGeneration: sentGeneration), now: now)
+            return .refreshRulesDecided(coordinator.unauthorized(sentGeneration: sentGeneration))
         case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
         case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
         case .upstreamFailed(let failure): upstreamFailed(failure)
@@ -121,7 +131,7 @@ final class ProxyServer {
         default:
             assertionFailure("\(action) is the driver's to carry out")
         }
-        return RequestLifecycle.ActionList()
+        return .done
     }
 
     // MARK: - Held requests
