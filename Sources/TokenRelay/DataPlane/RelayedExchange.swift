@@ -30,6 +30,11 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var queue = LifecycleActionQueue()
     private var finished: Bool { queue.isFinished }
 
+    /// The refresh rules' answer at arrival, while `begin` runs: a connection granted within that same call
+    /// (an idle one) is sent with it instead of asking again. Nothing else runs on the loop in between, so
+    /// asking again could only repeat the answer.
+    private var admissionAtArrival: RefreshCoordinator.Admission?
+
     private let arrivedAt = EventLoop.monotonicNow
     private var sentAt = 0.0
     private var upstream: HTTPClientConnection?
@@ -117,7 +122,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             passthrough = route.isPassthrough(target)
         }
         let admission = passthrough ? nil : context.coordinator.admit()
+        admissionAtArrival = admission
         step { $0.start(admission: admission, now: now) }
+        admissionAtArrival = nil
     }
 
     /// Refused before anything was forwarded; the connection closes after the answer (after a message we
@@ -142,8 +149,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         execute(actions)
     }
 
-    private func execute(_ actions: RequestLifecycle.ActionList) {
-        guard queue.begin(actions) else { return }
+    private func execute(_ actions: consuming RequestLifecycle.ActionList) {
+        guard let actions = queue.begin(actions) else { return }
         performEach(actions)
         while let batch = queue.next() { performEach(batch) }
     }
@@ -252,7 +259,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// The token is read now, not at arrival: a refresh may have finished while we waited.
     private func connectionGranted(_ connection: HTTPClientConnection) {
         upstream = connection
-        let admission = lifecycle.passthrough ? nil : context.coordinator.admit()
+        let admission = lifecycle.passthrough ? nil : admissionAtArrival.take() ?? context.coordinator.admit()
         let reused = connection.requestsStarted > 0, now = EventLoop.monotonicNow
         step { $0.connectionAcquired(reused: reused, admission: admission, now: now) }
     }

@@ -7,8 +7,8 @@
 /// after `finish`. The driver's loop:
 ///
 /// ```
-/// guard queue.begin(actions) else { return }   // queued behind the running batch
-/// performEach(actions)                          // each action that queue.admits(action)
+/// guard let actions = queue.begin(actions) else { return }   // queued behind the running batch
+/// performEach(actions)                                        // each action that queue.admits(action)
 /// while let batch = queue.next() { performEach(batch) }
 /// ```
 struct LifecycleActionQueue {
@@ -16,15 +16,16 @@ struct LifecycleActionQueue {
     private var running = false
     private(set) var isFinished = false
 
-    /// True: the caller runs `actions` now. False: a batch is running; they wait behind it.
-    mutating func begin(_ actions: RequestLifecycle.ActionList) -> Bool {
+    /// The actions for the caller to run now; nil when a batch is running: they wait behind it. Taken, not
+    /// copied (a list is several actions long, and copying one retains what each action carries).
+    mutating func begin(_ actions: consuming RequestLifecycle.ActionList) -> RequestLifecycle.ActionList? {
         guard running else {
             running = true
-            return true
+            return actions
         }
         // Usually nothing waits yet: the list is taken whole.
         if pending.isEmpty { pending = actions } else { pending += actions }
-        return false
+        return nil
     }
 
     /// Whether to perform `action` (nothing after `finish`); marks the queue finished at `finish`.
