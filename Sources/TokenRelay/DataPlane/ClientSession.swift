@@ -18,8 +18,10 @@ final class ClientSession: HTTPServerConnectionHandler {
     /// still running; after its answer they are dropped, and the connection closes after that answer).
     private var streaming = false
     private var exchange: RelayedExchange?
-    /// Deadline timers for this connection's exchanges, kept between them (see `DeadlineTimer`).
-    private var spareDeadlineTimers: [DeadlineTimer] = []
+    /// Deadline timers for this connection's exchanges, kept between them (see `DeadlineTimer`): the top
+    /// of a stack linked through the timers themselves (an array would check its uniqueness and capacity
+    /// at every push and pop, twice per request).
+    private var spareDeadlineTimer: DeadlineTimer?
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
         self.proxy = proxy
@@ -90,11 +92,15 @@ final class ClientSession: HTTPServerConnectionHandler {
     }
 
     func lendDeadlineTimer() -> DeadlineTimer {
-        spareDeadlineTimers.popLast() ?? DeadlineTimer(loop: proxy.loop.transport)
+        guard let timer = spareDeadlineTimer else { return DeadlineTimer(loop: proxy.loop.transport) }
+        spareDeadlineTimer = timer.nextSpare
+        timer.nextSpare = nil
+        return timer
     }
 
     func returnDeadlineTimer(_ timer: DeadlineTimer) {
-        spareDeadlineTimers.append(timer)
+        timer.nextSpare = spareDeadlineTimer
+        spareDeadlineTimer = timer
     }
 
     func exchangeFinished(_ finished: RelayedExchange) {

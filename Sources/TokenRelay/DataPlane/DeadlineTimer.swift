@@ -8,6 +8,8 @@ final class DeadlineTimer {
     /// runs before it can be freed (it retains itself until then); a returned timer is never armed.
     unowned(unsafe) var exchange: RelayedExchange?
     var kind = RequestLifecycle.Timer.responseHead
+    /// The next spare timer of the session while this one is not lent (`ClientSession.lendDeadlineTimer`).
+    var nextSpare: DeadlineTimer?
     private var timer: TransportTimer?
 
     init(loop: TransportLoop) {

@@ -274,7 +274,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .kept(let bytes):
             // A POST, PUT or PATCH always says how long its body is, even when it is empty.
             let announcesLength = !bytes.isEmpty || head.method == .post || head.method == .put || head.method == .patch
-            upstream.startRequest(method: head.methodName, target: upstreamTarget, body: announcesLength ? .known(bytes.count) : .none,
+            upstream.startRequest(method: upstreamMethod, target: upstreamTarget, body: announcesLength ? .known(bytes.count) : .none,
                                   upgrade: upgradeProtocol) { writeForwardedFields(into: &$0, credential) }
             if !bytes.isEmpty { upstream.sendBody(bytes) }
             upstream.finishRequest()
@@ -282,9 +282,24 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             // Sent with `Expect: 100-continue` whether or not the client asked: a 401 then comes before the
             // body leaves, and the request can still be replayed. The body flows from the upstream's 100
             // or the end of the wait (`connectionCanSendMore`).
-            upstream.startRequest(method: head.methodName, target: upstreamTarget, body: streamed.length,
+            upstream.startRequest(method: upstreamMethod, target: upstreamTarget, body: streamed.length,
                                   continueWait: context.timeouts.continueSeconds) { writeForwardedFields(into: &$0, credential) }
             streamed.attach(upstream)
+        }
+    }
+
+    /// The method as the upstream request names it: a literal for the standard methods (the parser matched
+    /// their bytes exactly), so that no String is made from the head's bytes for every send.
+    private var upstreamMethod: String {
+        switch head.method {
+        case .get: "GET"
+        case .head: "HEAD"
+        case .post: "POST"
+        case .put: "PUT"
+        case .delete: "DELETE"
+        case .options: "OPTIONS"
+        case .patch: "PATCH"
+        case .connect, .trace, .other: head.methodName
         }
     }
 
@@ -295,17 +310,18 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         let keepAuthorization = passthrough
         // The running configuration's, as before the context existed: a replay after a reload follows it.
         let forwarding = proxy.context.forwarding
-        let injection = context.injection
+        // Read field by field below: a copy of the whole `InjectSettings` would retain each of its strings.
+        let context = self.context
         head.bytes.withUnsafeBytes { bytes in
             let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
-            ASCII.withBytes(of: injection.headerKey) { injectedHeader in
+            ASCII.withBytes(of: context.injection.headerKey) { injectedHeader in
                 ForwardingHeaders.write(table, forwarded: { index in
                     HeaderPolicy.forwardsRequestField(index, of: table, keepAuthorization: keepAuthorization, injectedHeader: injectedHeader)
                 }, clientAddress: client.peer.host, settings: forwarding, into: &block)
             }
         }
         block.append(name: "Host", value: context.route.authority)
-        if case .token(_, let authorization) = credential { block.append(name: injection.header, value: authorization) }
+        if case .token(_, let authorization) = credential { block.append(name: context.injection.header, value: authorization) }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.
