@@ -27,7 +27,11 @@ final class LifecycleActionQueueTests: XCTestCase {
         let summary = RequestLifecycle.Summary(status: 200, attempts: 1, generation: 1)
         // What a driver does: an action that feeds the machine queues the new actions behind the batch.
         func execute(_ actions: ActionList) {
-            guard let actions = queue.begin(actions) else { return }
+            guard queue.begin() else {
+                var waiting = queue.takeWaiting()
+                waiting += actions
+                return queue.wait(&waiting)
+            }
             func performEach(_ batch: ActionList) {
                 for index in 0..<batch.count where queue.admits(batch[index]) {
                     performed.append(batch[index])

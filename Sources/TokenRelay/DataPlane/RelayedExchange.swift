@@ -150,7 +150,16 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     private func execute(_ actions: consuming RequestLifecycle.ActionList) {
-        guard let actions = queue.begin(actions) else { return }
+        guard queue.begin() else {
+            // Joined and dropped here, outside the accesses to `queue` (see `LifecycleActionQueue`).
+            var actions = actions
+            if queue.hasWaiting {
+                var waiting = queue.takeWaiting()
+                waiting += actions
+                swap(&waiting, &actions)
+            }
+            return queue.wait(&actions)
+        }
         performEach(actions)
         while let batch = queue.next() { performEach(batch) }
     }

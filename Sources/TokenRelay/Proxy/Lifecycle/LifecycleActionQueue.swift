@@ -7,25 +7,49 @@
 /// after `finish`. The driver's loop:
 ///
 /// ```
-/// guard let actions = queue.begin(actions) else { return }   // queued behind the running batch
-/// performEach(actions)                                        // each action that queue.admits(action)
+/// guard queue.begin() else {                    // a batch is running: this one waits behind it
+///     var actions = actions
+///     if queue.hasWaiting {
+///         var waiting = queue.takeWaiting()
+///         waiting += actions
+///         swap(&waiting, &actions)
+///     }
+///     return queue.wait(&actions)
+/// }
+/// performEach(actions)                          // each action that queue.admits(action)
 /// while let batch = queue.next() { performEach(batch) }
 /// ```
+///
+/// Every method only moves lists, never copies or drops one: the driver adds a batch to the waiting
+/// actions outside its access to the queue, and drops the list `wait` hands back there too. Releasing what
+/// an action carries may run any code, so a list dropped inside an access to the driver's stored queue
+/// would make the compiler check every access to it at run time; with moves alone it proves them
+/// exclusive when it compiles them.
 struct LifecycleActionQueue {
-    private var pending = RequestLifecycle.ActionList()
+    private var waiting = RequestLifecycle.ActionList()
     private var running = false
     private(set) var isFinished = false
 
-    /// The actions for the caller to run now; nil when a batch is running: they wait behind it. Taken, not
-    /// copied (a list is several actions long, and copying one retains what each action carries).
-    mutating func begin(_ actions: consuming RequestLifecycle.ActionList) -> RequestLifecycle.ActionList? {
-        guard running else {
-            running = true
-            return actions
-        }
-        // Usually nothing waits yet: the list is taken whole.
-        if pending.isEmpty { pending = actions } else { pending += actions }
-        return nil
+    /// True: the caller runs its batch now, then each batch `next()` gives. False: a batch is running; the
+    /// caller's actions wait behind it (`takeWaiting`, `wait`).
+    mutating func begin() -> Bool {
+        if running { return false }
+        running = true
+        return true
+    }
+
+    /// Whether actions wait to run behind the running batch.
+    var hasWaiting: Bool { !waiting.isEmpty }
+
+    /// The actions waiting to run, moved out (the queue holds none until `wait`).
+    mutating func takeWaiting() -> RequestLifecycle.ActionList {
+        waiting.take()
+    }
+
+    /// Moves `actions` in as the actions waiting to run; `actions` is left with the list it replaces (the
+    /// empty one `takeWaiting` left), for the caller to drop.
+    mutating func wait(_ actions: inout RequestLifecycle.ActionList) {
+        swap(&waiting, &actions)
     }
 
     /// Whether to perform `action` (nothing after `finish`); marks the queue finished at `finish`.
@@ -37,10 +61,10 @@ struct LifecycleActionQueue {
 
     /// The next batch queued meanwhile, if any; at the end the queue is idle again.
     mutating func next() -> RequestLifecycle.ActionList? {
-        guard !pending.isEmpty else {
+        guard !waiting.isEmpty else {
             running = false
             return nil
         }
-        return pending.take()
+        return waiting.take()
     }
 }
