@@ -54,7 +54,12 @@ final class ClientSession: HTTPServerConnectionHandler {
             body = []
             return beginStreaming(length: .unknown, prefix: prefix)
         }
-        body.append(contentsOf: bytes)
+        // Grown moved out of the session and back (as `ProxyServer.changeActive` explains): the accesses to
+        // `body` on every request are then ones the compiler proves exclusive, not checked at run time.
+        var collected: [UInt8] = []
+        swap(&collected, &body)
+        collected.append(contentsOf: bytes)
+        swap(&collected, &body)
     }
 
     func connectionReceivedEnd(_ connection: HTTPServerConnection) {

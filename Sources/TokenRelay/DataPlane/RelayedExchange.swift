@@ -64,13 +64,14 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         self.context = context
         self.session = session
         client = session.connection
-        self.head = head
-        self.body = body
         upgradeProtocol = UpgradeTunnel.requestedProtocol(head, on: session.connection)
         let timeouts = context.timeouts
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
             upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
+        // Stored last, after every read of the argument: moved in, not copied.
+        self.head = head
+        self.body = body
         streamed?.onProgress = { [weak self] in
             guard let self, !self.finished else { return }
             self.step { $0.streamedBodyProgressed() }
@@ -564,13 +565,13 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         let status = Int32(clamping: summary.status)
         let proxy = self.proxy
         // The method and target are decoded for the access log only (a String each per request otherwise).
-        let logging = proxy.context.accessLog.enabled
-        let logTarget = logging ? String(decoding: head.target, as: UTF8.self) : nil
+        let entry = proxy.context.accessLog.enabled
+            ? AccessLogEntry(method: head.methodName, target: String(decoding: head.target, as: UTF8.self), status: status,
+                             seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation)
+            : nil
         session.exchangeFinished(self)
         route.requestEnded()
-        proxy.exchangeFinished(self, status: status, summary: AccessLogEntry(
-            method: logging ? head.methodName : "", target: logTarget, status: status,
-            seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation), hold: summary.hold)
+        proxy.exchangeFinished(self, status: status, entry: entry, hold: summary.hold)
         let retained = selfRetain
         selfRetain = nil
         retained?.release()

@@ -81,7 +81,18 @@ final class ProxyServer {
 
     /// A request on the transport front end has begun (its head and body are in).
     func began(_ exchange: any ProxiedExchange) {
-        active.insert(exchange)
+        changeActive { $0.insert(exchange) }
+    }
+
+    /// Changes the list of exchanges in flight moved out of the proxy and back (moves only). An insert or
+    /// removal sets an exchange's slot and may grow or free the array, which calls code the compiler
+    /// cannot see through; done on the proxy's stored list, that would make it check every access to the
+    /// list at run time, twice per request. Done on a local, the accesses are ones it proves exclusive.
+    private func changeActive(_ change: (inout ActiveExchanges) -> Void) {
+        var list = ActiveExchanges()
+        swap(&list, &active)
+        change(&list)
+        swap(&list, &active)
     }
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
@@ -169,21 +180,22 @@ final class ProxyServer {
 
     var activeCount: Int { active.count }
 
-    /// `hold`: the machine's hold record for a request that was held (duration and outcome).
-    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, summary: AccessLogEntry,
+    /// `entry`: the access-log line, made only while the access log is on (nil otherwise). `hold`: the
+    /// machine's hold record for a request that was held (duration and outcome).
+    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, entry: AccessLogEntry?,
                           hold: (seconds: Double, outcome: RequestLifecycle.HoldOutcome)? = nil) {
         if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
             metrics.recordHold(seconds: hold.seconds, outcome: outcome)
         }
-        active.remove(exchange)
+        changeActive { $0.remove(exchange) }
         if status > 0 { metrics.countRequest(status: Int(status)) }
-        if config.accessLog.enabled { summary.log(to: logger, includeQuery: config.accessLog.includeQuery) }
+        if let entry, config.accessLog.enabled { entry.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
     }
 
     /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain.
     func tunnelEnded(_ tunnel: any ProxiedExchange) {
-        active.remove(tunnel)
+        changeActive { $0.remove(tunnel) }
         checkDrained()
     }
 
@@ -206,7 +218,9 @@ final class ProxyServer {
 
     /// Drain deadline passed: answer or cut whatever is left.
     func abandonRemaining() {
-        active.all.forEach { $0.abandon() }
+        // A copy: each abandon changes the list.
+        let remaining = active.all
+        remaining.forEach { $0.abandon() }
     }
 }
 
