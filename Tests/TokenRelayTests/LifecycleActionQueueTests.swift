@@ -19,6 +19,9 @@ final class LifecycleActionQueueTests: XCTestCase {
         var taken = list
         XCTAssertEqual(taken.take(), list)
         XCTAssertTrue(taken.isEmpty)
+        // Moved out one by one, inline slots and the overflow alike, in order.
+        var consumed = list
+        XCTAssertEqual((0..<list.count).map { consumed.take(at: $0) }, Array(list))
     }
 
     func testActionsQueuedDuringABatchRunAfterItInOrderAndNothingRunsAfterFinish() {

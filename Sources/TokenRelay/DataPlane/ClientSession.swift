@@ -69,7 +69,7 @@ final class ClientSession: HTTPServerConnectionHandler {
         }
         // Taken, not copied: the head's arrays move into the exchange without a retain and release each.
         guard let head = head.take() else { return }
-        let exchange = RelayedExchange(proxy: proxy, context: proxy.context, session: self, head: head, body: .kept(body))
+        let exchange = RelayedExchange(context: proxy.context, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -78,7 +78,7 @@ final class ClientSession: HTTPServerConnectionHandler {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let exchange = RelayedExchange(proxy: proxy, context: proxy.context, session: self, head: head,
+        let exchange = RelayedExchange(context: proxy.context, session: self, head: head,
                                        body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()

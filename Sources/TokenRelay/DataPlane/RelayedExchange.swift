@@ -9,15 +9,15 @@ import HTTPWire
 /// Lifetime: retained by itself from `begin()` until the machine's `finish`, which runs exactly once and
 /// lets go of every timer, queue place and connection.
 final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
-    private unowned let proxy: ProxyServer
     /// Strong: the session may end (its client closed after this response) before this exchange's last
     /// action runs; `finish` tells it, and the reference cycle ends there.
     private let session: ClientSession
     private let client: HTTPServerConnection
-    /// The settings as of arrival, and the services to report to. Its route (upstream and pool) and token
-    /// header serve this request from arrival to answer, whatever a reload changes meanwhile.
+    /// The settings as of arrival, the services to report to, and the proxy. Its route (upstream and pool)
+    /// and token header serve this request from arrival to answer, whatever a reload changes meanwhile.
     private let context: ExchangeContext
     private var route: UpstreamRoute { context.route }
+    private var proxy: ProxyServer { context.proxy }
     private let head: ReceivedRequestHead
     private let body: Body
     private var upstreamTarget: [UInt8] = []
@@ -59,8 +59,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case streamed(StreamedRequestBody)
     }
 
-    init(proxy: ProxyServer, context: ExchangeContext, session: ClientSession, head: ReceivedRequestHead, body: Body) {
-        self.proxy = proxy
+    init(context: ExchangeContext, session: ClientSession, head: ReceivedRequestHead, body: Body) {
         self.context = context
         self.session = session
         client = session.connection
@@ -165,10 +164,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         while let batch = queue.next() { performEach(batch) }
     }
 
-    private func performEach(_ actions: RequestLifecycle.ActionList) {
-        // By index: an iterator would be a copy of the list.
+    private func performEach(_ actions: consuming RequestLifecycle.ActionList) {
+        // By index, each action moved out: an iterator would be a copy of the list, a read a copy of the action.
         for index in 0..<actions.count {
-            let action = actions[index]
+            let action = actions.take(at: index)
             if queue.admits(action) { perform(action) }
         }
     }
@@ -318,8 +317,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// Recomputed for each send (a replay is rare; keeping a copy would cost every request).
     private func writeForwardedFields(into block: inout HTTPFieldBlock, _ credential: RequestLifecycle.Credential) {
         let keepAuthorization = passthrough
-        // The running configuration's, as before the context existed: a replay after a reload follows it.
-        let forwarding = proxy.context.forwarding
+        // The running configuration's: a replay after a reload follows it.
+        let forwarding = context.current.forwarding
         // Read field by field below: a copy of the whole `InjectSettings` would retain each of its strings.
         let context = self.context
         head.bytes.withUnsafeBytes { bytes in
@@ -380,7 +379,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
         // Challenges are read only for a refresh-triggering status: most responses are not one. The running
         // configuration's statuses, as before the context existed.
-        let running = proxy.context!
+        let running = context.current
         var expired = false
         if running.triggerStatusSet.contains(head.status) {
             var challenges: [String] = []
@@ -476,11 +475,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
 
     private func startRelaying(_ response: ReceivedResponseHead) {
         if response.status == 101, let upgradeProtocol, let upstream { return switchProtocols(response, upstream, upgradeProtocol) }
-        let proxy = self.proxy
         if proxy.isDraining { client.closeAfterResponse = true }
         // Between two pieces of the body the upstream may be silent only so long (an idle event stream
         // that died without a FIN must not hold the client for ever). The running configuration's limit.
-        upstream?.setSilenceLimit(proxy.context.timeouts.streamIdleSeconds)
+        upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         let requestIsHead = head.method == .head
         response.bytes.withUnsafeBytes { bytes in
             let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
@@ -563,9 +561,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
         let status = Int32(clamping: summary.status)
-        let proxy = self.proxy
         // The method and target are decoded for the access log only (a String each per request otherwise).
-        let entry = proxy.context.accessLog.enabled
+        let entry = context.current.accessLog.enabled
             ? AccessLogEntry(method: head.methodName, target: String(decoding: head.target, as: UTF8.self), status: status,
                              seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation)
             : nil

@@ -1,8 +1,8 @@
 /// What a request takes from the proxy when it arrives: the settings of the configuration it arrived
-/// under and the long-lived services it reports to. Made once per configuration (at start and at each
-/// reload) and shared by reference: an exchange retains this one object instead of copying a dozen
-/// settings (strings among them) into itself on every request, and reaches the services without going
-/// through its unowned proxy reference (which costs a strong retain at each use).
+/// under, the long-lived services it reports to, and the proxy itself. Made once per configuration (at
+/// start and at each reload) and shared by reference: an exchange retains this one object instead of
+/// copying a dozen settings (strings among them) into itself on every request, and reaches the services
+/// without going through the proxy's unowned reference (which costs a strong retain at each use).
 final class ExchangeContext {
     /// Where requests go under this configuration.
     let route: UpstreamRoute
@@ -18,8 +18,25 @@ final class ExchangeContext {
     let triggerStatusSet: StatusCodeSet
     let coordinator: RefreshCoordinator
     let metrics: RelayMetrics
+    /// The proxy, for the few things a request asks of its mutable state (its lists, whether it drains).
+    /// Unowned: the proxy owns the contexts it makes; a context outlives it only in an exchange that is
+    /// torn down with it, and such an exchange never runs again.
+    unowned let proxy: ProxyServer
+    /// The context a reload made after this one. A request in flight reads what applies to each step it
+    /// takes now (the forwarding headers of a replay, the trigger statuses of a response, whether the
+    /// access log is on) from the running configuration, as it always has: `current`, without a look at
+    /// the proxy (an unowned reference costs a strong retain and release at each use).
+    private(set) var replacement: ExchangeContext?
 
-    init(config: Config, route: UpstreamRoute, coordinator: RefreshCoordinator, metrics: RelayMetrics) {
+    /// The context of the running configuration.
+    var current: ExchangeContext {
+        var context = self
+        while let newer = context.replacement { context = newer }
+        return context
+    }
+
+    init(config: Config, route: UpstreamRoute, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics) {
+        self.proxy = proxy
         self.route = route
         injection = config.inject
         timeouts = config.timeouts
@@ -30,5 +47,10 @@ final class ExchangeContext {
         triggerStatusSet = StatusCodeSet(config.refresh.triggerStatuses)
         self.coordinator = coordinator
         self.metrics = metrics
+    }
+
+    /// A reload: `newer` applies from now on.
+    func replace(with newer: ExchangeContext) {
+        replacement = newer
     }
 }

@@ -38,7 +38,7 @@ final class ProxyServer {
     }
 
     private func makeContext(_ config: Config, upstreamTLS: TLSContext?) -> ExchangeContext {
-        ExchangeContext(config: config, route: makeRoute(config, upstreamTLS: upstreamTLS), coordinator: coordinator, metrics: metrics)
+        ExchangeContext(config: config, route: makeRoute(config, upstreamTLS: upstreamTLS), proxy: self, coordinator: coordinator, metrics: metrics)
     }
 
     private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
@@ -61,7 +61,9 @@ final class ProxyServer {
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
         route.retire()
         retiredRoutes.append(route)
+        let replaced = context!
         context = makeContext(config, upstreamTLS: upstreamTLS)
+        replaced.replace(with: context)
     }
 
     /// Frees every idle upstream connection, old routes' too; only once no request is in flight.

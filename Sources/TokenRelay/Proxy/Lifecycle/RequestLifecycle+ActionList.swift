@@ -37,6 +37,20 @@ extension RequestLifecycle {
             }
         }
 
+        /// Moves the action at `position` out, leaving a payload-free one in its place: a driver that is done
+        /// with the list takes each action instead of copying it (a copy retains what the action carries).
+        mutating func take(at position: Int) -> Action {
+            precondition(position >= 0 && position < count, "action index out of range")
+            var taken = Action.cancelConnectionWait
+            switch position {
+            case 0: swap(&taken, &slot0)
+            case 1: swap(&taken, &slot1)
+            case 2: swap(&taken, &slot2)
+            default: swap(&taken, &more![position - 3])
+            }
+            return taken
+        }
+
         mutating func append(_ action: Action) {
             switch count {
             case 0: slot0 = action
