@@ -42,7 +42,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// One timer per deadline, borrowed from the session when first scheduled (stored apart, not in a
     /// dictionary: that would be an allocation per request).
     private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: DeadlineTimer?
-    /// The response head being reported, valid during its callback only.
+    /// The response head being reported, valid during its callback only; taken (moved out, not copied) by
+    /// the one action that uses it, `relayResponse` or `captureResponse`.
     private var arrivingHead: ReceivedResponseHead?
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
     /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
@@ -195,9 +196,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                 step { $0.refreshRulesDecided(decision, now: now) }
             }
         case .captureResponse:
-            if let arrivingHead { captured = CapturedResponse(head: arrivingHead) }
+            if let head = arrivingHead.take() { captured = CapturedResponse(head: head) }
         case .relayResponse:
-            if let arrivingHead { startRelaying(arrivingHead) }
+            if let head = arrivingHead.take() { startRelaying(head) }
         case .endRelayedResponse: client.finishResponse()
         case .respondCaptured: respondCaptured()
         case .respond(let response): respond(response)
