@@ -126,14 +126,12 @@ struct RequestLifecycle {
     /// refresh may have started or finished while the request waited.
     mutating func connectionAcquired(reused: Bool, admission: Admission?, now: Double) -> ActionList {
         guard phase == .waitingForConnection else { return ActionList(.releaseConnection) }
-        var actions = ActionList(.cancel(.poolWait))
         let credential: Credential
         switch admission {
         case nil: credential = .none
         case .send(let generation, let authorization): credential = .token(generation: generation, authorization: authorization)
         case let other?:
-            actions.append(.releaseConnection)
-            return actions + admit(other, now: now)
+            return ActionList(.cancel(.poolWait), .releaseConnection) + admit(other, now: now)
         }
         attempts += 1
         sentOnReusedConnection = reused
