@@ -15,11 +15,14 @@ import Glibc
 /// in the socket for the connection's own check of unsolicited bytes), and each byte the client's socket
 /// takes is counted off the client response's announced length.
 final class BodySplice {
-    /// Where the splice reports: the upstream connection that owns it.
-    private weak var owner: HTTPClientConnection?
+    /// Where the splice reports: the upstream connection that owns it. Neither connection is held weakly
+    /// (a weak reference would give it a side table and slow every retain of it): the owner is the only
+    /// one that holds the splice (the streams hold it weakly), so the splice never outlives it; the
+    /// client is held until `stop()`, which every end of the splice goes through.
+    private unowned let owner: HTTPClientConnection
     private var source: SocketStream?
     private var sink: SocketStream?
-    private weak var client: HTTPServerConnection?
+    private var client: HTTPServerConnection?
     private var pipe: SplicePipe?
     private let pool: SplicePipePool
     /// Body bytes still to take from the upstream.
@@ -96,7 +99,7 @@ final class BodySplice {
                     remaining -= moved
                     inPipe += moved
                     progressed = true
-                    owner?.spliceReceived(moved)
+                    owner.spliceReceived(moved)
                     guard running else { return }
                 } else if n == 0 {
                     return sourceEnded()
@@ -110,7 +113,7 @@ final class BodySplice {
             }
             if remaining == 0 && inPipe == 0 {
                 stop()
-                owner?.spliceFinished()
+                owner.spliceFinished()
                 return
             }
             if !progressed { break }
@@ -123,7 +126,7 @@ final class BodySplice {
     /// The upstream closed before the whole body came: the response is cut short.
     private func sourceEnded() {
         stop()
-        owner?.spliceSourceEnded()
+        owner.spliceSourceEnded()
     }
 
     private func sourceFailed(_ error: Int32) {
@@ -139,7 +142,7 @@ final class BodySplice {
         let owner = self.owner
         stop()
         sink?.fail(error)
-        owner?.spliceLostClient()
+        owner.spliceLostClient()
     }
 
     /// One of the two sockets is closing (by its owner, a timeout, a failure elsewhere).
@@ -148,7 +151,7 @@ final class BodySplice {
         let lostClient = stream === sink
         let owner = self.owner
         stop()
-        if lostClient { owner?.spliceLostClient() }
+        if lostClient { owner.spliceLostClient() }
     }
 
     /// Gives both sockets back to their streams and the pipe to the pool (only if empty: bytes left in
@@ -163,6 +166,7 @@ final class BodySplice {
         if let source, source.spliceSource === self { source.spliceSource = nil }
         source = nil
         sink = nil
+        client = nil
         if let pipe {
             if inPipe == 0 { pool.give(pipe) } else { pipe.close() }
         }

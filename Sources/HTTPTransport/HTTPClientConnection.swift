@@ -80,7 +80,11 @@ public final class HTTPClientConnection {
     /// Set when the connection ends as `.connectFailed` (or the initializer throws).
     private(set) var connectFailureCause: ConnectFailureCause?
 
-    public weak var handler: HTTPClientConnectionHandler?
+    /// Held strongly until the connection ends (after its `ended` report) or another is set; the pool
+    /// clears it on release. Not `weak`: a weak reference gives the handler a side table, which makes every
+    /// retain and release of it slow, and a handler is touched several times per response. A handler that
+    /// holds its connection forms a cycle only until the end, or until it lets go (`handler = nil`).
+    public var handler: HTTPClientConnectionHandler?
     /// The host as given (a name or an IP literal) and port.
     public let host: String
     public let port: UInt16
@@ -128,7 +132,9 @@ public final class HTTPClientConnection {
     private var continueTimer: TransportTimer?
     /// The client connection the current response's body is to be spliced to, once the bytes read with
     /// the head have gone the normal way; the splice while it runs.
-    private weak var spliceTarget: HTTPServerConnection?
+    /// Strong (no side table on the client connection); cleared when the splice starts or is given up,
+    /// when the response completes and when this connection ends, so it never outlives the response.
+    private var spliceTarget: HTTPServerConnection?
     private var spliceMinimum = 0
     private var splice: BodySplice?
     /// The handler's pause, kept apart from the splice's own control of reading.
@@ -193,7 +199,9 @@ public final class HTTPClientConnection {
         stream.owner = self
         if let connectTimeout {
             self.connectTimeout = connectTimeout
-            connectTimer = TransportTimer(loop: loop) { [weak self] in self?.connectTimeExpired() }
+            // Timers and the lookup are owned by this connection and never call back once it is gone
+            // (a timer's deinit, `lookup.cancel()` in deinit): unowned, so no side table (see `handler`).
+            connectTimer = TransportTimer(loop: loop) { [unowned self] in self.connectTimeExpired() }
             connectTimer?.schedule(after: connectTimeout)
         }
         if let address = SocketAddress(host: host, port: port) {
@@ -203,8 +211,8 @@ public final class HTTPClientConnection {
             guard NameLookup.isHostName(host) else {
                 throw ConnectError(description: "\(host): not a host name or IP address")
             }
-            let lookup = NameLookup.start(loop: loop, host: host, port: port) { [weak self] outcome in
-                self?.resolved(outcome)
+            let lookup = NameLookup.start(loop: loop, host: host, port: port) { [unowned self] outcome in
+                self.resolved(outcome)
             }
             if !resolvedAtOnce { self.lookup = lookup }
         }
@@ -291,6 +299,9 @@ public final class HTTPClientConnection {
 
     deinit {
         lookup?.cancel()
+        // A splice still running stops before the streams go: its reports must not reach this object.
+        splice?.stop()
+        stream.ownerLeaving(ObjectIdentifier(self))
     }
 
     /// Longest the upstream may stay silent while a request is outstanding: from the request until the
@@ -318,7 +329,7 @@ public final class HTTPClientConnection {
             return
         }
         if silenceTimer == nil {
-            silenceTimer = TransportTimer(loop: loop) { [weak self] in self?.silenceExpired() }
+            silenceTimer = TransportTimer(loop: loop) { [unowned self] in self.silenceExpired() }
         }
         silenceTimer?.schedule(after: seconds)
     }
@@ -421,7 +432,7 @@ public final class HTTPClientConnection {
         }
         if expectContinue, let continueWait {
             if continueTimer == nil {
-                continueTimer = TransportTimer(loop: loop) { [weak self] in self?.releaseHeldBody(.waitExpired) }
+                continueTimer = TransportTimer(loop: loop) { [unowned self] in self.releaseHeldBody(.waitExpired) }
             }
             continueTimer?.schedule(after: continueWait)
         }
@@ -748,6 +759,8 @@ public final class HTTPClientConnection {
         continueTimer?.cancel()
         connectTimer?.cancel()
         handler?.connection(self, ended: reason, responseStarted: started)
+        // Nothing more is reported: the handler (and any cycle through it) is let go.
+        handler = nil
     }
 }
 

@@ -168,7 +168,9 @@ public final class HTTPServer {
         self.fd = fd
         acceptEvent = event_new(loop.base, fd, Int16(EV_READ | EV_PERSIST), serverAcceptTrampoline, Unmanaged.passUnretained(self).toOpaque())
         event_add(acceptEvent, nil)
-        sweepTimer = TransportTimer(loop: loop) { [weak self] in self?.sweep() }
+        // Unowned: the server owns the timer, whose deinit makes sure it never fires afterwards (a weak
+        // capture would give the server a side table, slowing every retain of it).
+        sweepTimer = TransportTimer(loop: loop) { [unowned self] in self.sweep() }
     }
 
     /// An IP literal as it is; a name (`localhost`, the host's own name) through the system resolver.
@@ -219,7 +221,6 @@ public final class HTTPServer {
             let id = ObjectIdentifier(connection)
             connections[id] = connection
             connection.server = self
-            connection.onEnded = { [weak self] ended in self?.closed(ended) }
             admit(connection)
             onConnection(connection)
             updateAccepting()
@@ -240,8 +241,16 @@ public final class HTTPServer {
     public func close() {
         stopAccepting()
         sweepTimer?.cancel()
-        for connection in Array(connections.values) { connection.close() }
+        // Each connection forgets the server first: it must not report back (this may be the deinit).
+        let closing = Array(connections.values)
         connections.removeAll()
+        withinLimit = 0
+        overLimit = 0
+        waitingConnections = 0
+        for connection in closing {
+            connection.detachFromServer()
+            connection.close()
+        }
     }
 
     deinit {
@@ -274,7 +283,7 @@ public final class HTTPServer {
     }
 
     /// The socket of `connection` is closed.
-    private func closed(_ connection: HTTPServerConnection) {
+    func closed(_ connection: HTTPServerConnection) {
         guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
         if connection.isOverLimit {
             overLimit -= 1

@@ -28,7 +28,12 @@ public protocol HTTPServerConnectionHandler: AnyObject {
 /// the client.
 public final class HTTPServerConnection {
     public let peer: PeerAddress
-    public weak var handler: HTTPServerConnectionHandler?
+    /// Held strongly until the connection has ended (reported `ended`, or its socket is closed), then let
+    /// go. Not `weak`: a weak reference gives the handler a side table, which makes every retain and
+    /// release of it slow, and a handler is touched several times per request. A handler that holds its
+    /// connection forms a cycle only while the connection lives; the end breaks it on every path (see
+    /// `end` and `releaseFromServer`).
+    public var handler: HTTPServerConnectionHandler?
     /// Pending output above which `canSendMore` is false (the sender should wait for `connectionCanSendMore`).
     public var sendBufferLimit = 1 << 20
     /// A client that closes its sending side while its response is awaited has left (the default keeps
@@ -44,9 +49,11 @@ public final class HTTPServerConnection {
     private var head = RequestHead()
     private var chunked: ChunkedDecoder
     private let limits: HTTPWireLimits
-    var onEnded: ((HTTPServerConnection) -> Void)?
-    /// The server's connection-limit bookkeeping (see `HTTPServer`).
-    weak var server: HTTPServer?
+    /// The server's connection-limit bookkeeping (see `HTTPServer`), told once when the socket is closed.
+    /// `unowned` rather than weak (no side table on the server): the server lets go of the connection
+    /// (`detachFromServer`) when the socket closes and when the server closes, deinit included, so this
+    /// never outlives it.
+    unowned var server: HTTPServer?
     let sequence: UInt64
     var isOverLimit = false
     var isRefusedOverLimit = false
@@ -128,6 +135,7 @@ public final class HTTPServerConnection {
     }
 
     deinit {
+        stream.ownerLeaving(ObjectIdentifier(self))
         if let headTimer { event_free(headTimer) }
         if let activityTimer { event_free(activityTimer) }
     }
@@ -575,13 +583,23 @@ public final class HTTPServerConnection {
         if let activityTimer { event_del(activityTimer) }
         activityExpiry = .infinity
         handler?.connection(self, ended: reason)
+        // Nothing more is reported: the handler (and any cycle through it) is let go.
+        handler = nil
         if stream.isClosed { releaseFromServer() }
     }
 
+    /// The socket is closed: the server's slot frees (once), and the handler is let go if an upgrade's
+    /// tunnel ended without a report to it.
     private func releaseFromServer() {
-        let release = onEnded
-        onEnded = nil
-        release?(self)
+        handler = nil
+        let server = self.server
+        detachFromServer()
+        server?.closed(self)
+    }
+
+    /// The server forgets this connection, or this connection its server.
+    func detachFromServer() {
+        server = nil
     }
 }
 

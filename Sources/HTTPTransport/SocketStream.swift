@@ -40,7 +40,17 @@ extension SocketStreamOwner {
 final class SocketStream {
     private(set) var fd: Int32
     let input: InputBuffer
-    weak var owner: SocketStreamOwner?
+    /// The connection (or tunnel) the stream reports to. `unowned`, not `weak`: a weak reference gives
+    /// its target a side table, and every later retain and release of that object (several per request
+    /// for a connection) then takes the runtime's slow path through it. The owner owns the stream, so it
+    /// outlives it except in one case: a stream handed to a tunnel endpoint that outlives its former
+    /// owner. So an owner tells its stream when it goes (`ownerLeaving`, from its deinit), and this never
+    /// refers to a freed object; were that rule broken, safe `unowned` traps instead of reading freed memory.
+    unowned var owner: SocketStreamOwner? {
+        didSet { ownerIdentity = owner.map { ObjectIdentifier($0) } }
+    }
+    /// Who `owner` is, comparable without touching the object (it may be deinitializing).
+    private var ownerIdentity: ObjectIdentifier?
     private var readEvent: OpaquePointer?
     private var writeEvent: OpaquePointer?
     private var readingPaused = false
@@ -112,6 +122,13 @@ final class SocketStream {
         let context = Unmanaged.passUnretained(self).toOpaque()
         readEvent = event_new(loopBase, fd, Int16(EV_READ | EV_PERSIST), socketReadTrampoline, context)
         writeEvent = event_new(loopBase, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+    }
+
+    /// Called by an owner's deinit: the stream stops reporting to it (unless it reports to another by now,
+    /// a tunnel that took it over).
+    func ownerLeaving(_ leaving: ObjectIdentifier) {
+        guard ownerIdentity == leaving else { return }
+        owner = nil
     }
 
     var pendingOutput: Int { output.count - outputStart }
