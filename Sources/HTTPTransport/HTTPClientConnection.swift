@@ -95,6 +95,8 @@ public final class HTTPClientConnection {
     let stream: SocketStream
     private var parser: HeadParser
     private var head = ResponseHead()
+    /// The last response head's bytes, handed to the handler (see `refillHeadBytes`).
+    private var headBytes: [UInt8] = []
     private var chunked: ChunkedDecoder
     private let limits: HTTPWireLimits
 
@@ -658,7 +660,7 @@ public final class HTTPClientConnection {
                     protocolFailure(error)
                     return
                 }
-                let headBytes = Array(UnsafeRawBufferPointer(input.unconsumed)[0..<head.headLength])
+                refillHeadBytes(&headBytes, from: input, count: head.headLength)
                 input.consume(head.headLength)
                 if head.isInformational && head.status != 101 {
                     handler?.connection(self, receivedInformational: head.status)

@@ -153,18 +153,23 @@ final class HeadBuffer {
         }
     }
 
-    /// Room for `n` more bytes, counted as written: returns where they go.
+    /// Room for `n` more bytes, counted as written: returns where they go. Inlined into every append (a
+    /// head is written in a few dozen pieces); only growing is a call.
+    @inline(__always)
     private func reserve(_ n: Int) -> UnsafeMutableRawPointer {
         let needed = count + n
-        if needed > capacity {
-            let grown = max(needed, max(512, capacity * 2))
-            guard let moved = realloc(base, grown) else { fatalError("out of memory for a message head") }
-            base = moved
-            capacity = grown
-        }
+        if needed > capacity { grow(to: needed) }
         let start = base! + count
         count = needed
         return start
+    }
+
+    @inline(never)
+    private func grow(to needed: Int) {
+        let grown = max(needed, max(512, capacity * 2))
+        guard let moved = realloc(base, grown) else { fatalError("out of memory for a message head") }
+        base = moved
+        capacity = grown
     }
 
     deinit { free(base) }

@@ -105,6 +105,18 @@ func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
     return true
 }
 
+/// Copies the first `count` unconsumed bytes of `input` into `storage`, a connection's own array for the
+/// head it hands to its handler. When the handler has let go of the previous head (the usual case: the
+/// next message is read after the last exchange ended) the array is uniquely referenced and refilled in
+/// place, so a keep-alive connection allocates no head array per message; a handler still holding it
+/// keeps its copy, and copy-on-write gives the new head a new array. Like `HeadBuffer`, no more than an
+/// ordinary head's memory is kept between messages.
+func refillHeadBytes(_ storage: inout [UInt8], from input: InputBuffer, count: Int) {
+    if storage.capacity > maxKeptHeadCapacity { storage = [] }
+    storage.removeAll(keepingCapacity: true)
+    storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(input.unconsumed)[0..<count]))
+}
+
 /// Serialises a response head with the framing fields the transport decides.
 func serializeResponseHead(_ head: HTTPResponseHead, version: HTTPVersion, framing: ResponseFraming, close: Bool) -> [UInt8] {
     let out = HeadBuffer()
@@ -159,7 +171,8 @@ func isSendableField(_ name: String, _ value: String) -> Bool {
     withBytes(of: name) { name in withBytes(of: value) { value in isSendableFieldName(name) && hasNoControls(value) } }
 }
 
-/// A token, and not a framing field (Content-Length, Transfer-Encoding, Connection) in any case.
+/// A token (HTTPWire's `isToken`), and not a framing field (Content-Length, Transfer-Encoding,
+/// Connection) in any case.
 func isSendableFieldName(_ name: UnsafeRawBufferPointer) -> Bool {
     guard isToken(name) else { return false }
     switch name.count {
@@ -170,19 +183,15 @@ func isSendableFieldName(_ name: UnsafeRawBufferPointer) -> Bool {
     }
 }
 
-/// tchar (RFC 9110 section 5.6.2) only: ALPHA, DIGIT and ! # $ % & ' * + - . ^ _ ` | ~, as two 64-bit sets.
+/// tchar only (RFC 9110 section 5.6.2): HTTPWire's check, eight bytes at a time where it can.
 func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
-    guard !bytes.isEmpty else { return false }
-    for b in bytes {
-        let set: UInt64 = b < 0x40 ? 0x03FF_6CFA_0000_0000 : 0x57FF_FFFF_C7FF_FFFE
-        guard b < 0x80 && (set &>> UInt64(b & 0x3F)) & 1 != 0 else { return false }
-    }
-    return true
+    HTTPWire.isToken(bytes)
 }
 
+/// No control but HTAB, no DEL (HTTPWire's `isFieldValue`, eight bytes at a time): no value can end a
+/// line or the head early.
 func hasNoControls(_ bytes: UnsafeRawBufferPointer) -> Bool {
-    for b in bytes where (b < 0x20 && b != 0x09) || b == 0x7F { return false }
-    return true
+    isFieldValue(bytes)
 }
 
 /// `name` equals `lowercase` (which must be lower-case ASCII) ignoring ASCII case, without copying either.

@@ -47,6 +47,8 @@ public final class HTTPServerConnection {
     let stream: SocketStream
     private var parser: HeadParser
     private var head = RequestHead()
+    /// The last request head's bytes, handed to the handler (see `refillHeadBytes`).
+    private var headBytes: [UInt8] = []
     private var chunked: ChunkedDecoder
     private let limits: HTTPWireLimits
     /// The server's connection-limit bookkeeping (see `HTTPServer`), told once when the socket is closed.
@@ -466,7 +468,7 @@ public final class HTTPServerConnection {
                     return
                 }
                 disarmHeadTimer()
-                let headBytes = Array(UnsafeRawBufferPointer(input.unconsumed)[0..<head.headLength])
+                refillHeadBytes(&headBytes, from: input, count: head.headLength)
                 input.consume(head.headLength)
                 requestVersion = head.semantics.version
                 requestKeepAlive = head.semantics.keepAlive

@@ -95,15 +95,91 @@ func zeroBytes(_ word: UInt64) -> UInt64 { (word &- lowBits) & ~word & highBits 
 /// Index of the first LF in `bytes[from..<end]`, or `end`.
 @inlinable
 func firstLF(_ bytes: UnsafeRawBufferPointer, from: Int, to end: Int) -> Int {
+    firstIndex(of: LF, in: bytes, from: from, to: end)
+}
+
+/// Index of the first `target` byte in `bytes[from..<end]`, or `end`.
+@inlinable @inline(__always)
+func firstIndex(of target: UInt8, in bytes: UnsafeRawBufferPointer, from: Int, to end: Int) -> Int {
     var i = from
     while i &+ 8 <= end {
         let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-        let found = zeroBytes(word ^ (lowBits &* UInt64(LF)))
+        let found = zeroBytes(word ^ (lowBits &* UInt64(target)))
         if found != 0 { return i &+ found.trailingZeroBitCount &>> 3 }
         i &+= 8
     }
-    while i < end && bytes[i] != LF { i &+= 1 }
+    while i < end && bytes[i] != target { i &+= 1 }
     return i
+}
+
+/// Whether an 8-byte word holds only ASCII letters, digits and "-", the bytes nearly every field name is
+/// made of (all of them tchar, none of them "_"). Each test below sets a byte's high bit; with every byte
+/// below 0x80 (checked first) no addition carries into the next byte, so each byte is judged alone.
+@inlinable @inline(__always)
+func isCommonNameWord(_ word: UInt64) -> Bool {
+    guard word & highBits == 0 else { return false }
+    let folded = word | (lowBits &* 0x20)   // A-Z to a-z; digits and "-" unchanged
+    let letter = (folded &+ lowBits &* 0x1F) & ~(folded &+ lowBits &* 0x05)   // >= 0x61 and not >= 0x7B
+    let digit = (word &+ lowBits &* 0x50) & ~(word &+ lowBits &* 0x46)        // >= 0x30 and not >= 0x3A
+    let fromDash = word ^ (lowBits &* 0x2D)
+    let dash = ~((fromDash &+ lowBits &* 0x7F) | fromDash)                    // the byte was exactly "-"
+    return (letter | digit | dash) & highBits == highBits
+}
+
+/// Skips whole 8-byte words of `bytes[from..<end]` made only of letters, digits and "-" (see
+/// `isCommonNameWord`): where a field-name scan continues byte by byte. Every byte skipped is a tchar
+/// and none is "_".
+@inlinable @inline(__always)
+func skipCommonNameWords(_ bytes: UnsafeRawBufferPointer, from: Int, to end: Int) -> Int {
+    var i = from
+    while i &+ 8 <= end {
+        let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+        guard isCommonNameWord(word) else { break }
+        i &+= 8
+    }
+    return i
+}
+
+/// Whether `bytes[range]` is made only of letters, digits and "-", judged a word at a time. True: every
+/// byte is a tchar and none is "_". False: only that the words did not show it (the caller judges byte by
+/// byte then). A range of eight bytes or more ends with the word that ends it (overlapping bytes already
+/// judged); a shorter one is read as the word that starts it, the bytes past the range masked out, if
+/// the buffer holds eight bytes from there (`readableEnd`).
+@inlinable @inline(__always)
+func isCommonName(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, readableEnd: Int) -> Bool {
+    let n = range.count
+    if n >= 8 {
+        let i = skipCommonNameWords(bytes, from: range.lowerBound, to: range.upperBound)
+        if i == range.upperBound { return true }
+        if i &+ 8 <= range.upperBound { return false }   // a whole word failed
+        let last = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: range.upperBound &- 8, as: UInt64.self))
+        return isCommonNameWord(last)
+    }
+    guard n > 0, range.lowerBound &+ 8 <= readableEnd else { return false }
+    let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt64.self))
+    let kept = (UInt64(1) &<< UInt64(n &* 8)) &- 1   // the range's bytes are the low ones (little-endian)
+    return isCommonNameWord((word & kept) | (lowBits &* 0x61 & ~kept))
+}
+
+/// Whether `bytes` is a token (RFC 9110 section 5.6.2), as a field name must be: for code that writes
+/// heads and checks every name it sends.
+@inlinable
+public func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    guard !bytes.isEmpty else { return false }
+    if isCommonName(bytes, 0..<bytes.count, readableEnd: bytes.count) { return true }
+    var i = 0
+    while i < bytes.count {
+        guard isTokenByte(bytes[i]) else { return false }
+        i &+= 1
+    }
+    return true
+}
+
+/// Whether every byte of `bytes` may stand in a field value (`isFieldValueByte`: no control but HTAB, no
+/// DEL), so that a value written into a head can never end a line or the head early.
+@inlinable
+public func isFieldValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    allFieldValueBytes(bytes, 0..<bytes.count)
 }
 
 /// Whether every byte of `bytes[range]` is a field-value byte (`isFieldValueByte`).

@@ -317,6 +317,12 @@ public struct HeadParser: Sendable {
     private func parseFieldLine(_ bytes: UnsafeRawBufferPointer, _ line: Range<Int>) throws(HTTPWireError) -> FieldLine {
         var i = line.lowerBound
         var underscore = false
+        // Nearly every name is letters, digits and "-" up to the first colon: judged a word at a time, it
+        // ends where the byte loop below would stop (":" is no tchar). Anything else goes byte by byte.
+        let colon = firstIndex(of: UInt8(ascii: ":"), in: bytes, from: line.lowerBound, to: line.upperBound)
+        if colon < line.upperBound && isCommonName(bytes, line.lowerBound..<colon, readableEnd: bytes.count) {
+            i = colon
+        }
         while i < line.upperBound && isTokenByte(bytes[i]) {
             if bytes[i] == UInt8(ascii: "_") { underscore = true }
             i &+= 1

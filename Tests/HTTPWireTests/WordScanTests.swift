@@ -34,6 +34,73 @@ final class WordScanTests: XCTestCase {
         }
     }
 
+    func testCommonNameWordMatchesAByteLoop() {
+        let common = { (b: UInt8) in isAlpha(b) || isDigit(b) || b == UInt8(ascii: "-") }
+        for value in 0...255 {
+            for position in 0..<8 {
+                // Every other byte a letter, a digit or "-" in turn, so neighbours of each kind are tried.
+                for filler in [UInt8(ascii: "a"), UInt8(ascii: "Z"), UInt8(ascii: "0"), UInt8(ascii: "-")] {
+                    var bytes = [UInt8](repeating: filler, count: 8)
+                    bytes[position] = UInt8(value)
+                    let word = bytes.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+                    XCTAssertEqual(isCommonNameWord(word), bytes.allSatisfy(common), "byte \(value) at \(position)")
+                    // Whatever it skips is tchar without "_", and a byte loop agrees on the token check.
+                    bytes.withUnsafeBytes { raw in
+                        XCTAssertEqual(isToken(raw), bytes.allSatisfy(isTokenByteBySwitch), "byte \(value) at \(position)")
+                    }
+                }
+            }
+        }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let length = Int.random(in: 0...40, using: &generator)
+            let bytes = (0..<length).map { _ in [UInt8(0x2D), 0x2C, 0x2E, 0x5F, 0x61, 0x7B, 0x40, 0x5B, 0x3A, 0x39, 0x0D, 0xC1].randomElement(using: &generator)! }
+            bytes.withUnsafeBytes { raw in
+                for from in 0...length {
+                    let skipped = skipCommonNameWords(raw, from: from, to: length)
+                    XCTAssertTrue(skipped >= from && skipped <= length && (skipped - from) % 8 == 0)
+                    XCTAssertTrue((from..<skipped).allSatisfy { common(raw[$0]) }, "\(bytes) from \(from)")
+                    XCTAssertEqual(isToken(UnsafeRawBufferPointer(rebasing: raw[from...])),
+                                   length > from && (from..<length).allSatisfy { isTokenByteBySwitch(raw[$0]) })
+                }
+            }
+        }
+    }
+
+    func testCommonNameJudgesExactlyItsRange() {
+        let common = { (b: UInt8) in isAlpha(b) || isDigit(b) || b == UInt8(ascii: "-") }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<400 {
+            let length = Int.random(in: 0...30, using: &generator)
+            // Mostly common bytes, so that long common ranges occur; the others sit on the word edges too.
+            let bytes = (0..<length).map { _ in
+                Int.random(in: 0..<6, using: &generator) == 0
+                    ? [UInt8(0x3A), 0x5F, 0x20, 0x0D, 0x2C, 0x7B, 0xC1, 0x00].randomElement(using: &generator)!
+                    : [UInt8(0x61), 0x5A, 0x30, 0x2D, 0x39, 0x7A].randomElement(using: &generator)!
+            }
+            bytes.withUnsafeBytes { raw in
+                for lower in 0...length {
+                    for upper in lower...length {
+                        let expected = upper > lower && (lower..<upper).allSatisfy { common(raw[$0]) }
+                        let judged = isCommonName(raw, lower..<upper, readableEnd: length)
+                        if judged { XCTAssertTrue(expected, "\(bytes) \(lower)..<\(upper)") }
+                        // And it does say so whenever it can read a word.
+                        if expected && (upper - lower >= 8 || lower + 8 <= length) { XCTAssertTrue(judged, "\(bytes) \(lower)..<\(upper)") }
+                    }
+                }
+            }
+        }
+    }
+
+    func testFieldValueCheckIsTheByteRule() {
+        for value in 0...255 {
+            let bytes = [UInt8(ascii: "a"), UInt8(value), UInt8(ascii: "b")] + [UInt8](repeating: 0x41, count: 9)
+            bytes.withUnsafeBytes { raw in
+                XCTAssertEqual(isFieldValue(raw), isFieldValueByte(UInt8(value)), "byte \(value)")
+            }
+        }
+    }
+
     func testTokenByteSetsMatchTheSpelledOutSet() {
         for value in 0...255 {
             XCTAssertEqual(isTokenByte(UInt8(value)), isTokenByteBySwitch(UInt8(value)), "byte \(value)")
