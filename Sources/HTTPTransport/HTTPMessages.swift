@@ -113,8 +113,8 @@ func asciiEqualIgnoringCase(_ a: ArraySlice<UInt8>, _ b: [UInt8]) -> Bool {
 /// ordinary head's memory is kept between messages.
 func refillHeadBytes(_ storage: inout [UInt8], from input: InputBuffer, count: Int) {
     if storage.capacity > maxKeptHeadCapacity { storage = [] }
-    storage.removeAll(keepingCapacity: true)
-    storage.append(contentsOf: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(input.unconsumed)[0..<count]))
+    // One replacement (not an empty-then-append, which is two passes through the general machinery).
+    storage.replaceSubrange(0..<storage.count, with: UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(input.unconsumed)[0..<count]))
 }
 
 /// Serialises a response head with the framing fields the transport decides.

@@ -480,7 +480,8 @@ public final class HTTPServerConnection {
                     && head.semantics.framing == .none && head.fields.contains { field in
                         field.name.count == 7 && asciiEqualIgnoringCase(headBytes[field.name], Array("upgrade".utf8))
                     }
-                if let server, !server.admitRequest(on: self) {
+                // Only a connection over the limit asks the server (the common case costs no call).
+                if isOverLimit, let server, !server.admitRequest(on: self) {
                     refuseOverLimit()
                     return
                 }

@@ -76,13 +76,13 @@ public final class UpstreamPool {
     public final class Ticket {
         fileprivate var ready: Grant?
         fileprivate let lane: Lane
-        fileprivate weak var pool: UpstreamPool?
+        fileprivate let link: PoolLink
         fileprivate var timer: TransportTimer?
 
         fileprivate init(_ ready: @escaping Grant, lane: Lane, pool: UpstreamPool) {
             self.ready = ready
             self.lane = lane
-            self.pool = pool
+            self.link = pool.link
         }
 
         /// Leaves the queue; the grant is never called afterwards. A no-op once it was called.
@@ -91,7 +91,7 @@ public final class UpstreamPool {
             ready = nil
             timer?.cancel()
             timer = nil
-            pool?.left(lane)
+            link.pool?.left(lane)
         }
 
         public var isWaiting: Bool { ready != nil }
@@ -118,6 +118,8 @@ public final class UpstreamPool {
     public var onUnsolicitedBytes: ((Int) -> Void)?
 
     private let loop: TransportLoop
+    /// What tickets and connections reach the pool through (see `PoolLink`).
+    fileprivate let link = PoolLink()
     private var idle: [(connection: HTTPClientConnection, since: Double)] = []
     private var arriving = WaitQueue()
     private var admitted = WaitQueue()
@@ -130,6 +132,12 @@ public final class UpstreamPool {
         self.host = host
         self.port = port
         self.settings = settings
+        link.pool = self
+    }
+
+    deinit {
+        // Connections and tickets that outlive the pool report to nobody.
+        link.pool = nil
     }
 
     /// Calls `ready` with a connection: before returning when one is idle or may be opened, later (from
@@ -287,8 +295,8 @@ public final class UpstreamPool {
             let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits,
                                                       tls: settings.tls, connectTimeout: settings.connectTimeout)
             openCount += 1
-            connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
-            connection.onUnsolicitedBytes = { [weak self] count in self?.onUnsolicitedBytes?(count) }
+            connection.onClosed = { [link, unowned connection] in link.pool?.closed(connection) }
+            connection.onUnsolicitedBytes = { [link] count in link.pool?.onUnsolicitedBytes?(count) }
             return .success(connection)
         } catch {
             return .failure(.connectFailed(error.description))
@@ -326,7 +334,8 @@ public final class UpstreamPool {
 
     private func scheduleIdleCheck() {
         guard settings.idleTimeout > 0, let oldest = idle.first else { return }
-        if idleTimer == nil { idleTimer = TransportTimer(loop: loop) { [weak self] in self?.closeExpiredIdle() } }
+        // Unowned: the pool owns the timer, whose deinit makes sure it never fires afterwards.
+        if idleTimer == nil { idleTimer = TransportTimer(loop: loop) { [unowned self] in self.closeExpiredIdle() } }
         guard let idleTimer, !idleTimer.isScheduled else { return }
         idleTimer.schedule(after: oldest.since + settings.idleTimeout - monotonicSeconds())
     }
@@ -341,6 +350,15 @@ public final class UpstreamPool {
         }
         scheduleIdleCheck()
     }
+}
+
+/// How tickets and the connections a pool opened reach it (a ticket given up, a connection closed, bytes
+/// nobody asked for), also after the pool is gone. Not a weak reference to the pool: that would give the
+/// pool a side table, and every retain and release of it (several per request) would take the runtime's
+/// slow path. The link is held strongly by whoever may report; the pool's deinit cuts it, so `pool` is
+/// never a freed object (and safe `unowned` would trap, not read freed memory, were that rule broken).
+fileprivate final class PoolLink {
+    unowned var pool: UpstreamPool?
 }
 
 /// A FIFO of tickets; cancelled ones are skipped when they reach the front (amortised O(1) per ticket).

@@ -24,7 +24,7 @@ public struct HeadParser: Sendable {
     public mutating func parseRequest(_ buffer: UnsafeMutableRawBufferPointer, into head: inout RequestHead) throws(HTTPWireError) -> Bool {
         guard let (start, end) = try findHead(buffer) else { return false }
         let bytes = UnsafeRawBufferPointer(buffer)
-        head.fields.removeAll(keepingCapacity: true)
+        emptyKeepingCapacity(&head.fields)
         head.semantics = MessageSemantics()
         head.hostField = nil
         head.expectsContinue = false
@@ -145,7 +145,7 @@ public struct HeadParser: Sendable {
     public mutating func parseResponse(_ buffer: UnsafeMutableRawBufferPointer, requestMethod: HTTPMethod, into head: inout ResponseHead) throws(HTTPWireError) -> Bool {
         guard let (start, end) = try findHead(buffer) else { return false }
         let bytes = UnsafeRawBufferPointer(buffer)
-        head.fields.removeAll(keepingCapacity: true)
+        emptyKeepingCapacity(&head.fields)
         head.semantics = MessageSemantics()
         head.headLength = end
 
@@ -353,6 +353,16 @@ public struct HeadParser: Sendable {
             try onField(index, name, field.value)
         }
     }
+}
+
+/// Empties the field table for the next head. Element by element from the end: a head has a handful of
+/// fields, and `removeAll(keepingCapacity:)` goes through the general `replaceSubrange`, several times
+/// the cost. (A table another head value still shares is copied once by the first removal, where
+/// `removeAll` would allocate an empty one: either way the other value keeps its fields.)
+@inline(__always)
+func emptyKeepingCapacity(_ fields: inout [FieldLine]) {
+    guard fields.count <= 64 else { return fields.removeAll(keepingCapacity: true) }
+    while !fields.isEmpty { fields.removeLast() }
 }
 
 /// What the framing-relevant fields said, gathered while parsing and judged once the head is complete.
