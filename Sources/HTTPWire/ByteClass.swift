@@ -28,6 +28,21 @@ func isFieldValueByte(_ b: UInt8) -> Bool {
     b == HTAB || (b >= 0x20 && b != 0x7F)
 }
 
+/// SP, HTAB and , / @ ? # \ are refused in a Host value (no whitespace, no list, no path or userinfo), as
+/// two 64-bit sets like `isTokenByte` (`isRefusedInHostBySwitch` spells them out).
+@inlinable @inline(__always)
+func isRefusedInHost(_ b: UInt8) -> Bool {
+    let set: UInt64 = b < 0x40 ? 0x8000_9009_0000_0200 : 0x0000_0000_1000_0001
+    return b < 0x80 && (set &>> UInt64(b & 0x3F)) & 1 != 0
+}
+
+func isRefusedInHostBySwitch(_ b: UInt8) -> Bool {
+    switch b {
+    case SP, HTAB, UInt8(ascii: ","), UInt8(ascii: "/"), UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "\\"): return true
+    default: return false
+    }
+}
+
 /// Bytes of a request target: visible ASCII and bytes >= 0x80 (forwarded unchanged); SP, controls and
 /// DEL are refused, because a target is copied into the upstream's request line byte for byte.
 @inlinable @inline(__always)
@@ -187,19 +202,30 @@ public func isFieldValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
 func allFieldValueBytes(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> Bool {
     var i = range.lowerBound
     let end = range.upperBound
-    while i &+ 8 <= end {
-        let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-        // A byte below 0x20 (a tab among them, checked one by one below) or a DEL.
-        let belowSpace = (word &- lowBits &* 0x20) & ~word & highBits
-        let delete = zeroBytes(word ^ (lowBits &* 0x7F))
-        if belowSpace | delete != 0 {
-            for j in i..<(i &+ 8) where !isFieldValueByte(bytes[j]) { return false }
+    guard end &- i >= 8 else {
+        while i < end {
+            if !isFieldValueByte(bytes[i]) { return false }
+            i &+= 1
         }
-        i &+= 8
+        return true
     }
-    while i < end {
-        if !isFieldValueByte(bytes[i]) { return false }
-        i &+= 1
+    // Word by word; the last word is the one that ends the range (overlapping bytes already judged), so
+    // no byte is left for a byte loop.
+    while true {
+        if !allFieldValueBytes(inWordAt: i, of: bytes) { return false }
+        if i &+ 8 >= end { return true }
+        i = min(i &+ 8, end &- 8)
     }
+}
+
+/// Whether the eight bytes from `offset` are all field-value bytes.
+@inlinable @inline(__always)
+func allFieldValueBytes(inWordAt offset: Int, of bytes: UnsafeRawBufferPointer) -> Bool {
+    let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+    // A byte below 0x20 (a tab among them, checked one by one below) or a DEL.
+    let belowSpace = (word &- lowBits &* 0x20) & ~word & highBits
+    let delete = zeroBytes(word ^ (lowBits &* 0x7F))
+    if belowSpace | delete == 0 { return true }
+    for j in offset..<(offset &+ 8) where !isFieldValueByte(bytes[j]) { return false }
     return true
 }

@@ -112,13 +112,7 @@ public struct HeadParser: Sendable {
 
     private func validateHost(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) throws(HTTPWireError) {
         // uri-host [":" port]: no whitespace, no list, no path or userinfo.
-        for i in value {
-            switch bytes[i] {
-            case SP, HTAB, UInt8(ascii: ","), UInt8(ascii: "/"), UInt8(ascii: "@"), UInt8(ascii: "?"), UInt8(ascii: "#"), UInt8(ascii: "\\"):
-                throw .invalidHost
-            default: continue
-            }
-        }
+        for i in value where isRefusedInHost(bytes[i]) { throw .invalidHost }
     }
 
     private func requestFraming(_ facts: FramingFacts, version: HTTPVersion) throws(HTTPWireError) -> BodyFraming {
@@ -413,6 +407,15 @@ struct FramingFacts {
     }
 
     mutating func addConnection(_ bytes: UnsafeRawBufferPointer, _ value: Range<Int>) {
+        // The usual values whole (a value is trimmed): what the list walk below would find in them.
+        if equalsIgnoringCase(bytes, value, "keep-alive") {
+            connection.insert(.keepAlive)
+            return
+        }
+        if equalsIgnoringCase(bytes, value, "close") {
+            connection.insert(.close)
+            return
+        }
         var options = connection
         // A malformed list element cannot harm: unknown tokens only make the proxy drop more fields.
         try? forEachListElement(bytes, value) { element throws(HTTPWireError) in

@@ -92,6 +92,30 @@ final class WordScanTests: XCTestCase {
         }
     }
 
+    func testFieldValueCheckAtEveryLength() {
+        for length in 0...25 {
+            for position in 0..<max(length, 1) {
+                for bad in [UInt8(0x00), 0x09, 0x0A, 0x0D, 0x1F, 0x7F, 0x80, 0xFF] {
+                    var bytes = [UInt8](repeating: 0x61, count: length + 2)
+                    if length > 0 { bytes[1 + position] = bad }
+                    bytes[0] = 0x00   // outside the range: must not count
+                    bytes[length + 1] = 0x7F
+                    bytes.withUnsafeBytes { raw in
+                        let range = 1..<(1 + length)
+                        XCTAssertEqual(allFieldValueBytes(raw, range), range.allSatisfy { isFieldValueByte(raw[$0]) },
+                                       "length \(length), byte \(bad) at \(position)")
+                    }
+                }
+            }
+        }
+    }
+
+    func testHostByteSetsMatchTheSpelledOutSet() {
+        for value in 0...255 {
+            XCTAssertEqual(isRefusedInHost(UInt8(value)), isRefusedInHostBySwitch(UInt8(value)), "byte \(value)")
+        }
+    }
+
     func testFieldValueCheckIsTheByteRule() {
         for value in 0...255 {
             let bytes = [UInt8(ascii: "a"), UInt8(value), UInt8(ascii: "b")] + [UInt8](repeating: 0x41, count: 9)
