@@ -125,6 +125,38 @@ final class HeadBuffer {
         literal.withUTF8Buffer { append(UnsafeRawBufferPointer($0)) }
     }
 
+    /// A decimal number without a String. Numbers under 10^8 (every status code, nearly every length) are
+    /// built in one word, most significant digit in its lowest byte, and stored at once.
+    func appendDecimal(_ value: Int) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var n = value.magnitude
+        guard n < 100_000_000 else { return appendLongDecimal(n) }
+        var word: UInt64 = 0
+        var digits = 0
+        repeat {
+            word = word &<< 8 | UInt64(truncatingIfNeeded: 0x30 &+ n % 10)
+            n /= 10
+            digits &+= 1
+        } while n > 0
+        let start = reserve(8)
+        start.storeBytes(of: word.littleEndian, as: UInt64.self)
+        count -= 8 - digits   // only the digits count as written
+    }
+
+    private func appendLongDecimal(_ value: UInt) {
+        var n = value
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var i = buffer.count
+            repeat {
+                i -= 1
+                buffer[i] = UInt8(truncatingIfNeeded: 0x30 &+ n % 10)
+                n /= 10
+            } while n > 0
+            append(UnsafeRawBufferPointer(rebasing: buffer[i...]))
+        }
+    }
+
     /// "name: value\r\n" with one capacity check.
     func appendField(_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) {
         let start = reserve(name.count + value.count + 4)

@@ -210,24 +210,6 @@ func asciiEqualIgnoringCase(_ name: UnsafeRawBufferPointer, _ lowercase: StaticS
     }
 }
 
-extension HeadBuffer {
-    /// A decimal number without a String.
-    func appendDecimal(_ value: Int) {
-        if value < 0 { append(UInt8(ascii: "-")) }
-        var n = value.magnitude
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var i = buffer.count
-            repeat {
-                i -= 1
-                buffer[i] = UInt8(truncatingIfNeeded: 0x30 &+ n % 10)
-                n /= 10
-            } while n > 0
-            append(UnsafeRawBufferPointer(rebasing: buffer[i...]))
-        }
-    }
-}
-
 /// Calls `body` with a string's UTF-8 bytes in place (a copy only for a string not stored contiguously).
 func withBytes<R>(of string: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
     if let result = string.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }

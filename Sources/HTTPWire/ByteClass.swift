@@ -73,17 +73,41 @@ func hexValue(_ b: UInt8) -> Int? {
 @inlinable @inline(__always)
 func asciiLower(_ b: UInt8) -> UInt8 { (b >= 0x41 && b <= 0x5A) ? b | 0x20 : b }
 
-/// `bytes[range]` equals `lowercaseLiteral` ignoring ASCII case.
+/// `bytes[range]` equals `lowercaseLiteral` (lower-case ASCII) ignoring ASCII case. Eight bytes at a time
+/// from eight bytes on, the last word overlapping the one before (field names are compared with this
+/// several times per head).
 @inlinable
 func equalsIgnoringCase(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, _ lowercaseLiteral: StaticString) -> Bool {
-    guard lowercaseLiteral.utf8CodeUnitCount == range.count else { return false }
+    let n = lowercaseLiteral.utf8CodeUnitCount
+    guard n == range.count else { return false }
     let p = lowercaseLiteral.utf8Start
+    if n >= 8 {
+        let literal = UnsafeRawPointer(p)
+        var at = 0
+        while true {
+            let received = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: range.lowerBound &+ at, as: UInt64.self))
+            let wanted = UInt64(littleEndian: literal.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+            guard wordEqualsIgnoringCase(received, lowercase: wanted) else { return false }
+            if at &+ 8 >= n { return true }
+            at = min(at &+ 8, n &- 8)
+        }
+    }
     var i = 0
-    while i < range.count {
+    while i < n {
         if asciiLower(bytes[range.lowerBound &+ i]) != p[i] { return false }
         i &+= 1
     }
     return true
+}
+
+/// Whether the eight received bytes equal the eight bytes of a lower-case ASCII literal, ASCII case
+/// ignored: where the literal has a letter (0x61...0x7A) the received byte is compared with bit 0x20 set
+/// (which makes only its upper-case twin equal too), everywhere else exactly. The additions act on the
+/// literal only, whose bytes are all below 0x80, so none carries into the next byte.
+@inlinable @inline(__always)
+func wordEqualsIgnoringCase(_ received: UInt64, lowercase literal: UInt64) -> Bool {
+    let letters = (literal &+ lowBits &* 0x1F) & ~(literal &+ lowBits &* 0x05) & highBits   // >= 0x61, not >= 0x7B
+    return received | (letters &>> 2) == literal                                             // 0x80 >> 2 = 0x20
 }
 
 /// `range` without leading and trailing SP/HTAB.

@@ -45,3 +45,21 @@ final class SendableFieldTests: XCTestCase {
         XCTAssertEqual(String(decoding: head, as: UTF8.self), "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
     }
 }
+
+/// Numbers in heads (status codes, lengths) are written without a String: the digits must be exactly
+/// what `String(n)` says, across the one-word path and the longer one.
+final class HeadDecimalTests: XCTestCase {
+    func testDecimalsMatchTheirText() {
+        var values = [0, 1, 9, 10, 99, 100, 200, 599, 4096, 65_535, 99_999_999, 100_000_000, 123_456_789_012,
+                      Int.max, -1, -200, -99_999_999, -100_000_000, Int.min]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 { values.append(Int.random(in: Int.min...Int.max, using: &generator) >> Int.random(in: 0...62, using: &generator)) }
+        for value in values {
+            let buffer = HeadBuffer()
+            buffer.append(literal: "x")
+            buffer.appendDecimal(value)
+            buffer.append(literal: "y")
+            XCTAssertEqual(String(decoding: buffer.bytes, as: UTF8.self), "x\(value)y")
+        }
+    }
+}

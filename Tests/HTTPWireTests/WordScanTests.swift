@@ -110,6 +110,34 @@ final class WordScanTests: XCTestCase {
         }
     }
 
+    func testCaseInsensitiveComparisonMatchesAByteLoop() {
+        let literals: [StaticString] = ["content-length", "transfer-encoding", "connection", "keep-alive", "close",
+                                        "upgrade", "chunked", "host", "expect", "100-continue"]
+        let reference = { (received: [UInt8], literal: StaticString) -> Bool in
+            let wanted = Array(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            return received.count == wanted.count && zip(received, wanted).allSatisfy { asciiLower($0) == $1 }
+        }
+        for literal in literals {
+            let base = Array(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            var variants = [base, base.map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }]
+            // Each byte in turn replaced by every value: its case twin and its 0x20 neighbours among them.
+            for position in base.indices {
+                for value in 0...255 {
+                    var changed = base
+                    changed[position] = UInt8(value)
+                    variants.append(changed)
+                }
+            }
+            for variant in variants {
+                // Framed by other bytes, so that a word read past the range would show.
+                let framed = [UInt8(0x41)] + variant + [UInt8(0x41)]
+                framed.withUnsafeBytes { raw in
+                    XCTAssertEqual(equalsIgnoringCase(raw, 1..<(1 + variant.count), literal), reference(variant, literal), "\(variant)")
+                }
+            }
+        }
+    }
+
     func testHostByteSetsMatchTheSpelledOutSet() {
         for value in 0...255 {
             XCTAssertEqual(isRefusedInHost(UInt8(value)), isRefusedInHostBySwitch(UInt8(value)), "byte \(value)")
