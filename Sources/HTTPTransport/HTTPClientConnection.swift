@@ -638,8 +638,9 @@ public final class HTTPClientConnection {
         guard !processing else { return }
         processing = true
         defer { processing = false }
+        // The stream and its buffer are the connection's for life: one reference for the whole loop.
+        let input = stream.input
         while !hasEnded {
-            let input = stream.input
             switch state {
             case .ended, .switched, .splicedBody:
                 return

@@ -446,8 +446,9 @@ public final class HTTPServerConnection {
         guard !processing else { return }
         processing = true
         defer { processing = false }
+        // The stream and its buffer are the connection's for life: one reference for the whole loop.
+        let input = stream.input
         while !hasEnded && !readingPausedByHandler {
-            let input = stream.input
             switch readState {
             case .ended, .awaitingResponse:
                 return

@@ -22,7 +22,8 @@ public struct HeadParser: Sendable {
     // MARK: - Requests
 
     public mutating func parseRequest(_ buffer: UnsafeMutableRawBufferPointer, into head: inout RequestHead) throws(HTTPWireError) -> Bool {
-        guard let (start, end) = try findHead(buffer) else { return false }
+        var lineEnds = LineEnds()
+        guard let (start, end) = try findHead(buffer, lineEnds: &lineEnds) else { return false }
         let bytes = UnsafeRawBufferPointer(buffer)
         emptyKeepingCapacity(&head.fields)
         head.semantics = MessageSemantics()
@@ -31,10 +32,10 @@ public struct HeadParser: Sendable {
         head.hasUnsupportedExpectation = false
         head.headLength = end
 
-        let (lineEnd, next) = try lineBounds(bytes, from: start, headEnd: end)
+        let (lineEnd, next) = try lineBounds(bytes, from: start, headEnd: end, lineEnds: &lineEnds)
         try parseRequestLine(bytes, start..<lineEnd, into: &head)
         var framing = FramingFacts()
-        try parseFields(buffer, from: next, headEnd: end, fields: &head.fields, facts: &framing) { fieldIndex, name, value throws(HTTPWireError) in
+        try parseFields(buffer, from: next, headEnd: end, lineEnds: &lineEnds, fields: &head.fields, facts: &framing) { fieldIndex, name, value throws(HTTPWireError) in
             if equalsIgnoringCase(bytes, name, "host") {
                 guard head.hostField == nil else { throw .duplicateHost }
                 try validateHost(bytes, value)
@@ -137,16 +138,17 @@ public struct HeadParser: Sendable {
 
     /// `requestMethod` decides whether a body follows (none after HEAD, nor after a 2xx to CONNECT).
     public mutating func parseResponse(_ buffer: UnsafeMutableRawBufferPointer, requestMethod: HTTPMethod, into head: inout ResponseHead) throws(HTTPWireError) -> Bool {
-        guard let (start, end) = try findHead(buffer) else { return false }
+        var lineEnds = LineEnds()
+        guard let (start, end) = try findHead(buffer, lineEnds: &lineEnds) else { return false }
         let bytes = UnsafeRawBufferPointer(buffer)
         emptyKeepingCapacity(&head.fields)
         head.semantics = MessageSemantics()
         head.headLength = end
 
-        let (lineEnd, next) = try lineBounds(bytes, from: start, headEnd: end)
+        let (lineEnd, next) = try lineBounds(bytes, from: start, headEnd: end, lineEnds: &lineEnds)
         try parseStatusLine(bytes, start..<lineEnd, into: &head)
         var facts = FramingFacts()
-        try parseFields(buffer, from: next, headEnd: end, fields: &head.fields, facts: &facts) { _, _, _ throws(HTTPWireError) in }
+        try parseFields(buffer, from: next, headEnd: end, lineEnds: &lineEnds, fields: &head.fields, facts: &facts) { _, _, _ throws(HTTPWireError) in }
         head.semantics.connection = facts.connection
         head.semantics.contentLengthCount = facts.contentLengthCount
         head.semantics.transferEncodingCount = facts.transferEncodingCount
@@ -197,8 +199,9 @@ public struct HeadParser: Sendable {
     // MARK: - Shared
 
     /// Skips leading empty lines (RFC 9112 section 2.2) and finds the end of the head. Returns nil while
-    /// incomplete; throws once the head is over the limit whether or not its end has arrived.
-    private mutating func findHead(_ buffer: UnsafeMutableRawBufferPointer) throws(HTTPWireError) -> (start: Int, end: Int)? {
+    /// incomplete; throws once the head is over the limit whether or not its end has arrived. The line feeds
+    /// it meets go to `lineEnds` (see `LineEnds`).
+    private mutating func findHead(_ buffer: UnsafeMutableRawBufferPointer, lineEnds: inout LineEnds) throws(HTTPWireError) -> (start: Int, end: Int)? {
         let bytes = UnsafeRawBufferPointer(buffer)
         let n = bytes.count
         var start = 0
@@ -216,13 +219,21 @@ public struct HeadParser: Sendable {
         }
         // The end is an LF followed by LF or by CR LF. Positions before scanResume were already searched.
         var i = max(start, scanResume)
+        lineEnds.begin(fromHeadStart: i == start)
         while true {
             i = firstLF(bytes, from: i, to: n)
             if i &+ 1 >= n { break }   // no LF, or one whose follower has not arrived: rescanned next time
-            if bytes[i &+ 1] == LF { return try complete(start, i &+ 2) }
+            lineEnds.record(i)
+            if bytes[i &+ 1] == LF {
+                lineEnds.record(i &+ 1)
+                return try complete(start, i &+ 2)
+            }
             if bytes[i &+ 1] == CR {
                 if i &+ 2 >= n { break }
-                if bytes[i &+ 2] == LF { return try complete(start, i &+ 3) }
+                if bytes[i &+ 2] == LF {
+                    lineEnds.record(i &+ 2)
+                    return try complete(start, i &+ 3)
+                }
             }
             i &+= 1
         }
@@ -242,8 +253,9 @@ public struct HeadParser: Sendable {
     }
 
     /// The line starting at `from`: the end of its content and the start of the next line.
-    private func lineBounds(_ bytes: UnsafeRawBufferPointer, from: Int, headEnd: Int) throws(HTTPWireError) -> (contentEnd: Int, next: Int) {
-        let i = firstLF(bytes, from: from, to: headEnd)
+    private func lineBounds(_ bytes: UnsafeRawBufferPointer, from: Int, headEnd: Int,
+                            lineEnds: inout LineEnds) throws(HTTPWireError) -> (contentEnd: Int, next: Int) {
+        let i = lineEnds.lineFeed(in: bytes, from: from, to: headEnd)
         // findHead guarantees an LF before headEnd.
         if i > from && bytes[i &- 1] == CR { return (i &- 1, i &+ 1) }
         guard limits.allowBareLF else { throw .bareLF }
@@ -266,7 +278,8 @@ public struct HeadParser: Sendable {
 
     /// Field lines from `from` up to the empty line that ends the head. `onField` sees each field once it is
     /// complete (after any folded continuation lines).
-    private func parseFields(_ buffer: UnsafeMutableRawBufferPointer, from: Int, headEnd: Int, fields: inout [FieldLine],
+    private func parseFields(_ buffer: UnsafeMutableRawBufferPointer, from: Int, headEnd: Int, lineEnds: inout LineEnds,
+                             fields: inout [FieldLine],
                              facts: inout FramingFacts,
                              onField: (Int, Range<Int>, Range<Int>) throws(HTTPWireError) -> Void) throws(HTTPWireError) {
         // Reserved when the first head arrives, not when the head value is made (with each connection): a
@@ -277,7 +290,7 @@ public struct HeadParser: Sendable {
         var lineStart = from
         var previousTerminator = 0..<0   // the line ending before the current line, for folding
         while true {
-            let (contentEnd, next) = try lineBounds(bytes, from: lineStart, headEnd: headEnd)
+            let (contentEnd, next) = try lineBounds(bytes, from: lineStart, headEnd: headEnd, lineEnds: &lineEnds)
             if contentEnd == lineStart { break }   // the empty line
             if isWhitespace(bytes[lineStart]) {
                 // obs-fold: a continuation of the previous field's value.

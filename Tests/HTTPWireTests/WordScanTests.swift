@@ -138,6 +138,29 @@ final class WordScanTests: XCTestCase {
         }
     }
 
+    func testRecordedLineEndsAnswerAsTheSearchWould() {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<500 {
+            // Up to 60 line feeds: past the record's capacity too, where it must fall back to searching.
+            let length = Int.random(in: 1...200, using: &generator)
+            let bytes = (0..<length).map { _ in Int.random(in: 0..<4, using: &generator) == 0 ? UInt8(0x0A) : UInt8(0x61) }
+            bytes.withUnsafeBytes { raw in
+                for recorded in [true, false] {
+                    var ends = LineEnds()
+                    ends.begin(fromHeadStart: recorded)
+                    for i in 0..<length where raw[i] == 0x0A { ends.record(i) }
+                    // Increasing starts, as a parse asks: each just after the last answer, sometimes further.
+                    var from = 0
+                    while from <= length {
+                        let answer = ends.lineFeed(in: raw, from: from, to: length)
+                        XCTAssertEqual(answer, firstLF(raw, from: from, to: length), "\(bytes) from \(from)")
+                        from = answer + 1 + Int.random(in: 0...2, using: &generator)
+                    }
+                }
+            }
+        }
+    }
+
     func testHostByteSetsMatchTheSpelledOutSet() {
         for value in 0...255 {
             XCTAssertEqual(isRefusedInHost(UInt8(value)), isRefusedInHostBySwitch(UInt8(value)), "byte \(value)")
