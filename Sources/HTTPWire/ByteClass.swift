@@ -182,8 +182,9 @@ func skipCommonNameWords(_ bytes: UnsafeRawBufferPointer, from: Int, to end: Int
 /// Whether `bytes[range]` is made only of letters, digits and "-", judged a word at a time. True: every
 /// byte is a tchar and none is "_". False: only that the words did not show it (the caller judges byte by
 /// byte then). A range of eight bytes or more ends with the word that ends it (overlapping bytes already
-/// judged); a shorter one is read as the word that starts it, the bytes past the range masked out, if
-/// the buffer holds eight bytes from there (`readableEnd`).
+/// judged); one of four to seven bytes is read as two overlapping halves of a word; a shorter one as the
+/// word that starts it, the bytes past the range masked out, if the buffer holds eight bytes from there
+/// (`readableEnd`).
 @inlinable @inline(__always)
 func isCommonName(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, readableEnd: Int) -> Bool {
     let n = range.count
@@ -193,6 +194,12 @@ func isCommonName(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, readable
         if i &+ 8 <= range.upperBound { return false }   // a whole word failed
         let last = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: range.upperBound &- 8, as: UInt64.self))
         return isCommonNameWord(last)
+    }
+    if n >= 4 {
+        // Four to seven bytes: two overlapping four-byte reads inside the range make one word.
+        let first = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt32.self))
+        let last = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: range.upperBound &- 4, as: UInt32.self))
+        return isCommonNameWord(UInt64(first) | UInt64(last) &<< 32)
     }
     guard n > 0, range.lowerBound &+ 8 <= readableEnd else { return false }
     let word = UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: range.lowerBound, as: UInt64.self))

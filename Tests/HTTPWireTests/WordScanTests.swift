@@ -85,7 +85,7 @@ final class WordScanTests: XCTestCase {
                         let judged = isCommonName(raw, lower..<upper, readableEnd: length)
                         if judged { XCTAssertTrue(expected, "\(bytes) \(lower)..<\(upper)") }
                         // And it does say so whenever it can read a word.
-                        if expected && (upper - lower >= 8 || lower + 8 <= length) { XCTAssertTrue(judged, "\(bytes) \(lower)..<\(upper)") }
+                        if expected && (upper - lower >= 4 || lower + 8 <= length) { XCTAssertTrue(judged, "\(bytes) \(lower)..<\(upper)") }
                     }
                 }
             }
