@@ -109,6 +109,13 @@ public final class ByteTunnel {
     private var selfRetain: ByteTunnel?
     private var ending = false
 
+    /// Both sockets are closed before the tunnel lets itself go (`onEnd`); should one not be, it stops
+    /// reporting here (`SocketStream.owner` is unowned).
+    deinit {
+        first.stream.ownerLeaving(ObjectIdentifier(self))
+        second.stream.ownerLeaving(ObjectIdentifier(self))
+    }
+
     /// Starts relaying at once (bytes already buffered on either side are passed on now). Each endpoint
     /// can be used once.
     public init(loop: TransportLoop, _ first: TunnelEndpoint, _ second: TunnelEndpoint, settings: Settings = Settings(),
