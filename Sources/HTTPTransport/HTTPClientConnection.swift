@@ -784,6 +784,10 @@ extension HTTPClientConnection: SocketStreamOwner {
 
     func streamFailed(_ stream: SocketStream, errno: Int32) {
         end(.failed(errno: errno))
+        // Closed here, while this connection is surely alive: the handler told of the end may have let go of
+        // it, and the stream's own close after this call would then find no owner, so `onClosed` would never
+        // run and the pool would count the slot as taken for ever (one leaked slot per reset upstream).
+        stream.close()
     }
 
     func streamDrained(_ stream: SocketStream) {
