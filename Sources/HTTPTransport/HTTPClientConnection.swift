@@ -532,6 +532,10 @@ public final class HTTPClientConnection {
         }
     }
 
+    /// Response bytes read from the socket and not yet handed on (checked right after a head: whether its
+    /// body has started to arrive with it).
+    public var hasUnreadInput: Bool { stream.input.count > 0 }
+
     /// A 101 has arrived and the connection waits for `detachForTunnel` (or a close).
     public var hasSwitchedProtocols: Bool {
         if case .switched = state { return !hasEnded }

@@ -338,8 +338,9 @@ public final class HTTPServerConnection {
         return bodyOwed
     }
 
-    /// Writes a response head that waits for its first body piece: spliced bytes must follow it.
-    func flushPendingHead() {
+    /// Writes a response head that waits for its first body piece: spliced bytes must follow it, and a
+    /// body that has not started yet must not keep the head from the client.
+    public func flushPendingHead() {
         guard !pendingHead.isEmpty else { return }
         stream.write(pendingHead.bytes)
         pendingHead.clear()

@@ -504,6 +504,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // A large body of known length goes socket to socket in the kernel when both sides are plain TCP (the
         // transport checks that and the sizes); a relayed response is never captured, so nothing here needs it.
         if case .length = response.framing, !requestIsHead { _ = upstream?.spliceBody(to: client) }
+        // The head waits for the first body piece to share its write; when none came with it, it goes now:
+        // an event stream's first event (or a slow body) may be long in coming, and the client must not wait
+        // for it to see the head.
+        if let upstream, !upstream.hasUnreadInput { client.flushPendingHead() }
     }
 
     /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the
