@@ -228,6 +228,11 @@ extension HTTPExchange: HTTPClientConnectionHandler {
     public func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
         headReceived = true
         status = head.status
+        // A one-shot request never asks to switch protocols: after a 101 nothing is HTTP and no end would
+        // ever come, so the exchange would only run into its deadline and be reported as a timeout.
+        if head.status == 101 {
+            return finish(.failure(.malformedResponse("101 Switching Protocols to a request that did not ask for an upgrade")))
+        }
         // An announced length over the limit fails now, before any of it is read.
         if case .length(let announced) = head.framing, announced > limits.maxBodyBytes {
             return finish(.failure(.responseTooLarge(limit: limits.maxBodyBytes)))
