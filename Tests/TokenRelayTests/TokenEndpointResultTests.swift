@@ -36,6 +36,17 @@ final class TokenEndpointResultTests: XCTestCase {
         }
     }
 
+    /// A redirect is not the server refusing the refresh token (a wrong URL, http sent to https): the cycle
+    /// fails and names the cause, without latching "login required", which no new login could lift.
+    func testARedirectFailsTheCycleWithoutDeclaringTheLoginDead() {
+        for status in [301, 302, 307, 308] {
+            guard case .invalidResponse(let reason, .none) = classify(status, "") else {
+                return XCTFail("\(status): \(classify(status, ""))")
+            }
+            XCTAssertEqual(reason, "token endpoint answered \(status), a redirect (not followed: check refresh.token_url)")
+        }
+    }
+
     func testUnusableAnswersSayWhatBecameOfTheRefreshToken() {
         let cases: [(String, TokenEndpointResult.Rotation)] = [
             (#"{"access_token":"a\r\nX: 1","refresh_token":"r2"}"#, .rotated(to: "r2")),

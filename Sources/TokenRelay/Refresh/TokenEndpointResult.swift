@@ -66,6 +66,12 @@ enum TokenEndpointResult {
             return parseGrant(json)
         case 408, 425, 429, 500..<600:
             return .transient(reason: "token endpoint answered \(status)", outcomeUnknown: false)
+        case 300..<400:
+            // Not a refusal of the refresh token: the request went to the wrong place (a moved endpoint,
+            // http sent to https). Latching "login required" would send the operator to log in again,
+            // which cannot help; the cycle fails with the cause and the next one tries again.
+            return .invalidResponse(reason: "token endpoint answered \(status), a redirect (not followed: check refresh.token_url)",
+                                    rotation: .none)
         default:
             // Only the error code is kept, sanitised: descriptions are free text and could echo a token.
             let code = (json?["error"] as? String).map(OAuthErrorCode.sanitized)
