@@ -43,6 +43,8 @@ final class RedisTokenStore: TokenStore {
     private(set) var baseVersion: Int64 = 0
     private var lastReadVersion: Int64 = 0
     private var announcedVersion: Int64 = 0
+    /// When a read first found the key gone after this relay had seen a version (`emptyStore`).
+    private var dataLossNoticedAt: Double?
     /// The lock's holder as last seen (a read also looks at the lock).
     private(set) var lockHolder: String?
 
@@ -216,7 +218,8 @@ final class RedisTokenStore: TokenStore {
             if case .error(let message) = reply { return .unreadable("Redis: \(message)") }
             return .unreadable("unexpected reply from Redis")
         }
-        guard let version = fields[0].integer else { return .empty }
+        guard let version = fields[0].integer else { return emptyStore() }
+        dataLossNoticedAt = nil
         lastReadVersion = version
         announcedVersion = max(announcedVersion, version)
         guard case .string(let data) = fields[1] else { return .unreadable("Redis key \(settings.key) has a version but no tokens") }
@@ -228,6 +231,24 @@ final class RedisTokenStore: TokenStore {
         }
         if let reason = fields[2].text, !reason.isEmpty { return .latched(tokens, reason: reason) }
         return .tokens(tokens)
+    }
+
+    /// Rule (the race it prevents: Redis restarts empty, or is flushed, while another relay's refresh is at
+    /// the token server; the lock, the fleet's only record of that refresh, went with the data, so a relay
+    /// that needs a token takes a fresh lock, finds nothing newer and presents the same refresh token, and a
+    /// rotation server revokes the session): a relay that has seen a version and now finds none presents
+    /// nothing until a lock taken before the loss would have expired, `lockSeconds` from noticing it. The
+    /// refresher's write, which an absent key accepts, is adopted meanwhile. A store this relay never saw
+    /// with data (a first start) is only new.
+    private func emptyStore() -> RefreshMachine.StoreRead {
+        guard max(baseVersion, lastReadVersion, announcedVersion) > 0 else { return .empty }
+        let now = EventLoop.monotonicNow
+        let noticed = dataLossNoticedAt ?? now
+        dataLossNoticedAt = noticed
+        let left = noticed + lockSeconds - now
+        guard left > 0 else { return .empty }
+        return .unreadable("Redis key \(settings.key) lost its data (a restarted or flushed Redis); a refresh begun before the loss "
+            + "may still be in progress, so no refresh token is presented for \(cFormat("%.1f", left)) s")
     }
 
     func noteAdopted() { baseVersion = lastReadVersion }
@@ -260,6 +281,7 @@ final class RedisTokenStore: TokenStore {
             case .success(let reply):
                 switch RedisScripts.compareAndSetOutcome(reply) {
                 case .written(let version):
+                    self.dataLossNoticedAt = nil
                     self.baseVersion = version
                     self.lastReadVersion = version
                     self.announcedVersion = max(self.announcedVersion, version)
