@@ -252,7 +252,9 @@ struct RefreshMachine {
         guard case .refreshing(var cycle) = phase, case .acquiringLock = cycle.step else { return drain() }
         cycle.attempt += 1
         phase = .refreshing(cycle)
-        transientFailure("timed out waiting for the token file lock", outcomeUnknown: false, retryAfter: 0, lockHeld: false, now)
+        let lock = cycle.settings.sharedStore
+            ? "the fleet's refresh lock (held by another relay, or the token store did not answer)" : "the token file lock"
+        transientFailure("timed out waiting for \(lock)", outcomeUnknown: false, retryAfter: 0, lockHeld: false, now)
         return drain()
     }
 
