@@ -346,6 +346,16 @@ public final class HTTPServerConnection {
         pendingHead.clear()
     }
 
+    /// Takes back a started response whose head has not left yet (it waits for its first body piece), so
+    /// that another answer can take its place; false once any byte of it went out.
+    public func withdrawUnsentResponse() -> Bool {
+        guard !hasEnded, responseFraming != nil, !pendingHead.isEmpty else { return false }
+        pendingHead.clear()
+        responseFraming = nil
+        bodyOwed = 0
+        return true
+    }
+
     /// Spliced bytes the socket took count against the announced length, like bytes sent.
     func bodySpliced(_ n: Int) {
         bodyOwed -= min(max(n, 0), bodyOwed)

@@ -435,7 +435,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         streamed?.detach()
         connection.handler = nil
         let now = EventLoop.monotonicNow
-        step { $0.upstreamFailed(failure, now: now) }
+        // A head still waiting for its first body piece has not reached the client: it gets a 502 instead.
+        let unsent = lifecycle.phase == .relaying && client.withdrawUnsentResponse()
+        step { $0.upstreamFailed(failure, responseUnsent: unsent, now: now) }
     }
 
     // MARK: - Client side

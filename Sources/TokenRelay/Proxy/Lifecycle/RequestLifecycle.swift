@@ -195,7 +195,8 @@ struct RequestLifecycle {
     }
 
     /// The upstream connection failed, or the driver refused its answer (invalid, too large).
-    mutating func upstreamFailed(_ failure: UpstreamFailure, now: Double) -> ActionList {
+    /// `responseUnsent`: while relaying, no byte of the response has reached the client.
+    mutating func upstreamFailed(_ failure: UpstreamFailure, responseUnsent: Bool = false, now: Double) -> ActionList {
         switch phase {
         case .awaitingResponse, .capturing:
             var actions = ActionList(.cancel(.connect), .cancel(.responseHead))
@@ -208,6 +209,11 @@ struct RequestLifecycle {
             actions += ActionList(.releaseConnection, .upstreamFailed(failure))
             return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
         case .relaying:
+            // `responseUnsent`: the driver took back a head that had not left yet (it waits for the first
+            // body piece): the client has seen nothing, so it can still be told the truth.
+            if responseUnsent {
+                return ActionList(.releaseConnection, .upstreamFailed(failure)) + respond(.badGateway("upstream \(failure)"), now: now)
+            }
             // The head is out: a truncated response is the honest answer.
             return ActionList(.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true), finish(now: now))
         default:
