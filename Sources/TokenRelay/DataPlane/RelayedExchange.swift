@@ -197,6 +197,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             }
         case .captureResponse:
             if let head = arrivingHead.take() { captured = CapturedResponse(head: head) }
+            // The 401 is read to its end before anything is decided: silence mid-body is bounded as when
+            // relaying, or a stalled upstream would keep the client (and the connection) for ever.
+            upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         case .relayResponse:
             if let head = arrivingHead.take() { startRelaying(head) }
         case .endRelayedResponse: client.finishResponse()
