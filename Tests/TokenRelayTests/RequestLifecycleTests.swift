@@ -46,7 +46,7 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.start(admission: token1, now: 0)
         _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
-        XCTAssertEqual(machine.responseEnded(now: 1), [.releaseConnection, .consultRefreshRules(sentGeneration: 1)])
+        XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.replay, now: 1), [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: false)])
         XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1)[1], .send(.token(generation: 2, authorization: "Bearer two")))
         // The replay's own 401 goes to the client: a request is replayed at most once.
@@ -218,7 +218,7 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.start(admission: token1, now: 0)
         _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
-        XCTAssertEqual(machine.responseEnded(now: 1), [.releaseConnection, .consultRefreshRules(sentGeneration: 1)])
+        XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.hold, now: 1), [.hold, .schedule(.hold, after: 10)])
         XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 2).last, .acquireConnection(admittedEarlier: true))
         XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2)[1], .send(.token(generation: 2, authorization: "Bearer two")))

@@ -174,7 +174,9 @@ struct RequestLifecycle {
         if attempts == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
             phase = .capturing
             capturedStatus = status
-            return ActionList(.cancel(.connect), .cancel(.responseHead), .captureResponse)
+            // The 401's body is only needed if the refresh fails; a body that drips (never silent, so never
+            // cut by the silence limit) must not keep the request from being held: it gets upstream_seconds.
+            return ActionList(.cancel(.connect), .schedule(.responseHead, after: settings.upstreamSeconds), .captureResponse)
         }
         phase = .relaying
         answeredStatus = status
@@ -186,7 +188,7 @@ struct RequestLifecycle {
     mutating func responseEnded(now: Double) -> ActionList {
         switch phase {
         case .capturing:
-            return ActionList(.releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration))
+            return ActionList(.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration))
         case .relaying:
             return ActionList(.releaseConnection, .endRelayedResponse, finish(now: now))
         default:
@@ -298,6 +300,10 @@ struct RequestLifecycle {
             return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection)
                 + ActionList(.upstreamFailed(UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")))
                 + respond(.gatewayTimeout, now: now)
+        case (.responseHead, .capturing):
+            // The 401's body did not end in time: decide with what was read (the connection, with the rest
+            // of that body in it, is closed, never reused).
+            return ActionList(.cancelUpstream, .consultRefreshRules(sentGeneration: sentGeneration))
         case (.hold, .held):
             return ActionList(.unhold) + respond(.unavailable("timed out waiting for a token refresh"), now: now)
         default:
