@@ -91,6 +91,9 @@ public final class HTTPServer {
         case refused
         /// An idle connection was closed to make room.
         case closedIdle
+        /// A connection whose request head had been trickling in for longer than the grace was answered
+        /// 408 and closed to make room (no connection was idle).
+        case closedStalledHead
         /// At the limit plus the allowance: new connections wait in the listen backlog.
         case pausedAccepting
     }
@@ -322,14 +325,35 @@ public final class HTTPServer {
         scheduleSweep()
     }
 
-    /// Closes the within-limit connection idle the longest, if any; its slot goes to the caller's connection.
+    /// Closes the within-limit connection idle the longest, if any, else the one whose request head has
+    /// been trickling in the longest (past the grace); its slot goes to the caller's connection.
     private func closeIdleConnection(grace: Double) {
         let now = monotonicSeconds()
-        guard let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) else { return }
-        onLimitEvent?(.closedIdle)
-        makingRoom = true
-        idle.close()   // reports the close synchronously: `closed` frees its slot
-        makingRoom = false
+        if let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) {
+            onLimitEvent?(.closedIdle)
+            makingRoom = true
+            idle.close()   // reports the close synchronously: `closed` frees its slot
+            makingRoom = false
+        } else if let stalled = longestStalledHead(now: now, grace: grace, overLimit: false) {
+            onLimitEvent?(.closedStalledHead)
+            makingRoom = true
+            stalled.closeStalledHead()   // closes at once, like `close`
+            makingRoom = false
+        }
+    }
+
+    private func longestStalledHead(now: Double, grace: Double, overLimit: Bool) -> HTTPServerConnection? {
+        var found: HTTPServerConnection?
+        for candidate in connections.values where candidate.isOverLimit == overLimit && candidate.headStalled(now: now, grace: grace) {
+            if found.map({ candidate.headStartTime < $0.headStartTime }) ?? true { found = candidate }
+        }
+        return found
+    }
+
+    /// Whether a within-limit connection could make room now (idle, or its head stalled).
+    private func canMakeRoom(now: Double, grace: Double) -> Bool {
+        longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) != nil
+            || longestStalledHead(now: now, grace: grace, overLimit: false) != nil
     }
 
     private func longestQuiet(now: Double, grace: Double, where condition: (HTTPServerConnection) -> Bool) -> HTTPServerConnection? {
@@ -363,16 +387,22 @@ public final class HTTPServer {
     private func sweep() {
         let now = monotonicSeconds()
         let grace = settings.idleGrace
-        while waitingConnections > 0, withinLimit >= settings.maxConnections,
-              longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) != nil {
+        while waitingConnections > 0, withinLimit >= settings.maxConnections, canMakeRoom(now: now, grace: grace) {
             closeIdleConnection(grace: grace)
             promoteLongestWaiting()
         }
-        // At the hard bound, waiting connections that have said nothing make way for the backlog.
-        while !isAccepting, openConnections >= settings.maxConnections + settings.effectiveOverLimitAllowance,
-              let silent = longestQuiet(now: now, grace: grace, where: { $0.isOverLimit && $0.isIdle }) {
-            onLimitEvent?(.closedIdle)
-            silent.close()
+        // At the hard bound, waiting connections that have said nothing, or whose head has been trickling in
+        // past the grace, make way for the backlog.
+        while !isAccepting, openConnections >= settings.maxConnections + settings.effectiveOverLimitAllowance {
+            if let silent = longestQuiet(now: now, grace: grace, where: { $0.isOverLimit && $0.isIdle }) {
+                onLimitEvent?(.closedIdle)
+                silent.close()
+            } else if let stalled = longestStalledHead(now: now, grace: grace, overLimit: true) {
+                onLimitEvent?(.closedStalledHead)
+                stalled.closeStalledHead()
+            } else {
+                break
+            }
         }
         scheduleSweep()
     }

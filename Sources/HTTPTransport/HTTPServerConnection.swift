@@ -98,6 +98,8 @@ public final class HTTPServerConnection {
     private let headTimeout: Double
     private var headTimer: OpaquePointer?
     private var headTimerArmed = false
+    /// When the incomplete request head now arriving sent its first byte (`.infinity` while none is).
+    private var headStartedAt = Double.infinity
     private let idleTimeout: Double
     private let bodyTimeout: Double
     private let maxBodyBytes: Int
@@ -209,6 +211,7 @@ public final class HTTPServerConnection {
     private func armHeadTimer() {
         guard let headTimer, !headTimerArmed else { return }
         headTimerArmed = true
+        headStartedAt = monotonicSeconds()
         let whole = headTimeout.rounded(.down)
         var tv = timeval(tv_sec: Int(whole), tv_usec: Int((headTimeout - whole) * 1_000_000))
         event_add(headTimer, &tv)
@@ -217,7 +220,33 @@ public final class HTTPServerConnection {
     private func disarmHeadTimer() {
         guard let headTimer, headTimerArmed else { return }
         headTimerArmed = false
+        headStartedAt = .infinity
         event_del(headTimer)
+    }
+
+    /// A request head began arriving at least `grace` seconds ago and is still incomplete, with nothing
+    /// being answered. A real client sends its head at once, so at the connection limit such a connection
+    /// is the first to make room: otherwise a few connections trickling heads (each within the head
+    /// timeout) would hold every slot and lock real clients out for as long as they keep reconnecting.
+    func headStalled(now: Double, grace: Double) -> Bool {
+        guard headTimerArmed, !hasEnded, case .head = readState, responseFraming == nil, stream.pendingOutput == 0 else { return false }
+        return now - headStartedAt >= grace
+    }
+
+    /// When the head started arriving (see `headStalled`).
+    var headStartTime: Double { headStartedAt }
+
+    /// Answers 408 to a stalled head and closes at once: the slot must be free when this returns.
+    func closeStalledHead() {
+        readState = .ended
+        disarmHeadTimer()
+        let body = Array("request head not received in time\n".utf8)
+        var bytes = serializeResponseHead(HTTPResponseHead(status: 408, reason: "Request Timeout", fields: [("Content-Type", "text/plain")]),
+                                          version: .http11, framing: .length(body.count), close: true)
+        bytes.append(contentsOf: body)
+        stream.write(bytes)
+        end(.headTimeout)
+        stream.close()
     }
 
     func headTimerFired() {

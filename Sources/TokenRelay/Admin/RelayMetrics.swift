@@ -29,7 +29,7 @@ final class RelayMetrics {
         static let refreshErrors = Family(name: "tokenrelay_refresh_errors_total",
                                           help: "Refreshes the token endpoint refused, by OAuth error code (invalid_grant means a new login is needed).")
         static let connectionLimit = Family(name: "tokenrelay_client_connection_limit_total",
-                                            help: "Actions taken at limits.max_client_connections (closed_idle, refused, paused_accepting).")
+                                            help: "Actions taken at limits.max_client_connections (closed_idle, closed_slow_head, refused, paused_accepting).")
         static let upstreamErrors = Family(name: "tokenrelay_upstream_errors_total",
                                            help: "Upstream requests that failed without a response, by kind (connect, timeout, tls, ...).")
         static let storeAdoptions = Family(name: "tokenrelay_token_store_adoptions_total",
@@ -171,7 +171,7 @@ final class RelayMetrics {
         counter(Families.refreshErrors, "error", code).increment()
     }
 
-    /// What `limits.max_client_connections` made us do: closed_idle, refused (503), paused_accepting.
+    /// What `limits.max_client_connections` made us do: closed_idle, closed_slow_head (408), refused (503), paused_accepting.
     func countClientConnectionLimit(action: String) {
         counter(Families.connectionLimit, "action", action).increment()
     }

@@ -49,6 +49,7 @@ final class TransportFrontEnd {
             proxy.metrics.countRequest(status: Int(LocalResponse.tooManyConnections.status))
             proxy.answeredUnavailable(.tooManyConnections)
         case .closedIdle: proxy.metrics.countClientConnectionLimit(action: "closed_idle")
+        case .closedStalledHead: break   // counted as closed_slow_head when the session hears the connection's end
         case .pausedAccepting: proxy.metrics.countClientConnectionLimit(action: "paused_accepting")
         case .acceptedOverLimit: break
         }
