@@ -19,6 +19,14 @@ final class AccessLogTests: RelayTestCase {
         XCTAssertTrue(metrics.contains("tokenrelay_hold_duration_seconds_count{outcome=\"replayed\"} 1"), metrics)
     }
 
+    func testAQueryIsLoggedOnlyWhenAskedAndWithoutCredentials() throws {
+        let relay = try startRelay(["log": ["access": true, "access_query": true]])
+        XCTAssertEqual(try get(relay, "/orders/7?page=2&access_token=canary-token-value").status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { relay.stderrText.contains("path=\"/orders/7?page=2&access_token=[redacted]\"")
+            || relay.stderrText.contains("path=/orders/7?page=2&access_token=[redacted]") }, relay.stderrText)
+        XCTAssertFalse(relay.stderrText.contains("canary-token-value"))
+    }
+
     func testAccessLogIsOffByDefault() throws {
         let relay = try startRelay()
         XCTAssertEqual(try get(relay).status, 200)

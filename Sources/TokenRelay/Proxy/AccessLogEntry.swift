@@ -1,7 +1,9 @@
 import Logging
 
 /// One access-log line per client request: method, path (query left out by default: it often carries
-/// identifiers or credentials of its own; an absolute-form authority, with any user:pass@, never logged), status, duration, upstream attempts and token generation.
+/// identifiers or credentials of its own; when `log.access_query` includes it, credential-like parameter
+/// values are redacted; an absolute-form authority, with any user:pass@, never logged), status, duration,
+/// upstream attempts and token generation.
 struct AccessLogEntry {
     let method: String
     let target: String?
@@ -16,7 +18,11 @@ struct AccessLogEntry {
         if let scheme = path.firstRange(of: "://") {
             path = path[scheme.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
         }
-        if !includeQuery, let question = path.firstIndex(of: "?") { path = String(path[..<question]) }
+        if !includeQuery, let question = path.firstIndex(of: "?") {
+            path = String(path[..<question])
+        } else {
+            path = QueryRedaction.redact(path)
+        }
         logger.info("request", metadata: [
             "method": "\(method)",
             "path": "\(path)",

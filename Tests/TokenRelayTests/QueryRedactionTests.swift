@@ -1,0 +1,21 @@
+@testable import TokenRelay
+import XCTest
+
+/// `log.access_query` logs the query, but never the values of credential-like parameters a client put in it.
+final class QueryRedactionTests: XCTestCase {
+    func testCredentialValuesAreRedactedAndTheRestKept() {
+        XCTAssertEqual(QueryRedaction.redact("/orders/7?access_token=eyJabc&page=2"), "/orders/7?access_token=[redacted]&page=2")
+        XCTAssertEqual(QueryRedaction.redact("/f?X-Amz-Signature=ab12&X-Amz-Credential=AKIA%2F&x=1"),
+                       "/f?X-Amz-Signature=[redacted]&X-Amz-Credential=[redacted]&x=1")
+        XCTAssertEqual(QueryRedaction.redact("/cb?code=s3cr3t&state=xyz"), "/cb?code=[redacted]&state=xyz")
+        XCTAssertEqual(QueryRedaction.redact("/a?API_KEY=k&Password=p&client_secret=c&sid=1"),
+                       "/a?API_KEY=[redacted]&Password=[redacted]&client_secret=[redacted]&sid=1")
+    }
+
+    func testOddQueriesPassUnchanged() {
+        XCTAssertEqual(QueryRedaction.redact("/plain"), "/plain")
+        XCTAssertEqual(QueryRedaction.redact("/p?"), "/p?")
+        XCTAssertEqual(QueryRedaction.redact("/p?flag&&page=1&=v"), "/p?flag&&page=1&=v")
+        XCTAssertEqual(QueryRedaction.redact("/p?token=a=b"), "/p?token=[redacted]")
+    }
+}
