@@ -59,6 +59,11 @@ final class OutsideTimeTests: RelayTestCase {
             XCTAssertGreaterThanOrEqual(Int(bounded), 0)
         }
         XCTAssertEqual(TokenFileReport.duration(Self.huge).isEmpty, false)
+        for seconds in [Double.nan, .infinity, 62_135_596_800 /* year 1 to 1970 */] {
+            XCTAssertEqual(TokenFileReport.duration(seconds), "over 10 years", "a clamped figure is not printed as the real one")
+        }
+        XCTAssertEqual(TokenFileReport.duration(90_061), "1d 1h")
+        XCTAssertEqual(TokenFileReport.duration(-3), "0s")
     }
 
     // MARK: - The real binary

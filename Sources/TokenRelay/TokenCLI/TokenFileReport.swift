@@ -34,8 +34,10 @@ public enum TokenFileReport {
     }
 
     static func duration(_ seconds: Double) -> String {
-        // Expiries are clamped where they are read, but a report must not trap on any input either.
-        let total = Int(min(max(seconds, 0), Double(Int32.max)).rounded(.down))
+        // Expiries are clamped where they are read, but a report must not trap on any input either, nor
+        // print a clamped figure as if it were the real one (an `expires_at` in year 1 is not 24855 days old).
+        guard seconds < 10 * 365 * 86_400 else { return "over 10 years" }
+        let total = Int(max(seconds, 0).rounded(.down))
         let (days, hours, minutes, secs) = (total / 86_400, total % 86_400 / 3600, total % 3600 / 60, total % 60)
         if days > 0 { return "\(days)d \(hours)h" }
         if hours > 0 { return "\(hours)h \(minutes)m" }
