@@ -54,8 +54,16 @@ final class RefreshMachineTests: XCTestCase {
         monotonic = target
     }
 
-    private func admit() -> Machine.Admission {
+    /// Every admission in these tests also checks the shortcut a driver may take instead of asking
+    /// (`timeIndependentAdmission`): when the machine offers one, asking gives the same answer, and emits
+    /// nothing.
+    private func admit(file: StaticString = #filePath, line: UInt = #line) -> Machine.Admission {
+        let shortcut = machine.timeIndependentAdmission
         let (admission, new) = machine.admit(now: now)
+        if let shortcut {
+            XCTAssertEqual(admission, .send(generation: shortcut), "the shortcut disagrees with admit", file: file, line: line)
+            XCTAssertTrue(new.isEmpty, "admit emitted actions where the shortcut answers without it", file: file, line: line)
+        }
         record(new)
         return admission
     }

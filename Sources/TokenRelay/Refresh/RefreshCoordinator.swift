@@ -24,7 +24,15 @@ final class RefreshCoordinator {
         case unavailable(retryAfter: Int)
     }
 
-    private var machine: RefreshMachine
+    private var machine: RefreshMachine {
+        // Any step may change the answer `admit` keeps (`steadyAdmission`).
+        didSet { steadyAdmission = nil }
+    }
+    /// `admit`'s answer while the machine's is the same for every arrival (`timeIndependentAdmission`): a
+    /// request then costs no clock read and no step of the machine. Race-free because the loop owns both:
+    /// every change to the machine goes through `machine`, whose observer drops this in the same call,
+    /// and `apply` (a new token header) drops it too, before anything else runs on the loop.
+    private var steadyAdmission: (generation: UInt64, authorization: String)?
     private let loop: EventLoop
     private let endpoint: TokenEndpointClient
     private let store: any TokenStore
@@ -121,10 +129,14 @@ final class RefreshCoordinator {
     // MARK: - Questions the proxy and the admin listener ask
 
     func admit() -> Admission {
+        if let steady = steadyAdmission { return .send(generation: steady.generation, authorization: steady.authorization) }
         let (admission, actions) = machine.admit(now: self.now())
         execute(actions)
         switch admission {
-        case .send(let generation): return .send(generation: generation, authorization: authorizationValue(generation))
+        case .send(let generation):
+            let authorization = authorizationValue(generation)
+            if machine.timeIndependentAdmission == generation { steadyAdmission = (generation, authorization) }
+            return .send(generation: generation, authorization: authorization)
         case .hold: return .hold
         case .loginRequired: return .loginRequired
         case .unavailable(let retryAfter): return .unavailable(retryAfter: retryAfter)
@@ -170,6 +182,7 @@ final class RefreshCoordinator {
         self.refreshTimeout = refreshTimeout
         self.lockTimeout = lockTimeout
         authorization = nil
+        steadyAdmission = nil
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
                                                    needsRefreshToken: settings.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
                                                    sharedStore: store.isShared)

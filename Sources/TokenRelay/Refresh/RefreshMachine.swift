@@ -146,6 +146,21 @@ struct RefreshMachine {
         }
     }
 
+    /// The generation every request arriving now is sent with, when that answer does not depend on when
+    /// it arrives: a token is in service, no hold-off and no store outage can turn a request away (those
+    /// look at the clock), and no reactive cycle holds requests. `admit` then answers `.send` with this
+    /// generation and emits nothing, so a driver may answer arrivals from this value until the machine
+    /// next changes (a clock-driven change, an expiry or a hold-off's end, reaches it as a timer event).
+    /// nil: ask `admit`.
+    var timeIndependentAdmission: UInt64? {
+        guard holdOff == nil, storeOutage == nil, !tokens.accessToken.isEmpty else { return nil }
+        switch phase {
+        case .idle, .stormPaused: return generation
+        case .refreshing(let cycle) where cycle.mode == .proactive: return generation
+        case .refreshing, .loginRequired: return nil
+        }
+    }
+
     // MARK: - 2. A 401 comes back
 
     mutating func unauthorized(sentGeneration: UInt64, now: Instant) -> (UnauthorizedDecision, [Action]) {
