@@ -22,6 +22,9 @@ final class ClientSession: HTTPServerConnectionHandler {
     /// of a stack linked through the timers themselves (an array would check its uniqueness and capacity
     /// at every push and pop, twice per request).
     private var spareDeadlineTimer: DeadlineTimer?
+    /// The storage of the last exchange's upstream target, kept empty for the next one: a keep-alive
+    /// client then costs one allocation for its targets, not an allocation and a free per request.
+    private var spareTargetBuffer: [UInt8] = []
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
         self.proxy = proxy
@@ -106,6 +109,21 @@ final class ClientSession: HTTPServerConnectionHandler {
     func returnDeadlineTimer(_ timer: DeadlineTimer) {
         timer.nextSpare = spareDeadlineTimer
         spareDeadlineTimer = timer
+    }
+
+    /// An empty buffer for an exchange's upstream target (the spare one if it is here; a second exchange
+    /// of the connection running at once gets a new one).
+    func lendTargetBuffer() -> [UInt8] {
+        var buffer: [UInt8] = []
+        swap(&buffer, &spareTargetBuffer)
+        return buffer
+    }
+
+    /// Keeps `buffer`'s storage for the next exchange, leaving `buffer` empty. The exchange hands it over
+    /// moved out of itself (not a copy): emptying a buffer that has another holder would allocate a new one.
+    func returnTargetBuffer(_ buffer: inout [UInt8]) {
+        buffer.removeAll(keepingCapacity: true)
+        swap(&buffer, &spareTargetBuffer)
     }
 
     func exchangeFinished(_ finished: RelayedExchange) {

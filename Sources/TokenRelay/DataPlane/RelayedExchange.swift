@@ -20,6 +20,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private var proxy: ProxyServer { context.proxy }
     private let head: ReceivedRequestHead
     private let body: Body
+    /// The target as sent upstream, in a buffer borrowed from the session and given back at `finish`.
     private var upstreamTarget: [UInt8] = []
     /// A path passed through untouched (no token; the client's own credentials cross).
     private var passthrough = false
@@ -97,7 +98,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .trace: return refuse(.traceRefused, log: "TRACE")
         default: break
         }
-        let targetBytes = Array(head.target)
+        var targetBytes = session.lendTargetBuffer()
+        targetBytes.append(contentsOf: head.target)
+        // Stored at once, so that every path, a refusal too, gives the buffer back.
+        upstreamTarget = targetBytes
         if let refusal = targetBytes.withUnsafeBufferPointer({ RequestTarget.checkBytes($0) }) {
             return refuse(.badRequest(refusal.description), log: refusal.description)
         }
@@ -111,7 +115,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             if RequestTarget.hasDotSegment(targetBytes) {
                 return refuse(.badRequest(RequestTarget.dotSegmentRefusal.description), log: RequestTarget.dotSegmentRefusal.description)
             }
-            upstreamTarget = targetBytes
             passthrough = route.hasPassthroughPaths && route.isPassthrough(String(decoding: targetBytes, as: UTF8.self))
         } else {
             let target: String
@@ -119,7 +122,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             case .success(let mapped): target = mapped
             case .failure(let refusal): return refuse(.badRequest(refusal.description), log: refusal.description)
             }
-            upstreamTarget = Array(target.utf8)
+            targetBytes.removeAll(keepingCapacity: true)
+            targetBytes.append(contentsOf: target.utf8)
+            upstreamTarget = targetBytes
             passthrough = route.isPassthrough(target)
         }
         let admission = passthrough ? nil : context.coordinator.admit()
@@ -576,6 +581,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             ? AccessLogEntry(method: head.methodName, target: String(decoding: head.target, as: UTF8.self), status: status,
                              seconds: EventLoop.monotonicNow - arrivedAt, attempts: summary.attempts, generation: summary.generation)
             : nil
+        var target: [UInt8] = []
+        swap(&target, &upstreamTarget)
+        session.returnTargetBuffer(&target)
         session.exchangeFinished(self)
         route.requestEnded()
         proxy.exchangeFinished(self, status: status, entry: entry, hold: summary.hold)
