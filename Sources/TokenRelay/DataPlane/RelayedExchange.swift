@@ -43,9 +43,6 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// One timer per deadline, borrowed from the session when first scheduled (stored apart, not in a
     /// dictionary: that would be an allocation per request).
     private var poolWaitTimer, connectTimer, responseHeadTimer, holdTimer: DeadlineTimer?
-    /// The response head being reported, valid during its callback only; taken (moved out, not copied) by
-    /// the one action that uses it, `relayResponse` or `captureResponse`.
-    private var arrivingHead: ReceivedResponseHead?
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
     /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
     /// were not there.
@@ -148,14 +145,20 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// on a copy that is stored back before any action runs: the stored property is only ever read or
     /// assigned whole, never accessed across a call, so the compiler can prove its accesses exclusive and
     /// does not check them at run time on every event.
-    private func step(_ event: (inout RequestLifecycle) -> RequestLifecycle.ActionList) {
+    ///
+    /// `arriving`: the response head the event reports, for the one action that uses it (`relayResponse`
+    /// or `captureResponse`). Passed along, not stored: valid during its callback only, and a stored
+    /// optional head would cost a copy in and two generic destroys on every response.
+    private func step(arriving head: ReceivedResponseHead? = nil, _ event: (inout RequestLifecycle) -> RequestLifecycle.ActionList) {
         var machine = lifecycle
         let actions = event(&machine)
         lifecycle = machine
-        execute(actions)
+        execute(actions, arriving: head)
     }
 
-    private func execute(_ actions: consuming RequestLifecycle.ActionList) {
+    /// Actions that wait behind a running batch run after the callback that reported `head`: they see no
+    /// head (the machine asks for it only in the step of `responseHead`).
+    private func execute(_ actions: consuming RequestLifecycle.ActionList, arriving head: ReceivedResponseHead?) {
         guard queue.begin() else {
             // Joined and dropped here, outside the accesses to `queue` (see `LifecycleActionQueue`).
             var actions = actions
@@ -166,19 +169,19 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             }
             return queue.wait(&actions)
         }
-        performEach(actions)
-        while let batch = queue.next() { performEach(batch) }
+        performEach(actions, arriving: head)
+        while let batch = queue.next() { performEach(batch, arriving: head) }
     }
 
-    private func performEach(_ actions: consuming RequestLifecycle.ActionList) {
+    private func performEach(_ actions: consuming RequestLifecycle.ActionList, arriving head: ReceivedResponseHead?) {
         // By index, each action moved out: an iterator would be a copy of the list, a read a copy of the action.
         for index in 0..<actions.count {
             let action = actions.take(at: index)
-            if queue.admits(action) { perform(action) }
+            if queue.admits(action) { perform(action, arriving: head) }
         }
     }
 
-    private func perform(_ action: RequestLifecycle.Action) {
+    private func perform(_ action: RequestLifecycle.Action, arriving head: ReceivedResponseHead?) {
         switch action {
         case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
         case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
@@ -201,12 +204,12 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                 step { $0.refreshRulesDecided(decision, now: now) }
             }
         case .captureResponse:
-            if let head = arrivingHead.take() { captured = CapturedResponse(head: head) }
+            if let head { captured = CapturedResponse(head: head) }
             // The 401 is read to its end before anything is decided: silence mid-body is bounded as when
             // relaying, or a stalled upstream would keep the client (and the connection) for ever.
             upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         case .relayResponse:
-            if let head = arrivingHead.take() { startRelaying(head) }
+            if let head { startRelaying(head) }
         case .endRelayedResponse: client.finishResponse()
         case .respondCaptured: respondCaptured()
         case .respond(let response): respond(response)
@@ -401,9 +404,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
                                                            triggerStatuses: running.triggerStatuses)
         }
-        arrivingHead = head
-        step { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }
-        arrivingHead = nil
+        step(arriving: head) { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }
     }
 
     func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
