@@ -128,6 +128,9 @@ final class RefreshCoordinator {
 
     // MARK: - Questions the proxy and the admin listener ask
 
+    /// What log lines call the place tokens are kept: fleet operators have no token file to look at.
+    private var storeNoun: String { store.isShared ? "the shared token store" : "the token file" }
+
     func admit() -> Admission {
         if let steady = steadyAdmission { return .send(generation: steady.generation, authorization: steady.authorization) }
         let (admission, actions) = machine.admit(now: self.now())
@@ -238,19 +241,19 @@ final class RefreshCoordinator {
                 try store.writeAtExit(answer)
                 // Answered and saved: the in-flight record has done its job (the lock is still ours).
                 try? store.removeInFlightRecord()
-                logger.warning("refreshed tokens saved to the token file at exit")
+                logger.warning("refreshed tokens saved to \(storeNoun) at exit")
             } catch {
                 problems.append("exiting with refreshed tokens that could not be saved (\(error)); "
-                                + "the token file holds a burnt refresh token: a new login will be needed")
+                                + "\(storeNoun) holds a burnt refresh token: a new login will be needed")
             }
         } else if machine.hasUnsavedTokens {
             do {
                 try store.writeAtExit(machine.tokens)
                 machine.savedAtExit()
-                logger.warning("tokens saved to the token file at exit")
+                logger.warning("tokens saved to \(storeNoun) at exit")
             } catch {
                 problems.append("exiting with rotated tokens that could not be saved (\(error)); "
-                                + "the token file holds a burnt refresh token: a new login will be needed")
+                                + "\(storeNoun) holds a burnt refresh token: a new login will be needed")
             }
         }
         if let abandoned = machine.exchangeInFlight {

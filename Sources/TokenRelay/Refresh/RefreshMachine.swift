@@ -930,7 +930,8 @@ struct RefreshMachine {
             return drain()
         }
         if case .unreadable(let error) = read {
-            log(.error, afterHoldOff ? "could not re-read the token file after the refresh hold-off" : "ignoring changed token file",
+            let place = settings.sharedStore ? "the shared token store" : "the token file"
+            log(.error, afterHoldOff ? "could not re-read \(place) after the refresh hold-off" : "ignoring changed \(place)",
                 ["error": error])
         }
         if let inFlight { consider(inFlight, lockHeld: false, now) }
