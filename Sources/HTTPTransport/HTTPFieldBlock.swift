@@ -6,9 +6,11 @@ import Glibc
 ///
 /// Every field is checked as it goes in, as `isSendableField` checks: a name that is not a token, a value
 /// with a control character (which could end the head early), or one of the framing fields the transport
-/// writes itself (Content-Length, Transfer-Encoding, Connection) is left out. A block is lent to the
-/// caller of `startRequest(... fields:)`, `startResponse(... fields:)` and their kin for the duration of
-/// the call.
+/// writes itself (Content-Length, Transfer-Encoding, Connection) is left out. A field of a received head
+/// (`appendReceived`) passed the parser's checks of the same bytes when it arrived, so only its name is
+/// compared with the transport's own fields; everything else (a token from the token endpoint, a name or
+/// value from the configuration) is read whole. A block is lent to the caller of `startRequest(... fields:)`,
+/// `startResponse(... fields:)` and their kin for the duration of the call.
 public struct HTTPFieldBlock {
     let buffer: HeadBuffer
     /// Leave out `Expect` fields: the transport writes its own `Expect: 100-continue`.
@@ -33,6 +35,14 @@ public struct HTTPFieldBlock {
     public mutating func append(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         guard openField < 0, acceptsName(name), hasNoControls(value) else { return }
         buffer.appendField(name, value)
+    }
+
+    /// Adds field `index` of a received head as it came. Its name and value are not read again (see
+    /// `ReceivedFields`); it is left out only if it is one of the transport's own fields.
+    public mutating func appendReceived(_ index: Int, of fields: ReceivedFields) {
+        let name = fields.name(index)
+        guard openField < 0, !isTransportsOwn(name) else { return }
+        buffer.appendField(name, fields.value(index))
     }
 
     public mutating func append(name: String, value: String) {
@@ -73,6 +83,12 @@ public struct HTTPFieldBlock {
         buffer.append(piece)
     }
 
+    /// Adds the value of field `index` of a received head to the open field, as it came (see `ReceivedFields`).
+    public mutating func appendReceivedValue(_ index: Int, of fields: ReceivedFields) {
+        guard openField >= 0, !openFieldRefused else { return }
+        buffer.append(fields.value(index))
+    }
+
     public mutating func appendToValue(_ piece: String) {
         var piece = piece
         piece.withUTF8 { appendToValue(UnsafeRawBufferPointer($0)) }
@@ -94,8 +110,20 @@ public struct HTTPFieldBlock {
     }
 
     private func acceptsName(_ name: UnsafeRawBufferPointer) -> Bool {
-        guard isSendableFieldName(name) else { return false }
-        return !(dropsExpect && asciiEqualIgnoringCase(name, "expect"))
+        isToken(name) && !isTransportsOwn(name)
+    }
+
+    /// A framing field, or Expect when the transport writes its own (`isSendableFieldName` without the
+    /// token check). Told apart by length first: most names are compared with nothing.
+    @inline(__always)
+    private func isTransportsOwn(_ name: UnsafeRawBufferPointer) -> Bool {
+        switch name.count {
+        case 6: return dropsExpect && asciiEqualIgnoringCase(name, "expect")
+        case 10: return asciiEqualIgnoringCase(name, "connection")
+        case 14: return asciiEqualIgnoringCase(name, "content-length")
+        case 17: return asciiEqualIgnoringCase(name, "transfer-encoding")
+        default: return false
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-import HTTPTransport
+@testable import HTTPTransport
 import HTTPWire
 import XCTest
 @testable import TokenRelay
@@ -31,7 +31,9 @@ enum FieldRules {
                 }
             }
         }
-        return bytes.withUnsafeBytes { body(FieldTable(bytes: $0, fields: lines, connection: options)) }
+        // As the transport lends a received head's fields (the internal initialiser: the rules under test
+        // include names and values the parser would refuse).
+        return bytes.withUnsafeBytes { body(FieldTable(ReceivedFields(bytes: $0, lines: lines, connection: options))) }
     }
 
     /// What the upstream gets of the client's fields (no Host or token: the exchange adds those).

@@ -102,10 +102,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         if let refusal = targetBytes.withUnsafeBufferPointer({ RequestTarget.checkBytes($0) }) {
             return refuse(.badRequest(refusal.description), log: refusal.description)
         }
-        let violation = head.bytes.withUnsafeBytes { bytes in
-            RequestHygiene.check(FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection),
-                                 isHTTP11: head.version == .http11)
-        }
+        let violation = head.withFieldTable { table in RequestHygiene.check(table, isHTTP11: head.version == .http11) }
         if let violation { return refuse(.badRequest(violation.description), log: violation.description) }
         if targetBytes.first == UInt8(ascii: "/") && route.forwardsPathsUnchanged {
             // The common case, on the bytes: an origin-form target goes up as it came.
@@ -333,8 +330,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         let forwarding = context.current.forwarding
         // Read field by field below: a copy of the whole `InjectSettings` would retain each of its strings.
         let context = self.context
-        head.bytes.withUnsafeBytes { bytes in
-            let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
+        head.withFieldTable { table in
             ASCII.withBytes(of: context.injection.headerKey) { injectedHeader in
                 ForwardingHeaders.write(table, forwarded: { index in
                     HeaderPolicy.forwardsRequestField(index, of: table, keepAuthorization: keepAuthorization, injectedHeader: injectedHeader)
@@ -395,8 +391,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         var expired = false
         if running.triggerStatusSet.contains(head.status) {
             var challenges: [String] = []
-            head.bytes.withUnsafeBytes { bytes in
-                let table = FieldTable(bytes: bytes, fields: head.parsed.fields, connection: head.parsed.semantics.connection)
+            head.withFieldTable { table in
                 for index in 0..<table.count where table.nameIs(index, "www-authenticate") {
                     challenges.append(String(decoding: table.value(index), as: UTF8.self))
                 }
@@ -492,8 +487,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // that died without a FIN must not hold the client for ever). The running configuration's limit.
         upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         let requestIsHead = head.method == .head
-        response.bytes.withUnsafeBytes { bytes in
-            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
+        response.withFieldTable { table in
             let length: BodyLength
             switch response.framing {
             case .none:
@@ -509,7 +503,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             case .length(let n): length = .known(n)
             case .chunked, .untilClose: length = .unknown
             }
-            client.startResponse(status: response.status, reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason]),
+            client.startResponse(status: response.status, reason: UnsafeRawBufferPointer(rebasing: table.bytes[response.parsed.reason]),
                                  body: length) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
         }
         // A large body of known length goes socket to socket in the kernel when both sides are plain TCP (the
@@ -548,9 +542,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         if proxy.isDraining { client.closeAfterResponse = true }
         // The transport writes Content-Length for the kept body, which may be shorter than the original.
         let response = captured.head
-        response.bytes.withUnsafeBytes { bytes in
-            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
-            client.respond(status: response.status, reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason]),
+        response.withFieldTable { table in
+            client.respond(status: response.status, reason: UnsafeRawBufferPointer(rebasing: table.bytes[response.parsed.reason]),
                            body: captured.body) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
         }
     }

@@ -38,9 +38,8 @@ final class UpgradeTunnel: ProxiedExchange {
                      response: ReceivedResponseHead, requestedProtocol: String) -> Bool {
         guard let upstreamEnd = upstream.detachForTunnel() else { return false }
         let switchedTo = response.field("upgrade") ?? requestedProtocol
-        let clientEnd = response.bytes.withUnsafeBytes { bytes in
-            let table = FieldTable(bytes: bytes, fields: response.parsed.fields, connection: response.parsed.semantics.connection)
-            return client.switchProtocols(reason: UnsafeRawBufferPointer(rebasing: bytes[response.parsed.reason])) { block in
+        let clientEnd = response.withFieldTable { table in
+            client.switchProtocols(reason: UnsafeRawBufferPointer(rebasing: table.bytes[response.parsed.reason])) { block in
                 HeaderPolicy.writeForwardedResponseFields(table, into: &block)
                 block.append(name: "Upgrade", value: switchedTo)
             }

@@ -1,26 +1,28 @@
+import HTTPTransport
 import HTTPWire
 
-/// A received head's field lines read in place: the head's bytes and the offsets HTTPWire found in them.
-/// The header rules (`HeaderPolicy`, `ForwardingHeaders`, `RequestHygiene`) run on this on every request
-/// and response, so nothing here makes a String or allocates; names are compared ignoring ASCII case.
-/// Valid only inside the `withUnsafeBytes` of the head's bytes that made it.
+/// A received head's field lines read in place (the transport's `ReceivedFields`: the head's bytes and the
+/// offsets HTTPWire found in them). The header rules (`HeaderPolicy`, `ForwardingHeaders`, `RequestHygiene`)
+/// run on this on every request and response, so nothing here makes a String or allocates; names are
+/// compared ignoring ASCII case. A field let through is written on with `HTTPFieldBlock.appendReceived`,
+/// which does not check the parser's work again. Valid only inside the `withFields` call that lent it.
 struct FieldTable {
-    let bytes: UnsafeRawBufferPointer
-    let fields: [FieldLine]
-    /// What the `Connection` fields list, as HTTPWire classified each element while parsing.
-    let connection: ConnectionOptions
+    let received: ReceivedFields
 
-    init(bytes: UnsafeRawBufferPointer, fields: [FieldLine], connection: ConnectionOptions) {
-        self.bytes = bytes
-        self.fields = fields
-        self.connection = connection
+    init(_ received: ReceivedFields) {
+        self.received = received
     }
+
+    var bytes: UnsafeRawBufferPointer { received.bytes }
+    var fields: [FieldLine] { received.lines }
+    /// What the `Connection` fields list, as HTTPWire classified each element while parsing.
+    var connection: ConnectionOptions { received.connection }
 
     var count: Int { fields.count }
 
-    func name(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[fields[index].name]) }
+    func name(_ index: Int) -> UnsafeRawBufferPointer { received.name(index) }
 
-    func value(_ index: Int) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: bytes[fields[index].value]) }
+    func value(_ index: Int) -> UnsafeRawBufferPointer { received.value(index) }
 
     /// Whether field `index` is named `lowercasedKey`.
     func nameIs(_ index: Int, _ lowercasedKey: StaticString) -> Bool {
@@ -46,6 +48,16 @@ struct FieldTable {
         }
         return false
     }
+}
+
+extension ReceivedRequestHead {
+    /// Calls `body` with the head's field table.
+    func withFieldTable<R>(_ body: (FieldTable) -> R) -> R { withFields { body(FieldTable($0)) } }
+}
+
+extension ReceivedResponseHead {
+    /// Calls `body` with the head's field table (whose `bytes` also hold the reason phrase).
+    func withFieldTable<R>(_ body: (FieldTable) -> R) -> R { withFields { body(FieldTable($0)) } }
 }
 
 /// Byte-level helpers for field names and values (ASCII by definition: RFC 9110 §5.1, §5.6.2).

@@ -22,7 +22,7 @@ enum ForwardingHeaders {
             if foldsForwardedFor && table.nameIs(index, "x-forwarded-for") { continue }
             if settings.xForwardedProto && table.nameIs(index, "x-forwarded-proto") { continue }
             if settings.via && table.nameIs(index, "via") { continue }
-            block.append(name: table.name(index), value: table.value(index))
+            block.appendReceived(index, of: table.received)
         }
         if foldsForwardedFor, let clientAddress {
             appendToList("X-Forwarded-For", key: "x-forwarded-for", clientAddress, from: table, forwarded: forwarded, into: &block)
@@ -37,7 +37,7 @@ enum ForwardingHeaders {
                                      forwarded: (Int) -> Bool, into block: inout HTTPFieldBlock) {
         block.startField(name: name)
         for index in 0..<table.count where table.nameIs(index, key) && !table.value(index).isEmpty && forwarded(index) {
-            block.appendToValue(table.value(index))
+            block.appendReceivedValue(index, of: table.received)
             block.appendToValue(", ")
         }
         block.appendToValue(element)

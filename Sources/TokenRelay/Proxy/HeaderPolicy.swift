@@ -58,7 +58,7 @@ enum HeaderPolicy {
         for index in 0..<table.count {
             let name = table.name(index)
             if ASCII.equalIgnoringCase(name, "content-length") || isHopByHop(name) || table.isConnectionListed(name) { continue }
-            block.append(name: name, value: table.value(index))
+            block.appendReceived(index, of: table.received)
         }
     }
 }
