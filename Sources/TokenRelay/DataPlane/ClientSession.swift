@@ -132,10 +132,12 @@ final class ClientSession: HTTPServerConnectionHandler {
 }
 
 /// The upstream connection of the current exchange reports here, and the session passes each report on
-/// to that exchange: the connection holds its handler weakly, and a weak reference to the long-lived
-/// session is made once per client connection instead of once per request. Only the current exchange
-/// ever has an upstream connection that reports: an exchange lets go of its connection (`handler = nil`)
-/// before its response ends, and the next request is parsed only after that.
+/// to that exchange. The connection holds its handler (this session) strongly, and lets go when the
+/// connection ends or the handler is cleared: an exchange clears it (`handler = nil`) whenever it lets go
+/// of the connection (given back to the pool, closed, or handed to a tunnel), so an idle pooled connection
+/// keeps no session alive. Only the current exchange ever has an upstream connection that reports: an
+/// exchange lets go of its connection before its response ends, and the next request is parsed only after
+/// that.
 extension ClientSession: HTTPClientConnectionHandler {
     func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {
         exchange?.connection(connection, receivedInformational: status)
