@@ -18,6 +18,8 @@ public struct HTTPFieldBlock {
     /// Start of the field being written in pieces (`startField`), or -1.
     private var openField = -1
     private var openFieldRefused = false
+    /// A field is being written in pieces: nothing else goes in until `endField()`.
+    var isWritingField: Bool { openField >= 0 }
 
     /// A block of its own (to see what a rule writes); connections lend theirs.
     public init() {

@@ -39,6 +39,30 @@ final class SendableFieldTests: XCTestCase {
         }
     }
 
+    /// A prepared field is judged once, when made, by the same rules: one that would be refused is never made.
+    func testPreparedFieldsAreCheckedWhenMade() {
+        XCTAssertNil(PreparedField(name: "Authorization", value: "Bearer a\r\nInjected: 1"))
+        XCTAssertNil(PreparedField(name: "Authorization", value: "Bearer a\nb"))
+        XCTAssertNil(PreparedField(name: "Bad Name", value: "x"))
+        XCTAssertNil(PreparedField(name: "", value: "x"))
+        XCTAssertNil(PreparedField(name: "content-LENGTH", value: "1"))
+        XCTAssertNil(PreparedField(name: "Connection", value: "close"))
+        let host = PreparedField(name: "Host", value: "api.example:8443")
+        let expect = PreparedField(name: "Expect", value: "x")
+        XCTAssertNotNil(host)
+        var block = HTTPFieldBlock()
+        block.dropsExpect = true
+        if let host, let expect {
+            block.append(host)
+            block.append(expect)
+            block.startField(name: "Via")
+            block.append(host)   // not inside a field being written in pieces
+            block.appendToValue("1.1 x")
+            block.endField()
+        }
+        XCTAssertEqual(String(decoding: block.serialized, as: UTF8.self), "Host: api.example:8443\r\nVia: 1.1 x\r\n")
+    }
+
     func testReasonControlsAreDroppedFromTheStatusLine() {
         let head = serializeResponseHead(HTTPResponseHead(status: 200, reason: "O\r\nK\u{7F}"), version: .http11,
                                          framing: .length(0), close: false)

@@ -185,3 +185,22 @@ final class HTTPSyntaxFieldTests: XCTestCase {
         XCTAssertEqual(HTTPSyntax.trimmedOWS("  "), "")
     }
 }
+
+/// The token header is made once per token: still judged before it reaches a head, and never stale.
+final class TokenHeaderFieldTests: XCTestCase {
+    private func written(_ field: PreparedField?) -> String {
+        var block = HTTPFieldBlock()
+        if let field { block.append(field) }
+        return String(decoding: block.serialized, as: UTF8.self)
+    }
+
+    func testEachTokenGetsItsOwnCheckedField() {
+        let fields = TokenHeaderField(header: "Authorization")
+        let first = "Bearer one"
+        XCTAssertEqual(written(fields.field(for: first)), "Authorization: Bearer one\r\n")
+        XCTAssertEqual(written(fields.field(for: first)), "Authorization: Bearer one\r\n")
+        XCTAssertEqual(written(fields.field(for: "Bearer " + "two")), "Authorization: Bearer two\r\n")
+        XCTAssertEqual(written(fields.field(for: "Bearer a\r\nX-Injected: 1")), "")
+        XCTAssertEqual(written(fields.field(for: first)), "Authorization: Bearer one\r\n")
+    }
+}

@@ -337,8 +337,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
                 }, clientAddress: client.peer.host, settings: forwarding, into: &block)
             }
         }
-        block.append(name: "Host", value: context.route.authority)
-        if case .token(_, let authorization) = credential { block.append(name: context.injection.header, value: authorization) }
+        if let host = context.route.hostField { block.append(host) }
+        if case .token(_, let authorization) = credential, let token = context.tokenField.field(for: authorization) { block.append(token) }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.

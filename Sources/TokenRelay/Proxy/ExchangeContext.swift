@@ -8,6 +8,8 @@ final class ExchangeContext {
     let route: UpstreamRoute
     /// The token header (`inject`).
     let injection: InjectSettings
+    /// The token header as written into upstream heads, made once per token.
+    let tokenField: TokenHeaderField
     let timeouts: Config.Timeouts
     let forwarding: Config.Forwarding
     let accessLog: Config.AccessLog
@@ -39,6 +41,7 @@ final class ExchangeContext {
         self.proxy = proxy
         self.route = route
         injection = config.inject
+        tokenField = TokenHeaderField(header: config.inject.header)
         timeouts = config.timeouts
         forwarding = config.forwarding
         accessLog = config.accessLog

@@ -27,8 +27,25 @@ enum ForwardingHeaders {
         if foldsForwardedFor, let clientAddress {
             appendToList("X-Forwarded-For", key: "x-forwarded-for", clientAddress, from: table, forwarded: forwarded, into: &block)
         }
-        if settings.xForwardedProto { block.append(name: "X-Forwarded-Proto", value: "http") }
-        if settings.via { appendToList("Via", key: "via", "1.1 tokenrelay", from: table, forwarded: forwarded, into: &block) }
+        if settings.xForwardedProto, let proto = forwardedProto { block.append(proto) }
+        if settings.via {
+            if hasForwarded("via", in: table, forwarded: forwarded) {
+                appendToList("Via", key: "via", "1.1 tokenrelay", from: table, forwarded: forwarded, into: &block)
+            } else if let via = onlyVia {
+                block.append(via)
+            }
+        }
+    }
+
+    /// The fields written the same way into every request, made once.
+    private static let forwardedProto = PreparedField(name: "X-Forwarded-Proto", value: "http")
+    /// `Via` when the client sent none.
+    private static let onlyVia = PreparedField(name: "Via", value: "1.1 tokenrelay")
+
+    /// Whether a forwarded `key` field has a value to carry on in the list.
+    private static func hasForwarded(_ key: StaticString, in table: FieldTable, forwarded: (Int) -> Bool) -> Bool {
+        for index in 0..<table.count where table.nameIs(index, key) && !table.value(index).isEmpty && forwarded(index) { return true }
+        return false
     }
 
     /// One `name` field: the non-empty values of the forwarded `key` fields, then `element`, joined by ", "

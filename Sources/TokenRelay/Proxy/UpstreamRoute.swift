@@ -9,8 +9,9 @@ import HTTPTransport
 /// and a connection always goes back to the pool it came from.
 final class UpstreamRoute {
     let upstream: HTTPEndpoint
-    /// The `Host` every forwarded request carries (computed once, not per request).
-    let authority: String
+    /// The `Host` field every forwarded request carries, made and checked once (nil only if the
+    /// configured authority could not be sent, which the configuration's own checks rule out).
+    let hostField: PreparedField?
     /// The upstream's keep-alive connections; opens none until asked.
     let pool: HTTPTransport.UpstreamPool
     let targets: RequestTarget
@@ -21,7 +22,7 @@ final class UpstreamRoute {
 
     init(config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
         upstream = config.upstream.url
-        authority = config.upstream.url.authority
+        hostField = PreparedField(name: "Host", value: config.upstream.url.authority)
         passthroughPrefixes = config.upstream.passthroughPrefixes
         forwardsPathsUnchanged = config.upstream.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop)
