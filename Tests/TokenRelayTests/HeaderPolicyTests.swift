@@ -44,7 +44,7 @@ enum FieldRules {
             Array(injectedHeader.utf8).withUnsafeBytes { injected in
                 ForwardingHeaders.write(table, forwarded: { index in
                     HeaderPolicy.forwardsRequestField(index, of: table, keepAuthorization: keepAuthorization, injectedHeader: injected)
-                }, clientAddress: clientAddress, settings: forwarding, into: &block)
+                }, client: clientAddress.map { ForwardedClient(address: $0) }, settings: forwarding, into: &block)
             }
         }
         return lines(block)
@@ -117,6 +117,17 @@ final class HeaderPolicyTests: XCTestCase {
         ], clientAddress: "127.0.0.1", forwarding: forwarding)
         XCTAssertEqual(forwarded.map(\.name), ["Accept", "X-Forwarded-For", "X-Forwarded-Proto", "Via"])
         XCTAssertEqual(forwarded.map(\.value), ["*/*", "10.0.0.1, 10.0.0.2, 127.0.0.1", "http", "1.0 edge, 1.1 tokenrelay"])
+    }
+
+    /// Without a list of the client's own (none sent, only empty ones, or the client's listed as hop-by-hop),
+    /// each forwarding field is this hop's alone.
+    func testForwardingFieldsOfThisHopAlone() {
+        let expected = ["Accept: */*", "X-Forwarded-For: 127.0.0.1", "X-Forwarded-Proto: http", "Via: 1.1 tokenrelay"]
+        for fields in [[("Accept", "*/*")], [("X-Forwarded-For", ""), ("Accept", "*/*"), ("Via", "")],
+                       [("Connection", "X-Forwarded-For, Via"), ("X-Forwarded-For", "10.0.0.9"), ("Via", "1.0 x"), ("Accept", "*/*")]] {
+            let forwarded = FieldRules.request(fields, clientAddress: "127.0.0.1", forwarding: Config.Forwarding())
+            XCTAssertEqual(forwarded.map { "\($0.name): \($0.value)" }, expected, "\(fields)")
+        }
     }
 
     func testForwardingFieldsSwitchedOffPassUnchanged() {

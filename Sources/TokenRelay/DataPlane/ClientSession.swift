@@ -25,6 +25,8 @@ final class ClientSession: HTTPServerConnectionHandler {
     /// The storage of the last exchange's upstream target, kept empty for the next one: a keep-alive
     /// client then costs one allocation for its targets, not an allocation and a free per request.
     private var spareTargetBuffer: [UInt8] = []
+    /// The client's address for the forwarding headers, made with the connection's first forwarded request.
+    private(set) lazy var forwardedClient = ForwardedClient(address: connection.peer.host)
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
         self.proxy = proxy

@@ -334,7 +334,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             ASCII.withBytes(of: context.injection.headerKey) { injectedHeader in
                 ForwardingHeaders.write(table, forwarded: { index in
                     HeaderPolicy.forwardsRequestField(index, of: table, keepAuthorization: keepAuthorization, injectedHeader: injectedHeader)
-                }, clientAddress: client.peer.host, settings: forwarding, into: &block)
+                }, client: session.forwardedClient, settings: forwarding, into: &block)
             }
         }
         if let host = context.route.hostField { block.append(host) }

@@ -7,12 +7,12 @@ import HTTPTransport
 /// sidecar that is meant to be invisible should then not add it.
 enum ForwardingHeaders {
     /// Writes the client's fields that `forwarded` lets through (`HeaderPolicy`), in order, with the
-    /// forwarding headers updated for this hop after them: `X-Forwarded-For` with `clientAddress` (the
+    /// forwarding headers updated for this hop after them: `X-Forwarded-For` with `client`'s address (the
     /// client connection's peer) appended, `X-Forwarded-Proto: http`, `Via` with `1.1 tokenrelay`
     /// appended. Each as `settings` allows.
-    static func write(_ table: FieldTable, forwarded: (Int) -> Bool, clientAddress: String?, settings: Config.Forwarding,
+    static func write(_ table: FieldTable, forwarded: (Int) -> Bool, client: ForwardedClient?, settings: Config.Forwarding,
                       into block: inout HTTPFieldBlock) {
-        let foldsForwardedFor = settings.xForwardedFor && clientAddress != nil
+        let foldsForwardedFor = settings.xForwardedFor && client != nil
         for index in 0..<table.count where forwarded(index) {
             // Many application servers (CGI, WSGI, PHP) read `X_User` and `X-User` as the same variable:
             // a client could pose as a header an earlier proxy removed.
@@ -24,8 +24,12 @@ enum ForwardingHeaders {
             if settings.via && table.nameIs(index, "via") { continue }
             block.appendReceived(index, of: table.received)
         }
-        if foldsForwardedFor, let clientAddress {
-            appendToList("X-Forwarded-For", key: "x-forwarded-for", clientAddress, from: table, forwarded: forwarded, into: &block)
+        if foldsForwardedFor, let client {
+            if hasForwarded("x-forwarded-for", in: table, forwarded: forwarded) {
+                appendToList("X-Forwarded-For", key: "x-forwarded-for", client.address, from: table, forwarded: forwarded, into: &block)
+            } else if let field = client.onlyForwardedFor {
+                block.append(field)
+            }
         }
         if settings.xForwardedProto, let proto = forwardedProto { block.append(proto) }
         if settings.via {
@@ -59,5 +63,18 @@ enum ForwardingHeaders {
         }
         block.appendToValue(element)
         block.endField()
+    }
+}
+
+/// A client connection's address as the forwarding headers carry it: as text, to end a list the client
+/// brought, and as the whole `X-Forwarded-For` field for the usual request that brings none (made and
+/// checked once per client connection, not once per request).
+struct ForwardedClient {
+    let address: String
+    let onlyForwardedFor: PreparedField?
+
+    init(address: String) {
+        self.address = address
+        onlyForwardedFor = PreparedField(name: "X-Forwarded-For", value: address)
     }
 }
