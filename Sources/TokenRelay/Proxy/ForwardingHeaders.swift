@@ -13,19 +13,27 @@ enum ForwardingHeaders {
     static func write(_ table: FieldTable, forwarded: (Int) -> Bool, client: ForwardedClient?, settings: Config.Forwarding,
                       into block: inout HTTPFieldBlock) {
         let foldsForwardedFor = settings.xForwardedFor && client != nil
+        // Whether the client brought a list (a forwarded field with a value) to fold; noted on the way.
+        var listsForwardedFor = false, listsVia = false
         for index in 0..<table.count where forwarded(index) {
             // Many application servers (CGI, WSGI, PHP) read `X_User` and `X-User` as the same variable:
             // a client could pose as a header an earlier proxy removed.
             if settings.dropUnderscoreHeaders && table.fields[index].nameHasUnderscore { continue }
             // Folded into one field below (an upstream that trusts a chain of proxies still sees it whole),
             // or replaced: clients talk plain HTTP to tokenrelay, and a client must not be able to claim otherwise.
-            if foldsForwardedFor && table.nameIs(index, "x-forwarded-for") { continue }
+            if foldsForwardedFor && table.nameIs(index, "x-forwarded-for") {
+                if !table.value(index).isEmpty { listsForwardedFor = true }
+                continue
+            }
             if settings.xForwardedProto && table.nameIs(index, "x-forwarded-proto") { continue }
-            if settings.via && table.nameIs(index, "via") { continue }
+            if settings.via && table.nameIs(index, "via") {
+                if !table.value(index).isEmpty { listsVia = true }
+                continue
+            }
             block.appendReceived(index, of: table.received)
         }
         if foldsForwardedFor, let client {
-            if hasForwarded("x-forwarded-for", in: table, forwarded: forwarded) {
+            if listsForwardedFor {
                 appendToList("X-Forwarded-For", key: "x-forwarded-for", client.address, from: table, forwarded: forwarded, into: &block)
             } else if let field = client.onlyForwardedFor {
                 block.append(field)
@@ -33,7 +41,7 @@ enum ForwardingHeaders {
         }
         if settings.xForwardedProto, let proto = forwardedProto { block.append(proto) }
         if settings.via {
-            if hasForwarded("via", in: table, forwarded: forwarded) {
+            if listsVia {
                 appendToList("Via", key: "via", "1.1 tokenrelay", from: table, forwarded: forwarded, into: &block)
             } else if let via = onlyVia {
                 block.append(via)
@@ -45,12 +53,6 @@ enum ForwardingHeaders {
     private static let forwardedProto = PreparedField(name: "X-Forwarded-Proto", value: "http")
     /// `Via` when the client sent none.
     private static let onlyVia = PreparedField(name: "Via", value: "1.1 tokenrelay")
-
-    /// Whether a forwarded `key` field has a value to carry on in the list.
-    private static func hasForwarded(_ key: StaticString, in table: FieldTable, forwarded: (Int) -> Bool) -> Bool {
-        for index in 0..<table.count where table.nameIs(index, key) && !table.value(index).isEmpty && forwarded(index) { return true }
-        return false
-    }
 
     /// One `name` field: the non-empty values of the forwarded `key` fields, then `element`, joined by ", "
     /// (RFC 9110 §5.3).
