@@ -12,13 +12,16 @@ import Glibc
 /// 1. At the limit, a connection that has been *idle* (no request in progress, nothing buffered either
 ///    way) for `idleGrace` is closed to make room. A server may close an idle connection at any time
 ///    (RFC 9112 section 9.5); the grace avoids the moment a keep-alive client is most likely to send.
+///    If none is idle, the connection whose request head began arriving longest ago (more than the grace,
+///    still incomplete) is answered 408 and closed instead: real clients send a head at once, and heads
+///    trickled within the head timeout must not hold every slot.
 /// 2. Otherwise the newcomer is accepted *over the limit* and waits, first come first served, for the
 ///    next slot that frees; while anyone waits, responses say `Connection: close` so that slots do free.
 ///    If its request head arrives first and still nothing is idle, the transport answers it with
 ///    `Settings.overLimitResponse` (503) and closes: the request never reaches the handler.
 /// 3. At most `overLimitAllowance` connections wait at once. Beyond that the server stops accepting (new
 ///    connections stay in the kernel's listen backlog) and waiting connections that stay silent past the
-///    grace are closed to let them in. This bounds descriptors and memory.
+///    grace, or trickle a head past it, are closed to let them in. This bounds descriptors and memory.
 /// A sweep runs every half grace while anyone waits or accepting is paused: time passing is what makes a
 /// connection idle, and nothing else would notice it. Every action is reported through `onLimitEvent`.
 public final class HTTPServer {
