@@ -141,11 +141,15 @@ final class HeadBuffer {
     /// Valid until the next change.
     var bytes: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: base, count: count) }
 
+    /// Inlined (as `reserve`): a head is written in a few dozen pieces, most of them literals whose length
+    /// the compiler then knows, and a call per piece cost more than its copy.
+    @inline(__always)
     func append(_ piece: UnsafeRawBufferPointer) {
         guard let source = piece.baseAddress, piece.count > 0 else { return }
         copyPiece(to: reserve(piece.count), from: source, count: piece.count)
     }
 
+    @inline(__always)
     func append(_ byte: UInt8) {
         reserve(1).storeBytes(of: byte, as: UInt8.self)
     }

@@ -102,26 +102,6 @@ enum ASCII {
         }
     }
 
-    /// `token = 1*tchar` (RFC 9110 §5.6.2).
-    static func isToken(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        guard !bytes.isEmpty else { return false }
-        for byte in bytes {
-            switch byte {
-            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x21, 0x23, 0x24, 0x25, 0x26, 0x27, 0x2A, 0x2B, 0x2D, 0x2E, 0x5E, 0x5F, 0x60, 0x7C, 0x7E:
-                continue
-            default:
-                return false
-            }
-        }
-        return true
-    }
-
-    /// Visible ASCII, spaces, tabs and high bytes; no CR, LF, NUL or other control (`HTTPSyntax.isSafeHeaderValue`).
-    static func isSafeHeaderValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        for byte in bytes where byte != 0x09 && (byte < 0x20 || byte == 0x7F) { return false }
-        return true
-    }
-
     /// Digits only, as a non-negative Int; nil for anything else or a value past Int.max.
     static func decimal(_ bytes: UnsafeRawBufferPointer) -> Int? {
         guard !bytes.isEmpty else { return nil }

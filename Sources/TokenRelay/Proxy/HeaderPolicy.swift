@@ -48,7 +48,23 @@ enum HeaderPolicy {
         if keepAuthorization && (isAuthorization || isInjected) { return true }
         if isInjected { return false }
         let replaced = isAuthorization ? ASCII.equalIgnoringCase(injectedHeader, "authorization") : isReplacedOnRequest(name)
-        return !replaced && !isHopByHop(name) && !table.isConnectionListed(name)
+        return !replaced && !isHopByHop(name) && !isListedBesidesHopByHop(name, in: table)
+    }
+
+    /// Whether a name that is not hop-by-hop itself is listed in a `Connection` field. Of the options
+    /// HTTPWire sorted the listed elements into, keep-alive and upgrade name hop-by-hop fields already:
+    /// unless another token was listed, only `close` can be such a name (the field table is not read again).
+    @inline(__always)
+    private static func isListedBesidesHopByHop(_ name: UnsafeRawBufferPointer, in table: FieldTable) -> Bool {
+        let connection = table.connection
+        if !connection.contains(.otherTokens) { return connection.contains(.close) && ASCII.equalIgnoringCase(name, "close") }
+        return table.isConnectionListed(name)
+    }
+
+    /// Content-Length (the transport frames the relayed body itself) or a hop-by-hop field: one look at
+    /// the length, then at most two comparisons.
+    private static func isDroppedFromResponse(_ name: UnsafeRawBufferPointer) -> Bool {
+        name.count == 14 ? ASCII.equalIgnoringCase(name, "content-length") : isHopByHop(name)
     }
 
     /// Writes the response fields passed to the client: all but the hop-by-hop ones. The framing fields are
@@ -57,7 +73,7 @@ enum HeaderPolicy {
     static func writeForwardedResponseFields(_ table: FieldTable, into block: inout HTTPFieldBlock) {
         for index in 0..<table.count {
             let name = table.name(index)
-            if ASCII.equalIgnoringCase(name, "content-length") || isHopByHop(name) || table.isConnectionListed(name) { continue }
+            if isDroppedFromResponse(name) || isListedBesidesHopByHop(name, in: table) { continue }
             block.appendReceived(index, of: table.received)
         }
     }

@@ -1,3 +1,5 @@
+import HTTPWire
+
 /// Refuses requests whose framing or header syntax is ambiguous, before anything is forwarded.
 ///
 /// Request smuggling needs two parsers that disagree about where a message ends or what it says.
@@ -22,10 +24,11 @@ enum RequestHygiene {
         var hosts = 0
         for index in 0..<table.count {
             let name = table.name(index)
-            guard ASCII.isToken(name) else {
+            // HTTPWire's checks of the same byte classes, a word at a time (`ASCII`'s go byte by byte).
+            guard HTTPWire.isToken(name) else {
                 return Violation(description: name.isEmpty ? "empty header name" : "invalid header name")
             }
-            guard ASCII.isSafeHeaderValue(table.value(index)) else {
+            guard HTTPWire.isFieldValue(table.value(index)) else {
                 return Violation(description: "control character in the value of \(String(decoding: name, as: UTF8.self))")
             }
             if ASCII.equalIgnoringCase(name, "host") { hosts += 1 }
