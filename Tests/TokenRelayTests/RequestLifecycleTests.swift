@@ -21,12 +21,14 @@ final class RequestLifecycleTests: XCTestCase {
     func testAPlainRequestIsSentRelayedAndFinished() {
         var machine = Machine(settings: settings)
         XCTAssertEqual(machine.start(admission: token1, now: 0), [.acquireConnection(admittedEarlier: false)])
+        // No pool wait was scheduled (a connection at once), so none is cancelled.
         XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token1, now: 0), [
-            .cancel(.poolWait), .send(.token(generation: 1, authorization: "Bearer one")),
+            .send(.token(generation: 1, authorization: "Bearer one")),
             .schedule(.responseHead, after: 30), .schedule(.connect, after: 5),
         ])
         XCTAssertEqual(machine.connected(), [.cancel(.connect)])
-        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
+        // The connect deadline was cancelled when the connection came up.
+        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.responseHead), .relayResponse])
         let end = machine.responseEnded(now: 1)
         XCTAssertEqual(Array(end.prefix(2)), [.releaseConnection, .endRelayedResponse])
         XCTAssertEqual(summary(end), Machine.Summary(status: 200, attempts: 1, generation: 1))
@@ -48,7 +50,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
         XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.replay, now: 1), [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: false)])
-        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1)[1], .send(.token(generation: 2, authorization: "Bearer two")))
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1).first, .send(.token(generation: 2, authorization: "Bearer two")))
         // The replay's own 401 goes to the client: a request is replayed at most once.
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
         XCTAssertEqual(summary(machine.responseEnded(now: 2)), Machine.Summary(status: 401, attempts: 2, generation: 2))
@@ -92,6 +94,16 @@ final class RequestLifecycleTests: XCTestCase {
         var machine = Machine(settings: settings)
         XCTAssertEqual(machine.start(admission: .hold, now: 0), [.hold, .schedule(.hold, after: 10)])
         XCTAssertEqual(machine.refreshFinished(.rejected, now: 1)[2], .respond(.loginRequired))
+    }
+
+    /// A request that waited in the pool's queue cancels that deadline when its connection comes; one
+    /// whose connect was never reported up cancels the connect deadline when the answer comes.
+    func testDeadlinesThatWereSetAreCancelled() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        XCTAssertEqual(machine.connectionQueued(), [.schedule(.poolWait, after: settings.poolWaitSeconds)])
+        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token1, now: 1).first, .cancel(.poolWait))
+        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
     }
 
     /// The hold deadline runs from the first hold: held, released, and held again by the next refresh,
@@ -184,7 +196,7 @@ final class RequestLifecycleTests: XCTestCase {
     func testAPassthroughRequestCarriesNoTokenAndIsNeverHeld() {
         var machine = Machine(settings: settings)
         _ = machine.start(admission: nil, now: 0)
-        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: nil, now: 0)[1], .send(.none))
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: nil, now: 0).first, .send(.none))
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
     }
 
@@ -221,7 +233,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.hold, now: 1), [.hold, .schedule(.hold, after: 10)])
         XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 2).last, .acquireConnection(admittedEarlier: true))
-        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2)[1], .send(.token(generation: 2, authorization: "Bearer two")))
+        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2).first, .send(.token(generation: 2, authorization: "Bearer two")))
         XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
         _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
         XCTAssertEqual(summary(machine.responseEnded(now: 3))?.attempts, 2)

@@ -71,6 +71,14 @@ struct RequestLifecycle {
     /// A body that is streamed (not kept) can be sent only once: after its first byte has gone, a
     /// refresh-triggering answer is passed to the client as it is.
     private var bodyIsReplayable = true
+    /// Whether a pool-wait or connect deadline may be armed: set when the machine schedules it, cleared
+    /// where the ordinary path cancels it. The ordinary request (an idle connection at once, or a reused
+    /// one) thus asks for no cancel of a deadline it never set or cancelled already: these steps run for
+    /// every request, and each action costs the driver a move, a dispatch and a destroy. A flag left set
+    /// by a rarer path costs only a cancel that finds nothing armed; it is never clear while the deadline
+    /// is armed.
+    private var poolWaitMayBeArmed = false
+    private var connectMayBeArmed = false
 
     init(settings: Settings) {
         self.settings = settings
@@ -113,6 +121,7 @@ struct RequestLifecycle {
     /// upstream must turn into quick 503s, not an unbounded queue of clients.
     mutating func connectionQueued() -> ActionList {
         guard phase == .waitingForConnection else { return ActionList() }
+        poolWaitMayBeArmed = true
         return ActionList(.schedule(.poolWait, after: settings.poolWaitSeconds))
     }
 
@@ -140,13 +149,20 @@ struct RequestLifecycle {
         phase = .awaitingResponse
         // Written out whole: this runs for every request, and growing an array is an allocation each time.
         let send = Action.send(credential), headDeadline = Action.schedule(.responseHead, after: settings.upstreamSeconds)
-        if reused { return ActionList(.cancel(.poolWait), send, headDeadline) }
-        return ActionList(.cancel(.poolWait), send, headDeadline, .schedule(.connect, after: settings.connectSeconds))
+        let cancelPoolWait = poolWaitMayBeArmed
+        poolWaitMayBeArmed = false
+        if reused {
+            return cancelPoolWait ? ActionList(.cancel(.poolWait), send, headDeadline) : ActionList(send, headDeadline)
+        }
+        connectMayBeArmed = true
+        let connectDeadline = Action.schedule(.connect, after: settings.connectSeconds)
+        return cancelPoolWait ? ActionList(.cancel(.poolWait), send, headDeadline, connectDeadline) : ActionList(send, headDeadline, connectDeadline)
     }
 
     /// The transport reports the connection established (TCP, and TLS if any).
     mutating func connected() -> ActionList {
-        ActionList(.cancel(.connect))
+        connectMayBeArmed = false
+        return ActionList(.cancel(.connect))
     }
 
     /// The first byte of a streamed request body has left for the upstream.
@@ -181,7 +197,11 @@ struct RequestLifecycle {
         phase = .relaying
         answeredStatus = status
         answeredByUpstream = true
-        return ActionList(.cancel(.connect), .cancel(.responseHead), .relayResponse)
+        if connectMayBeArmed {
+            connectMayBeArmed = false
+            return ActionList(.cancel(.connect), .cancel(.responseHead), .relayResponse)
+        }
+        return ActionList(.cancel(.responseHead), .relayResponse)
     }
 
     /// The response is complete (its body too).
