@@ -241,13 +241,22 @@ final class HeadBuffer {
     deinit { free(base) }
 }
 
-/// Copies a piece of a head (a literal, a name, a value; never overlapping the destination). Heads are
-/// written in a few dozen small pieces, and for those a call to memcpy costs more than the copy: up to
-/// 16 bytes are moved as two overlapping words, or byte by byte below 8.
+/// Copies a piece of a head (a literal, a name, a value, a prepared field's line; never overlapping the
+/// destination). Heads are written in a few dozen small pieces, and for those a call to memcpy costs more
+/// than the copy: up to 32 bytes are moved as overlapping words (the first and last 16, or 8), or byte by
+/// byte below 8.
 @inline(__always)
 func copyPiece(to destination: UnsafeMutableRawPointer, from source: UnsafeRawPointer, count: Int) {
-    if count > 16 {
+    if count > 32 {
         destination.copyMemory(from: source, byteCount: count)
+    } else if count > 16 {
+        let first = (source.loadUnaligned(as: UInt64.self), source.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        let last = (source.loadUnaligned(fromByteOffset: count - 16, as: UInt64.self),
+                    source.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self))
+        destination.storeBytes(of: first.0, as: UInt64.self)
+        destination.storeBytes(of: first.1, toByteOffset: 8, as: UInt64.self)
+        destination.storeBytes(of: last.0, toByteOffset: count - 16, as: UInt64.self)
+        destination.storeBytes(of: last.1, toByteOffset: count - 8, as: UInt64.self)
     } else if count >= 8 {
         let first = source.loadUnaligned(as: UInt64.self)
         let last = source.loadUnaligned(fromByteOffset: count - 8, as: UInt64.self)
