@@ -5,7 +5,8 @@ import Glibc
 /// What a server connection reports, in order, on the loop's thread: a head, its body in pieces, its end;
 /// then (once the response is finished) the next request of a pipeline or keep-alive connection.
 public protocol HTTPServerConnectionHandler: AnyObject {
-    func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead)
+    /// The head is the handler's to keep (`consuming`: a handler that stores it moves it, with no copy).
+    func connection(_ connection: HTTPServerConnection, receivedHead head: consuming ReceivedRequestHead)
     /// A piece of the request body (de-chunked). Valid only during the call.
     func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer)
     func connectionReceivedEnd(_ connection: HTTPServerConnection)

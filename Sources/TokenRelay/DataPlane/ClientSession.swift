@@ -34,11 +34,13 @@ final class ClientSession: HTTPServerConnectionHandler {
         self.connection = connection
     }
 
-    func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {
-        self.head = head
+    func connection(_ connection: HTTPServerConnection, receivedHead head: consuming ReceivedRequestHead) {
+        let framing = head.framing
+        var incoming: ReceivedRequestHead? = consume head   // moved in, not copied
+        swap(&self.head, &incoming)
         body = []
         streaming = false
-        if case .length(let length) = head.framing, length > proxy.context.maxBodyBytes {
+        if case .length(let length) = framing, length > proxy.context.maxBodyBytes {
             // The client's `Expect: 100-continue` is answered when the body can flow to the upstream.
             return beginStreaming(length: .known(length), prefix: [])
         }
