@@ -18,4 +18,15 @@ final class QueryRedactionTests: XCTestCase {
         XCTAssertEqual(QueryRedaction.redact("/p?flag&&page=1&=v"), "/p?flag&&page=1&=v")
         XCTAssertEqual(QueryRedaction.redact("/p?token=a=b"), "/p?token=[redacted]")
     }
+
+    /// What an application server would read as a credential parameter is redacted however the query
+    /// spells it: a name written with percent-escapes (`%74oken` is `token` once decoded), and parameters
+    /// separated by `;` (which many servers and older query parsers split on like `&`).
+    func testEncodedNamesAndSemicolonSeparatedParametersAreRedacted() {
+        XCTAssertEqual(QueryRedaction.redact("/a?%74oken=s3cr3t&page=2"), "/a?%74oken=[redacted]&page=2")
+        XCTAssertEqual(QueryRedaction.redact("/a?api%5Fk%65y=s3cr3t"), "/a?api%5Fk%65y=[redacted]")
+        XCTAssertEqual(QueryRedaction.redact("/a?page=1;access_token=s3cr3t"), "/a?page=1;access_token=[redacted]")
+        XCTAssertEqual(QueryRedaction.redact("/a?x=%zz;y=1&pass%77ord=p"), "/a?x=%zz;y=1&pass%77ord=[redacted]")
+        XCTAssertEqual(QueryRedaction.redact("/a?page=1;;%=2"), "/a?page=1;;%=2")
+    }
 }
