@@ -1,0 +1,163 @@
+import Foundation
+import Glibc
+import HTTPTransport
+import TLSFixtures
+import XCTest
+
+/// The paths on which a connection ends other than an orderly close (`ConnectionLifetimeTests`): a TLS
+/// handshake that fails or never finishes, an upstream that stays silent, a request refused over the
+/// connection limit, a trickled head evicted at the limit. A connection holds its handler strongly and the
+/// handler holds the connection; each of these ends must break that cycle, or every such end leaks both
+/// (and, for an upstream connection, whatever the handler holds: a client session, its exchange).
+final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
+    /// Weak references the test thread reads through the loop thread (`sync`).
+    private final class Watch: @unchecked Sendable {
+        weak var handler: AnyObject?
+        weak var connection: AnyObject?
+        var ended: ConnectionEnd?
+        var bothFreed: Bool { handler == nil && connection == nil }
+    }
+
+    /// Holds its connection (the cycle under test) and never answers.
+    private final class SilentServerHandler: HTTPServerConnectionHandler {
+        var connection: HTTPServerConnection?
+        let watch: Watch
+        init(_ watch: Watch) { self.watch = watch }
+        func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {}
+        func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {}
+        func connectionReceivedEnd(_ connection: HTTPServerConnection) {}
+        func connectionCanSendMore(_ connection: HTTPServerConnection) {}
+        func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd) { watch.ended = ended }
+    }
+
+    private final class ClientHandler: HTTPClientConnectionHandler {
+        var connection: HTTPClientConnection?
+        let watch: Watch
+        init(_ watch: Watch) { self.watch = watch }
+        func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {}
+        func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {}
+        func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {}
+        func connectionReceivedEnd(_ connection: HTTPClientConnection) {}
+        func connectionCanSendMore(_ connection: HTTPClientConnection) {}
+        func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) { watch.ended = ended }
+    }
+
+    /// Polls (bounded) on the loop thread until the condition holds.
+    private func eventually(_ seconds: Double = 5, _ condition: @escaping () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if loopThread.sync(condition) { return true }
+            usleep(2000)
+        }
+        return loopThread.sync(condition)
+    }
+
+    /// Opens an upstream connection whose handler holds it, sends GET /, and returns its watch.
+    private func openClient(port: UInt16, tls: TransportTLSClientContext? = nil, connectTimeout: Double? = nil,
+                            silence: Double? = nil) -> Watch {
+        let watch = Watch()
+        let loop = loopThread.loop
+        loopThread.sync {
+            guard let connection = try? HTTPClientConnection(loop: loop, host: "localhost", port: port, tls: tls,
+                                                             connectTimeout: connectTimeout) else { return }
+            let handler = ClientHandler(watch)
+            handler.connection = connection
+            connection.handler = handler
+            watch.handler = handler
+            watch.connection = connection
+            connection.setSilenceLimit(silence)
+            connection.startRequest(method: "GET", target: Array("/".utf8), fields: [("Host", "upstream")], body: .none)
+            connection.finishRequest()
+        }
+        return watch
+    }
+
+    func testAFailedTLSHandshakeFreesTheConnectionAndItsHandler() throws {
+        let (listener, port) = try LoopbackListener.open()
+        defer { close(listener) }
+        let tls = try TransportTLSClientContext(caFile: TestPKI.shared().caFile.path)
+        let watch = openClient(port: port, tls: tls)
+        XCTAssertTrue(loopThread.sync { watch.connection != nil }, "the connection could not be made")
+        let accepted = accept(listener, nil, nil)
+        XCTAssertGreaterThanOrEqual(accepted, 0)
+        _ = "HTTP/1.1 400 Not TLS\r\n\r\n".withCString { write(accepted, $0, strlen($0)) }
+        close(accepted)
+        XCTAssertTrue(eventually { watch.ended != nil && watch.bothFreed }, "a failed handshake did not break the cycle")
+    }
+
+    func testAHandshakeThatNeverFinishesFreesTheConnectionAtTheConnectTimeout() throws {
+        let (listener, port) = try LoopbackListener.open()
+        defer { close(listener) }
+        let tls = try TransportTLSClientContext(caFile: TestPKI.shared().caFile.path)
+        let watch = openClient(port: port, tls: tls, connectTimeout: 0.2)
+        let accepted = accept(listener, nil, nil)   // accepted, and never answered
+        defer { if accepted >= 0 { close(accepted) } }
+        XCTAssertTrue(eventually { watch.ended != nil && watch.bothFreed }, "the connect timeout did not break the cycle")
+    }
+
+    func testASilentUpstreamFreesTheConnectionAtTheSilenceLimit() throws {
+        let (listener, port) = try LoopbackListener.open()
+        defer { close(listener) }
+        let watch = openClient(port: port, silence: 0.2)
+        let accepted = accept(listener, nil, nil)
+        defer { if accepted >= 0 { close(accepted) } }
+        _ = LoopbackListener.readHead(accepted)   // read, never answered
+        XCTAssertTrue(eventually { watch.ended == .timedOut && watch.bothFreed }, "the silence limit did not break the cycle")
+    }
+
+    /// A server whose connections each get a `SilentServerHandler`; `watches` in the order of acceptance.
+    private func server(_ settings: HTTPServer.Settings) throws -> (HTTPServer, () -> [Watch]) {
+        let loop = loopThread.loop
+        final class Watches: @unchecked Sendable { var all: [Watch] = [] }
+        let watches = Watches()
+        let server = try loopThread.sync { () -> HTTPServer? in
+            try? HTTPServer(loop: loop, host: "127.0.0.1", port: 0, settings: settings) { connection in
+                let watch = Watch()
+                let handler = SilentServerHandler(watch)
+                handler.connection = connection
+                connection.handler = handler
+                watch.handler = handler
+                watch.connection = connection
+                watches.all.append(watch)
+            }
+        }.unwrap()
+        return (server, { watches.all })
+    }
+
+    private func limited(grace: Double) -> HTTPServer.Settings {
+        HTTPServer.Settings(maxConnections: 1, overLimitAllowance: 4, idleGrace: grace,
+                            overLimitResponse: HTTPResponseHead(status: 503, reason: "Service Unavailable"),
+                            overLimitBody: Array("busy\n".utf8))
+    }
+
+    func testARequestRefusedOverTheLimitFreesItsConnectionAndHandler() throws {
+        let (server, watches) = try server(limited(grace: 30))
+        defer { loopThread.sync { server.close() } }
+        let busy = try LoopbackClient(port: server.port)
+        try busy.send("GET /held HTTP/1.1\r\nHost: h\r\n\r\n")   // never answered: the one slot stays taken
+        XCTAssertTrue(eventually { watches().count == 1 })
+        let over = try LoopbackClient(port: server.port)
+        try over.send("GET /over HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try over.readResponse().status, 503)
+        XCTAssertTrue(over.readEOF())
+        shutdown(over.fd, Int32(SHUT_RDWR))   // the lingering close ends with the client's
+        XCTAssertTrue(eventually { watches().count == 2 && watches()[1].ended == .refusedOverLimit && watches()[1].bothFreed },
+                      "a refusal over the limit did not break the cycle")
+        withExtendedLifetime(busy) {}
+    }
+
+    func testAStalledHeadEvictedAtTheLimitFreesItsConnectionAndHandler() throws {
+        let (server, watches) = try server(limited(grace: 0.2))
+        defer { loopThread.sync { server.close() } }
+        let trickling = try LoopbackClient(port: server.port)
+        try trickling.send("GET /slow HTTP/1.1\r\nHo")
+        XCTAssertTrue(eventually { watches().count == 1 })
+        usleep(300_000)   // past the grace: the head counts as stalled (a duration under test, not a synchronisation)
+        let newcomer = try LoopbackClient(port: server.port)
+        try newcomer.send("GET /fresh HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try trickling.readResponse().status, 408)
+        XCTAssertTrue(eventually { watches()[0].ended == .headTimeout && watches()[0].bothFreed },
+                      "evicting a stalled head did not break the cycle")
+        withExtendedLifetime(newcomer) {}
+    }
+}
