@@ -29,4 +29,17 @@ final class QueryRedactionTests: XCTestCase {
         XCTAssertEqual(QueryRedaction.redact("/a?x=%zz;y=1&pass%77ord=p"), "/a?x=%zz;y=1&pass%77ord=[redacted]")
         XCTAssertEqual(QueryRedaction.redact("/a?page=1;;%=2"), "/a?page=1;;%=2")
     }
+
+    /// A request target has no fragment (RFC 9112 section 3.2), but a client that forwards a whole URL sends
+    /// one, and the implicit grant puts `access_token` there: it is a query for the log's purposes. With the
+    /// query left out, so is the fragment; with it logged, its credential parameters are redacted.
+    func testAFragmentIsTreatedAsQuery() {
+        XCTAssertEqual(AccessLogEntry.loggedPath("/cb#access_token=s3cr3t&state=1", includeQuery: false), "/cb")
+        XCTAssertEqual(AccessLogEntry.loggedPath("/cb?x=1#access_token=s3cr3t", includeQuery: false), "/cb")
+        XCTAssertEqual(AccessLogEntry.loggedPath("/cb#access_token=s3cr3t&state=1", includeQuery: true),
+                       "/cb#access_token=[redacted]&state=1")
+        XCTAssertEqual(AccessLogEntry.loggedPath("/cb?x=1#access_token=s3cr3t", includeQuery: true), "/cb?x=1#access_token=[redacted]")
+        XCTAssertEqual(AccessLogEntry.loggedPath("http://u:p@h/cb?token=t", includeQuery: true), "/cb?token=[redacted]")
+        XCTAssertEqual(AccessLogEntry.loggedPath(nil, includeQuery: true), "-")
+    }
 }

@@ -13,16 +13,7 @@ struct AccessLogEntry {
     let generation: UInt64
 
     func log(to logger: Logger, includeQuery: Bool) {
-        var path = target ?? "-"
-        // Absolute-form (`http://user:pass@host/p`): keep the path only, never the authority's credentials.
-        if let scheme = path.firstRange(of: "://") {
-            path = path[scheme.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
-        }
-        if !includeQuery, let question = path.firstIndex(of: "?") {
-            path = String(path[..<question])
-        } else {
-            path = QueryRedaction.redact(path)
-        }
+        let path = Self.loggedPath(target, includeQuery: includeQuery)
         logger.info("request", metadata: [
             "method": "\(method)",
             "path": "\(path)",
@@ -31,5 +22,19 @@ struct AccessLogEntry {
             "attempts": "\(attempts)",
             "generation": "\(generation)",
         ])
+    }
+
+    /// The path as logged. A fragment counts as query (`QueryRedaction`): a client forwarding a whole URL
+    /// sends one, and an implicit grant's `#access_token=` would otherwise be logged with the path.
+    static func loggedPath(_ target: String?, includeQuery: Bool) -> String {
+        var path = target ?? "-"
+        // Absolute-form (`http://user:pass@host/p`): keep the path only, never the authority's credentials.
+        if let scheme = path.firstRange(of: "://") {
+            path = path[scheme.upperBound...].firstIndex(of: "/").map { String(path[$0...]) } ?? "/"
+        }
+        if !includeQuery, let query = path.firstIndex(where: QueryRedaction.startsQuery) {
+            return String(path[..<query])
+        }
+        return QueryRedaction.redact(path)
     }
 }

@@ -6,19 +6,24 @@
 ///
 /// The name is judged as the application server reads it: percent-decoded (`%74oken` is `token`), and
 /// parameters end at `;` as well as `&` (many servers and older query parsers split on both). Judged on
-/// the raw text, either spelling would carry a credential past the redaction into the log.
+/// the raw text, either spelling would carry a credential past the redaction into the log. A fragment
+/// (`#`, which a client forwarding a whole URL sends; the implicit grant puts `access_token` there) is read
+/// as more parameters.
 enum QueryRedaction {
+    /// Where the query (or a fragment) of a logged path begins.
+    static func startsQuery(_ character: Character) -> Bool { character == "?" || character == "#" }
+
     static let credentialNameParts = ["token", "secret", "password", "passwd", "key", "signature", "sig",
                                       "auth", "code", "session", "credential", "assertion"]
 
     static func redact(_ path: String) -> String {
-        guard let question = path.firstIndex(of: "?") else { return path }
+        guard let question = path.firstIndex(where: startsQuery) else { return path }
         var redacted = String(path[...question])
         var parameterStart = path.index(after: question)
         var index = parameterStart
         while true {
             let atEnd = index == path.endIndex
-            if atEnd || path[index] == "&" || path[index] == ";" {
+            if atEnd || path[index] == "&" || path[index] == ";" || path[index] == "#" {
                 redacted += redactParameter(path[parameterStart..<index])
                 if atEnd { break }
                 redacted.append(path[index])
