@@ -163,7 +163,7 @@ public final class HTTPExchange {
             return
         }
         self.connection = connection
-        connection.handler = self
+        connection.handler = ExchangeReports(self)
         let bodiless = request.body.isEmpty && (request.method == "GET" || request.method == "HEAD")
         connection.startRequest(method: request.method, target: Array(request.target.utf8), fields: request.fields,
                                 body: bodiless ? .none : .known(request.body.count))
@@ -281,5 +281,42 @@ extension HTTPExchange: HTTPClientConnectionHandler {
             failure = .connectionLost(responseStarted: started, cause: nil)
         }
         finish(.failure(failure))
+    }
+}
+
+/// Passes an exchange's connection reports on to it, holding it weakly. A connection holds its handler
+/// strongly (`HTTPClientConnection.handler`): were the exchange its own connection's handler, the
+/// connection would keep it alive after its owner let go of it without `cancel()`, and it would run to its
+/// deadline and report to that owner; its deinit, which closes the connection, would never run. One
+/// exchange per token-endpoint call, not per proxied request: the weak reference costs nothing that matters.
+private final class ExchangeReports: HTTPClientConnectionHandler {
+    private weak var exchange: HTTPExchange?
+
+    init(_ exchange: HTTPExchange) {
+        self.exchange = exchange
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {
+        exchange?.connection(connection, receivedInformational: status)
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
+        exchange?.connection(connection, receivedHead: head)
+    }
+
+    func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
+        exchange?.connection(connection, receivedBody: bytes)
+    }
+
+    func connectionReceivedEnd(_ connection: HTTPClientConnection) {
+        exchange?.connectionReceivedEnd(connection)
+    }
+
+    func connectionCanSendMore(_ connection: HTTPClientConnection) {
+        exchange?.connectionCanSendMore(connection)
+    }
+
+    func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
+        exchange?.connection(connection, ended: ended, responseStarted: responseStarted)
     }
 }

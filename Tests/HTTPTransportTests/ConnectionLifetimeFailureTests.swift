@@ -160,4 +160,36 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
                       "evicting a stalled head did not break the cycle")
         withExtendedLifetime(newcomer) {}
     }
+
+    /// An exchange its owner lets go of without `cancel()` stops: its deinit closes the connection, and its
+    /// completion never runs. The connection holds its handler strongly, so an exchange that were its own
+    /// connection's handler would be kept alive by it, run to its deadline and report to an owner that had
+    /// dropped it.
+    func testAnExchangeLetGoOfClosesItsConnectionAndNeverCompletes() throws {
+        let (listener, port) = try LoopbackListener.open()
+        defer { close(listener) }
+        final class Completed: @unchecked Sendable { var count = 0 }
+        let completed = Completed()
+        let loop = loopThread.loop
+        final class Held: @unchecked Sendable { weak var exchange: HTTPExchange? }
+        let held = Held()
+        loopThread.sync {
+            let request = HTTPExchange.Request(host: "127.0.0.1", port: port, method: "GET", target: "/", fields: [("Host", "x")])
+            let exchange = HTTPExchange(loop: loop, request: request, limits: HTTPExchange.Limits(timeoutSeconds: 3)) { _ in
+                completed.count += 1
+            }
+            held.exchange = exchange
+        }   // the only reference goes here
+        let accepted = accept(listener, nil, nil)
+        XCTAssertGreaterThanOrEqual(accepted, 0)
+        defer { if accepted >= 0 { close(accepted) } }
+        var wait = timeval(tv_sec: 1, tv_usec: 0)   // well inside the exchange's 3 s deadline
+        setsockopt(accepted, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
+        _ = LoopbackListener.readHead(accepted)
+        var byte: UInt8 = 0
+        XCTAssertEqual(read(accepted, &byte, 1), 0, "the connection of an exchange let go of was not closed")
+        // Once the exchange is freed its completion is gone with it: it can never run.
+        XCTAssertTrue(eventually(2) { held.exchange == nil }, "the exchange outlived its owner's reference")
+        XCTAssertEqual(loopThread.sync { completed.count }, 0, "an exchange let go of reported to its former owner")
+    }
 }
