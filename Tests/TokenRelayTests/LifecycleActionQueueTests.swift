@@ -8,14 +8,18 @@ final class LifecycleActionQueueTests: XCTestCase {
 
     func testListsLongerThanTheInlineSlotsKeepTheirOrder() {
         var list = ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection)
-        list += ActionList(.upstreamFailed(.init(kind: .timeout, responseStarted: false, description: "timed out")), .respond(.gatewayTimeout))
+        let timedOut = RequestLifecycle.UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")
+        list += ActionList(.upstreamFailed, .respond).reporting(timedOut).answering(.gatewayTimeout)
         list.append(.unhold)
-        XCTAssertEqual(list, [.cancel(.connect), .cancelUpstream, .releaseConnection,
-                              .upstreamFailed(.init(kind: .timeout, responseStarted: false, description: "timed out")),
-                              .respond(.gatewayTimeout), .unhold])
+        XCTAssertEqual(Array(list), [.cancel(.connect), .cancelUpstream, .releaseConnection,
+                                     .upstreamFailed, .respond, .unhold])
+        // What the actions name but do not carry comes along with the list.
+        XCTAssertEqual(list.failure, timedOut)
+        XCTAssertEqual(list.answer, .gatewayTimeout)
         XCTAssertEqual(list.count, 6)
         XCTAssertEqual(list.last, .unhold)
         XCTAssertNotEqual(list, [.cancel(.connect)])
+        XCTAssertNotEqual(list, [.cancel(.connect), .cancelUpstream, .releaseConnection, .upstreamFailed, .respond, .unhold], "the payloads are part of the list")
         var taken = list
         XCTAssertEqual(taken.take(), list)
         XCTAssertTrue(taken.isEmpty)

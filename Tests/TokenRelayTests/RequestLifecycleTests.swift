@@ -23,7 +23,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.start(admission: token1, now: 0), [.acquireConnection(admittedEarlier: false)])
         // No pool wait was scheduled (a connection at once), so none is cancelled.
         XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token1, now: 0), [
-            .send(.token(generation: 1, authorization: "Bearer one")),
+            .send(.token(generation: 1)),
             .schedule(.responseHead, after: 30), .schedule(.connect, after: 5),
         ])
         XCTAssertEqual(machine.connected(), [.cancel(.connect)])
@@ -50,7 +50,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .captureResponse)
         XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.replay, now: 1), [.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: false)])
-        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1).first, .send(.token(generation: 2, authorization: "Bearer two")))
+        XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1).first, .send(.token(generation: 2)))
         // The replay's own 401 goes to the client: a request is replayed at most once.
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
         XCTAssertEqual(summary(machine.responseEnded(now: 2)), Machine.Summary(status: 401, attempts: 2, generation: 2))
@@ -93,7 +93,9 @@ final class RequestLifecycleTests: XCTestCase {
     func testAHeldArrivalGetsLoginRequiredWhenTheRefreshIsRejected() {
         var machine = Machine(settings: settings)
         XCTAssertEqual(machine.start(admission: .hold, now: 0), [.hold, .schedule(.hold, after: 10)])
-        XCTAssertEqual(machine.refreshFinished(.rejected, now: 1)[2], .respond(.loginRequired))
+        let rejected = machine.refreshFinished(.rejected, now: 1)
+        XCTAssertEqual(rejected[2], .respond)
+        XCTAssertEqual(rejected.answer, .loginRequired)
     }
 
     /// A request that waited in the pool's queue cancels that deadline when its connection comes; one
@@ -116,7 +118,8 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(actions, [.cancel(.poolWait), .releaseConnection, .hold, .schedule(.hold, after: 6)])
         let timedOut = machine.timerFired(.hold, now: 10)
         XCTAssertEqual(timedOut[0], .unhold)
-        XCTAssertEqual(timedOut[1], .respond(.unavailable("timed out waiting for a token refresh")))
+        XCTAssertEqual(timedOut[1], .respond)
+        XCTAssertEqual(timedOut.answer, .unavailable("timed out waiting for a token refresh"))
         XCTAssertEqual(summary(timedOut)?.hold?.outcome, .unavailable)
     }
 
@@ -125,7 +128,8 @@ final class RequestLifecycleTests: XCTestCase {
         var machine = Machine(settings: settings)
         _ = machine.start(admission: .hold, now: 0)
         let actions = machine.holdRefused(now: 0)
-        XCTAssertEqual(actions[1], .respond(.tooManyHeld))
+        XCTAssertEqual(actions[1], .respond)
+        XCTAssertEqual(actions.answer, .tooManyHeld)
         XCTAssertNil(summary(actions)?.hold)
     }
 
@@ -135,10 +139,13 @@ final class RequestLifecycleTests: XCTestCase {
         var machine = Machine(settings: settings)
         _ = machine.start(admission: token1, now: 0)
         _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
-        XCTAssertEqual(machine.upstreamFailed(lost(), now: 0), [.cancel(.connect), .cancel(.responseHead), .retrying(after: lost()), .acquireFreshConnection])
+        let lostOnce = machine.upstreamFailed(lost(), now: 0)
+        XCTAssertEqual(Array(lostOnce), [.cancel(.connect), .cancel(.responseHead), .retrying, .acquireFreshConnection])
+        XCTAssertEqual(lostOnce.failure, lost())
         _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
         let failed = machine.upstreamFailed(lost(), now: 1)
-        XCTAssertTrue(failed.contains(.respond(.badGateway("upstream connection closed before a response"))))
+        XCTAssertTrue(failed.contains(.respond))
+        XCTAssertEqual(failed.answer, .badGateway("upstream connection closed before a response"))
         XCTAssertEqual(summary(failed)?.attempts, 1)
     }
 
@@ -166,7 +173,8 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
         let actions = machine.timerFired(.responseHead, now: 30)
         XCTAssertEqual(Array(actions.prefix(3)), [.cancel(.connect), .cancelUpstream, .releaseConnection])
-        XCTAssertTrue(actions.contains(.respond(.gatewayTimeout)))
+        XCTAssertTrue(actions.contains(.respond))
+        XCTAssertEqual(actions.answer, .gatewayTimeout)
         XCTAssertEqual(summary(actions)?.status, 504)
     }
 
@@ -177,7 +185,8 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.connectionAcquired(reused: true, admission: token1, now: 0)
         _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
         let actions = machine.upstreamFailed(lost(started: true), now: 1)
-        XCTAssertEqual(Array(actions.prefix(3)), [.releaseConnection, .upstreamFailed(lost(started: true)), .abortClient(flushFirst: true)])
+        XCTAssertEqual(Array(actions.prefix(3)), [.releaseConnection, .upstreamFailed, .abortClient(flushFirst: true)])
+        XCTAssertEqual(actions.failure, lost(started: true))
         XCTAssertEqual(summary(actions)?.status, 200)
     }
 
@@ -233,7 +242,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseEnded(now: 1), [.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: 1)])
         XCTAssertEqual(machine.refreshRulesDecided(.hold, now: 1), [.hold, .schedule(.hold, after: 10)])
         XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 2).last, .acquireConnection(admittedEarlier: true))
-        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2).first, .send(.token(generation: 2, authorization: "Bearer two")))
+        XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2).first, .send(.token(generation: 2)))
         XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
         _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
         XCTAssertEqual(summary(machine.responseEnded(now: 3))?.attempts, 2)
@@ -275,14 +284,17 @@ final class RequestLifecycleTests: XCTestCase {
     func testTheRefreshHoldOffAnswers503WithRetryAfter() {
         var machine = Machine(settings: settings)
         let actions = machine.start(admission: .unavailable(retryAfter: 7), now: 0)
-        XCTAssertEqual(actions.first, .respond(.refreshOnHold(retryAfter: 7)))
+        XCTAssertEqual(actions.first, .respond)
+        XCTAssertEqual(actions.answer, .refreshOnHold(retryAfter: 7))
     }
 
     /// Shutdown: a held request gets 503, a relayed one is cut.
     func testAbandonAnswersHeldAndCutsRelayed() {
         var held = Machine(settings: settings)
         _ = held.start(admission: .hold, now: 0)
-        XCTAssertEqual(held.abandon(now: 1)[2], .respond(.unavailable("tokenrelay is shutting down")))
+        let shutDown = held.abandon(now: 1)
+        XCTAssertEqual(shutDown[2], .respond)
+        XCTAssertEqual(shutDown.answer, .unavailable("tokenrelay is shutting down"))
         var relaying = Machine(settings: settings)
         _ = relaying.start(admission: token1, now: 0)
         _ = relaying.connectionAcquired(reused: true, admission: token1, now: 0)

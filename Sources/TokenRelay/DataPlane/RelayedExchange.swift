@@ -35,6 +35,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// (an idle one) is sent with it instead of asking again. Nothing else runs on the loop in between, so
     /// asking again could only repeat the answer.
     private var admissionAtArrival: RefreshCoordinator.Admission?
+    /// The token of the admission reported with the latest `connectionAcquired`, for the `send` it yields
+    /// (the action names the token's generation only: actions carry no strings, see `RequestLifecycle.Action`).
+    /// Kept until the next grant: the send may run after the step that decided it (behind a running batch).
+    private var grantedAuthorization: String?
 
     private let arrivedAt = EventLoop.monotonicNow
     private var sentAt = 0.0
@@ -174,11 +178,12 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         // By index, each action moved out: an iterator would be a copy of the list, a read a copy of the action.
         for index in 0..<actions.count {
             let action = actions.take(at: index)
-            if queue.admits(action) { perform(action, arriving: head) }
+            if queue.admits(action) { perform(action, of: actions, arriving: head) }
         }
     }
 
-    private func perform(_ action: RequestLifecycle.Action, arriving head: ReceivedResponseHead?) {
+    /// `list`: the list the action came in, for what it names but does not carry (`answer`, `failure`).
+    private func perform(_ action: RequestLifecycle.Action, of list: borrowing RequestLifecycle.ActionList, arriving head: ReceivedResponseHead?) {
         switch action {
         case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
         case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
@@ -191,7 +196,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
-            switch proxy.carryOut(action, for: self) {
+            switch proxy.carryOut(action, failure: list.failure, for: self) {
             case .done: break
             case .holdRefused:
                 let now = EventLoop.monotonicNow
@@ -209,7 +214,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             if let head { startRelaying(head) }
         case .endRelayedResponse: client.finishResponse()
         case .respondCaptured: respondCaptured()
-        case .respond(let response): respond(response)
+        case .respond:
+            if let answer = list.answer { respond(answer) }
         case .abortClient: client.close()
         case .finish(let summary): finish(summary)
         }
@@ -278,6 +284,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     private func connectionGranted(_ connection: HTTPClientConnection) {
         upstream = connection
         let admission = lifecycle.passthrough ? nil : admissionAtArrival.take() ?? context.coordinator.admit()
+        if case .send(_, let authorization) = admission { grantedAuthorization = authorization }
         let reused = connection.requestsStarted > 0, now = EventLoop.monotonicNow
         step { $0.connectionAcquired(reused: reused, admission: admission, now: now) }
     }
@@ -338,7 +345,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             }
         }
         if let host = context.route.hostField { block.append(host) }
-        if case .token(_, let authorization) = credential, let token = context.tokenField.field(for: authorization) { block.append(token) }
+        if case .token = credential, let authorization = grantedAuthorization, let token = context.tokenField.field(for: authorization) {
+            block.append(token)
+        }
     }
 
     /// Gives the connection back; the pool closes it unless the response left it clean.

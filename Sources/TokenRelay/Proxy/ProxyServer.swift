@@ -127,8 +127,10 @@ final class ProxyServer {
     /// Carries out an action of `RequestLifecycle` that involves no connection (the held list, the refresh
     /// rules, counters, the log) for a driver, and says what its machine must hear of it. Drivers pass every
     /// other action to their own transport. The driver feeds the machine itself: the machine is never
-    /// lent out across a call into the proxy.
-    func carryOut(_ action: RequestLifecycle.Action, for exchange: any ProxiedExchange) -> ActionOutcome {
+    /// lent out across a call into the proxy. `failure`: the one its action list reports, for
+    /// `.upstreamFailed` and `.retrying` (actions carry no payload, see `RequestLifecycle.Action`).
+    func carryOut(_ action: RequestLifecycle.Action, failure: RequestLifecycle.UpstreamFailure?,
+                  for exchange: any ProxiedExchange) -> ActionOutcome {
         switch action {
         case .hold:
             return hold(exchange) ? .done : .holdRefused
@@ -138,9 +140,10 @@ final class ProxyServer {
             return .refreshRulesDecided(coordinator.unauthorized(sentGeneration: sentGeneration))
         case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
         case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
-        case .upstreamFailed(let failure): upstreamFailed(failure)
-        case .retrying(let failure):
-            logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure)"])
+        case .upstreamFailed:
+            if let failure { upstreamFailed(failure) }
+        case .retrying:
+            logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure.map { "\($0)" } ?? "")"])
         default:
             assertionFailure("\(action) is the driver's to carry out")
         }

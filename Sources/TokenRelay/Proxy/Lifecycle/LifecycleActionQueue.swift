@@ -21,10 +21,10 @@
 /// ```
 ///
 /// Every method only moves lists, never copies or drops one: the driver adds a batch to the waiting
-/// actions outside its access to the queue, and drops the list `wait` hands back there too. Releasing what
-/// an action carries may run any code, so a list dropped inside an access to the driver's stored queue
-/// would make the compiler check every access to it at run time; with moves alone it proves them
-/// exclusive when it compiles them.
+/// actions outside its access to the queue, and drops the list `wait` hands back there too. Dropping a list
+/// releases its overflow array, a call the compiler cannot see through, so a list dropped inside an access
+/// to the driver's stored queue would make it check every access to the queue at run time; with moves
+/// alone it proves them exclusive when it compiles them.
 struct LifecycleActionQueue {
     private var waiting = RequestLifecycle.ActionList()
     private var running = false

@@ -41,11 +41,12 @@ extension RequestLifecycle {
         var isTimeout: Bool { kind == .timeout || kind == .connectTimeout }
     }
 
-    /// Which token, if any, a send carries.
+    /// Which token, if any, a send carries. The token itself is not in the action: the driver sends the
+    /// authorization of the admission it reported with `connectionAcquired`, whose generation this names.
     enum Credential: Equatable {
         /// A passthrough request: the client's own headers, nothing injected.
         case none
-        case token(generation: UInt64, authorization: String)
+        case token(generation: UInt64)
     }
 
     enum ReplayReason: Equatable {
@@ -55,8 +56,11 @@ extension RequestLifecycle {
         case afterRefresh
     }
 
-    /// What the driver does, in the order given. The cases with a large payload, which only rare paths
-    /// use, are boxed (`indirect`): every action is copied as often as its largest case is long.
+    /// What the driver does, in the order given. Trivially copyable on purpose: no case carries a String,
+    /// an array or a box, so that lists of actions are copied and dropped as plain bytes (every request
+    /// runs a dozen of them through the driver; a payload on any one case, however rare, made each list a
+    /// generic destroy and each action an outlined copy). What the rare actions need (the local answer,
+    /// the upstream failure) travels beside them in their `ActionList` (`answer`, `failure`).
     enum Action: Equatable {
         /// Ask the pool for a connection. `admittedEarlier`: a request released by a refresh queues in
         /// order and is never refused by the waiter bound meant for new arrivals.
@@ -89,15 +93,16 @@ extension RequestLifecycle {
         case endRelayedResponse
         /// Answer the client with the response captured earlier.
         case respondCaptured
-        /// Answer the client with tokenrelay's own response.
-        indirect case respond(LocalResponse)
+        /// Answer the client with tokenrelay's own response: the list's `answer`.
+        case respond
         /// The response to the client cannot be completed: close its connection so it sees a truncated
         /// response, never a clean end. `flushFirst`: write what is queued first.
         case abortClient(flushFirst: Bool)
         case countReplay(ReplayReason)
-        indirect case upstreamFailed(UpstreamFailure)
-        /// Log that the request goes out again on a fresh connection.
-        indirect case retrying(after: UpstreamFailure)
+        /// Count and log the list's `failure`.
+        case upstreamFailed
+        /// Log that the request goes out again on a fresh connection, after the list's `failure`.
+        case retrying
         /// The request is over: the driver frees what it still holds (timers, queue place, connection,
         /// hold registration) and reports the summary. Always the last action, exactly once.
         case finish(Summary)

@@ -138,13 +138,13 @@ struct RequestLifecycle {
         let credential: Credential
         switch admission {
         case nil: credential = .none
-        case .send(let generation, let authorization): credential = .token(generation: generation, authorization: authorization)
+        case .send(let generation, _): credential = .token(generation: generation)
         case let other?:
             return ActionList(.cancel(.poolWait), .releaseConnection) + admit(other, now: now)
         }
         attempts += 1
         sentOnReusedConnection = reused
-        if case .token(let generation, _) = credential { sentGeneration = generation }
+        if case .token(let generation) = credential { sentGeneration = generation }
         capturedStatus = nil
         phase = .awaitingResponse
         // Written out whole: this runs for every request, and growing an array is an allocation each time.
@@ -221,23 +221,23 @@ struct RequestLifecycle {
     mutating func upstreamFailed(_ failure: UpstreamFailure, responseUnsent: Bool = false, now: Double) -> ActionList {
         switch phase {
         case .awaitingResponse, .capturing:
-            var actions = ActionList(.cancel(.connect), .cancel(.responseHead))
+            var actions = ActionList(.cancel(.connect), .cancel(.responseHead)).reporting(failure)
             if phase == .awaitingResponse && mayRetry(failure) {
                 retried = true
                 attempts -= 1
                 phase = .waitingForConnection
-                return actions + ActionList(.retrying(after: failure), .acquireFreshConnection)
+                return actions + ActionList(.retrying, .acquireFreshConnection)
             }
-            actions += ActionList(.releaseConnection, .upstreamFailed(failure))
+            actions += ActionList(.releaseConnection, .upstreamFailed)
             return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
         case .relaying:
             // `responseUnsent`: the driver took back a head that had not left yet (it waits for the first
             // body piece): the client has seen nothing, so it can still be told the truth.
             if responseUnsent {
-                return ActionList(.releaseConnection, .upstreamFailed(failure)) + respond(.badGateway("upstream \(failure)"), now: now)
+                return ActionList(.releaseConnection, .upstreamFailed).reporting(failure) + respond(.badGateway("upstream \(failure)"), now: now)
             }
             // The head is out: a truncated response is the honest answer.
-            return ActionList(.releaseConnection, .upstreamFailed(failure), .abortClient(flushFirst: true), finish(now: now))
+            return ActionList(.releaseConnection, .upstreamFailed, .abortClient(flushFirst: true), finish(now: now)).reporting(failure)
         default:
             return ActionList()
         }
@@ -312,13 +312,13 @@ struct RequestLifecycle {
             return ActionList(.cancelConnectionWait) + respond(.poolExhausted("timed out waiting for a free upstream connection"), now: now)
         case (.connect, .awaitingResponse):
             // The cancel also stops the connect attempt.
-            return ActionList(.cancel(.responseHead), .cancelUpstream, .releaseConnection)
-                + ActionList(.upstreamFailed(UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time")))
+            let failure = UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time")
+            return ActionList(.cancel(.responseHead), .cancelUpstream, .releaseConnection, .upstreamFailed).reporting(failure)
                 + respond(.gatewayTimeout, now: now)
         case (.responseHead, .awaitingResponse):
             // The connection is closed by the cancel: never reused with half a head in it.
-            return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection)
-                + ActionList(.upstreamFailed(UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")))
+            let failure = UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")
+            return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection, .upstreamFailed).reporting(failure)
                 + respond(.gatewayTimeout, now: now)
         case (.responseHead, .capturing):
             // The 401's body did not end in time: decide with what was read (the connection, with the rest
@@ -355,7 +355,7 @@ struct RequestLifecycle {
     private mutating func respond(_ response: LocalResponse, now: Double) -> ActionList {
         answeredStatus = Int(response.status)
         answeredByUpstream = false
-        return ActionList(.respond(response), finish(now: now))
+        return ActionList(.respond, finish(now: now)).answering(response)
     }
 
     private mutating func respondCaptured(now: Double) -> ActionList {
