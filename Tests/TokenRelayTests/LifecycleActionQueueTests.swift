@@ -31,7 +31,6 @@ final class LifecycleActionQueueTests: XCTestCase {
     func testActionsQueuedDuringABatchRunAfterItInOrderAndNothingRunsAfterFinish() {
         var queue = LifecycleActionQueue()
         var performed: [Action] = []
-        let summary = RequestLifecycle.Summary(status: 200, attempts: 1, generation: 1)
         // What a driver does: an action that feeds the machine queues the new actions behind the batch.
         func execute(_ actions: ActionList) {
             guard queue.begin() else {
@@ -44,7 +43,7 @@ final class LifecycleActionQueueTests: XCTestCase {
                     performed.append(batch[index])
                     if case .acquireConnection = batch[index] {
                         execute(ActionList(.cancel(.poolWait), .send(.none), .schedule(.responseHead, after: 1)))
-                        execute(ActionList(.finish(summary), .unhold))
+                        execute(ActionList(.finish, .unhold))
                     }
                 }
             }
@@ -53,7 +52,7 @@ final class LifecycleActionQueueTests: XCTestCase {
         }
         execute(ActionList(.acquireConnection(admittedEarlier: false), .hold))
         XCTAssertEqual(performed, [.acquireConnection(admittedEarlier: false), .hold, .cancel(.poolWait), .send(.none),
-                                   .schedule(.responseHead, after: 1), .finish(summary)])
+                                   .schedule(.responseHead, after: 1), .finish])
         XCTAssertTrue(queue.isFinished)
         execute(ActionList(.hold))
         XCTAssertEqual(performed.count, 6)

@@ -12,9 +12,10 @@ final class RequestLifecycleTests: XCTestCase {
         .init(kind: .connectionLost, responseStarted: started, description: "connection closed before a response")
     }
 
-    private func summary(_ actions: Machine.ActionList) -> Machine.Summary? {
-        guard case .finish(let summary)? = actions.last else { return nil }
-        return summary
+    /// The summary `finish` reports, when `actions` end with it.
+    private func summary(_ actions: Machine.ActionList, of machine: Machine) -> Machine.Summary? {
+        guard actions.last == .finish else { return nil }
+        return machine.summary
     }
 
     /// Sent and answered without trouble.
@@ -31,7 +32,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.responseHead), .relayResponse])
         let end = machine.responseEnded(now: 1)
         XCTAssertEqual(Array(end.prefix(2)), [.releaseConnection, .endRelayedResponse])
-        XCTAssertEqual(summary(end), Machine.Summary(status: 200, attempts: 1, generation: 1))
+        XCTAssertEqual(summary(end, of: machine), Machine.Summary(status: 200, attempts: 1, generation: 1))
         XCTAssertTrue(machine.isFinished)
     }
 
@@ -53,7 +54,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token2, now: 1).first, .send(.token(generation: 2)))
         // The replay's own 401 goes to the client: a request is replayed at most once.
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true).last, .relayResponse)
-        XCTAssertEqual(summary(machine.responseEnded(now: 2)), Machine.Summary(status: 401, attempts: 2, generation: 2))
+        XCTAssertEqual(summary(machine.responseEnded(now: 2), of: machine), Machine.Summary(status: 401, attempts: 2, generation: 2))
     }
 
     /// The 401 starts (or joins) a refresh: held, then replayed with the new token.
@@ -69,7 +70,7 @@ final class RequestLifecycleTests: XCTestCase {
         ])
         _ = machine.connectionAcquired(reused: true, admission: token2, now: 3)
         _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
-        let done = summary(machine.responseEnded(now: 4))
+        let done = summary(machine.responseEnded(now: 4), of: machine)
         XCTAssertEqual(done?.status, 200)
         XCTAssertEqual(done?.hold?.outcome, .replayed)
         XCTAssertEqual(done?.hold?.seconds, 3)
@@ -85,8 +86,8 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.refreshRulesDecided(.hold, now: 0)
         let actions = machine.refreshFinished(.rejected, now: 1)
         XCTAssertEqual(Array(actions.prefix(3)), [.cancel(.hold), .unhold, .respondCaptured])
-        XCTAssertEqual(summary(actions)?.status, 401)
-        XCTAssertEqual(summary(actions)?.hold?.outcome, .unauthorized)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 401)
+        XCTAssertEqual(summary(actions, of: machine)?.hold?.outcome, .unauthorized)
     }
 
     /// Held at arrival (never sent) and the refresh is rejected: tokenrelay's own "login required".
@@ -120,7 +121,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(timedOut[0], .unhold)
         XCTAssertEqual(timedOut[1], .respond)
         XCTAssertEqual(timedOut.answer, .unavailable("timed out waiting for a token refresh"))
-        XCTAssertEqual(summary(timedOut)?.hold?.outcome, .unavailable)
+        XCTAssertEqual(summary(timedOut, of: machine)?.hold?.outcome, .unavailable)
     }
 
     /// The list of held requests is full: 503 at once, and the request never counts as held.
@@ -130,7 +131,7 @@ final class RequestLifecycleTests: XCTestCase {
         let actions = machine.holdRefused(now: 0)
         XCTAssertEqual(actions[1], .respond)
         XCTAssertEqual(actions.answer, .tooManyHeld)
-        XCTAssertNil(summary(actions)?.hold)
+        XCTAssertNil(summary(actions, of: machine)?.hold)
     }
 
     /// The keep-alive race: the upstream closed an idle connection just as an idempotent request went out
@@ -146,7 +147,7 @@ final class RequestLifecycleTests: XCTestCase {
         let failed = machine.upstreamFailed(lost(), now: 1)
         XCTAssertTrue(failed.contains(.respond))
         XCTAssertEqual(failed.answer, .badGateway("upstream connection closed before a response"))
-        XCTAssertEqual(summary(failed)?.attempts, 1)
+        XCTAssertEqual(summary(failed, of: machine)?.attempts, 1)
     }
 
     /// A POST whose bytes went out may have been acted on: never sent twice.
@@ -175,7 +176,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(Array(actions.prefix(3)), [.cancel(.connect), .cancelUpstream, .releaseConnection])
         XCTAssertTrue(actions.contains(.respond))
         XCTAssertEqual(actions.answer, .gatewayTimeout)
-        XCTAssertEqual(summary(actions)?.status, 504)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 504)
     }
 
     /// The upstream died mid-body: the client sees a truncated response, never a clean end.
@@ -187,7 +188,7 @@ final class RequestLifecycleTests: XCTestCase {
         let actions = machine.upstreamFailed(lost(started: true), now: 1)
         XCTAssertEqual(Array(actions.prefix(3)), [.releaseConnection, .upstreamFailed, .abortClient(flushFirst: true)])
         XCTAssertEqual(actions.failure, lost(started: true))
-        XCTAssertEqual(summary(actions)?.status, 200)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 200)
     }
 
     /// The client hung up while its request was held: taken off the list, nothing answered.
@@ -196,8 +197,8 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.start(admission: .hold, now: 0)
         let actions = machine.clientGone(now: 2)
         XCTAssertEqual(Array(actions.prefix(2)), [.cancelUpstream, .unhold])
-        XCTAssertEqual(summary(actions)?.status, 0)
-        XCTAssertEqual(summary(actions)?.hold?.outcome, .clientGone)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 0)
+        XCTAssertEqual(summary(actions, of: machine)?.hold?.outcome, .clientGone)
         XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 3), [])
     }
 
@@ -229,7 +230,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
         // A piece that leaves while the answer is relayed (an early answer) changes no deadline.
         XCTAssertEqual(machine.streamedBodyProgressed(), [])
-        XCTAssertEqual(summary(machine.responseEnded(now: 1)), Machine.Summary(status: 401, attempts: 1, generation: 1))
+        XCTAssertEqual(summary(machine.responseEnded(now: 1), of: machine), Machine.Summary(status: 401, attempts: 1, generation: 1))
     }
 
     /// A 401 that came before any byte of a streamed body left costs nothing to replay: captured, held
@@ -245,7 +246,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.connectionAcquired(reused: false, admission: token2, now: 2).first, .send(.token(generation: 2)))
         XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
         _ = machine.responseHead(status: 200, indicatesExpiredToken: false)
-        XCTAssertEqual(summary(machine.responseEnded(now: 3))?.attempts, 2)
+        XCTAssertEqual(summary(machine.responseEnded(now: 3), of: machine)?.attempts, 2)
     }
 
     /// A connection lost under a streamed body that had started to leave is never retried, whatever the
@@ -257,7 +258,7 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.streamedBodyProgressed()
         let failed = machine.upstreamFailed(lost(), now: 1)
         XCTAssertFalse(failed.contains(.acquireFreshConnection))
-        XCTAssertEqual(summary(failed)?.status, 502)
+        XCTAssertEqual(summary(failed, of: machine)?.status, 502)
     }
 
     /// Before any byte left, a lost reused connection is retried as for a kept body.
@@ -275,7 +276,7 @@ final class RequestLifecycleTests: XCTestCase {
         XCTAssertEqual(machine.connectionQueued(), [.schedule(.poolWait, after: 2)])
         let actions = machine.timerFired(.poolWait, now: 2)
         XCTAssertEqual(actions.first, .cancelConnectionWait)
-        XCTAssertEqual(summary(actions)?.status, 503)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 503)
         // A connection granted after the answer goes straight back.
         XCTAssertEqual(machine.connectionAcquired(reused: true, admission: token1, now: 3), [.releaseConnection])
     }

@@ -217,7 +217,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case .respond:
             if let answer = list.answer { respond(answer) }
         case .abortClient: client.close()
-        case .finish(let summary): finish(summary)
+        case .finish:
+            // Set by the step that yielded `finish`; the machine takes no event after it.
+            if let summary = lifecycle.summary { finish(summary) }
         }
     }
 

@@ -60,7 +60,9 @@ extension RequestLifecycle {
     /// an array or a box, so that lists of actions are copied and dropped as plain bytes (every request
     /// runs a dozen of them through the driver; a payload on any one case, however rare, made each list a
     /// generic destroy and each action an outlined copy). What the rare actions need (the local answer,
-    /// the upstream failure) travels beside them in their `ActionList` (`answer`, `failure`).
+    /// the upstream failure) travels beside them in their `ActionList` (`answer`, `failure`); what `finish`
+    /// reports is the machine's `summary` (plain bytes, but the largest payload: in every action it would
+    /// make each of them, and each list, twice as long).
     enum Action: Equatable {
         /// Ask the pool for a connection. `admittedEarlier`: a request released by a refresh queues in
         /// order and is never refused by the waiter bound meant for new arrivals.
@@ -104,8 +106,8 @@ extension RequestLifecycle {
         /// Log that the request goes out again on a fresh connection, after the list's `failure`.
         case retrying
         /// The request is over: the driver frees what it still holds (timers, queue place, connection,
-        /// hold registration) and reports the summary. Always the last action, exactly once.
-        case finish(Summary)
+        /// hold registration) and reports the machine's `summary`. Always the last action, exactly once.
+        case finish
     }
 
     /// What the access log and the metrics need to know about a request that ended.

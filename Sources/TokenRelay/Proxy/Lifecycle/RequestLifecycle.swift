@@ -79,6 +79,9 @@ struct RequestLifecycle {
     /// is armed.
     private var poolWaitMayBeArmed = false
     private var connectMayBeArmed = false
+    /// What `finish` reports, set when the machine finishes (and never again: a finished machine takes
+    /// no more events), so the driver reads it whenever the `finish` action runs.
+    private(set) var summary: Summary?
 
     init(settings: Settings) {
         self.settings = settings
@@ -377,6 +380,7 @@ struct RequestLifecycle {
             }
             summary.hold = (max(0, now - since), outcome)
         }
-        return .finish(summary)
+        self.summary = summary
+        return .finish
     }
 }
