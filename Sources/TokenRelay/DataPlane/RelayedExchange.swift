@@ -175,7 +175,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
     private func performEach(_ actions: consuming RequestLifecycle.ActionList, arriving head: ReceivedResponseHead?) {
-        // By index, each action moved out: an iterator would be a copy of the list, a read a copy of the action.
+        // By index: an iterator would copy the whole list (actions are plain bytes now, so taking one is a copy).
         for index in 0..<actions.count {
             let action = actions.take(at: index)
             if queue.admits(action) { perform(action, of: actions, arriving: head) }
