@@ -289,34 +289,10 @@ extension HTTPExchange: HTTPClientConnectionHandler {
 /// connection would keep it alive after its owner let go of it without `cancel()`, and it would run to its
 /// deadline and report to that owner; its deinit, which closes the connection, would never run. One
 /// exchange per token-endpoint call, not per proxied request: the weak reference costs nothing that matters.
-private final class ExchangeReports: HTTPClientConnectionHandler {
-    private weak var exchange: HTTPExchange?
+private final class ExchangeReports: HTTPClientConnectionReportForwarding {
+    private(set) weak var reportTarget: HTTPExchange?
 
     init(_ exchange: HTTPExchange) {
-        self.exchange = exchange
-    }
-
-    func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {
-        exchange?.connection(connection, receivedInformational: status)
-    }
-
-    func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
-        exchange?.connection(connection, receivedHead: head)
-    }
-
-    func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
-        exchange?.connection(connection, receivedBody: bytes)
-    }
-
-    func connectionReceivedEnd(_ connection: HTTPClientConnection) {
-        exchange?.connectionReceivedEnd(connection)
-    }
-
-    func connectionCanSendMore(_ connection: HTTPClientConnection) {
-        exchange?.connectionCanSendMore(connection)
-    }
-
-    func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
-        exchange?.connection(connection, ended: ended, responseStarted: responseStarted)
+        reportTarget = exchange
     }
 }

@@ -142,28 +142,6 @@ final class ClientSession: HTTPServerConnectionHandler {
 /// keeps no session alive. Only the current exchange ever has an upstream connection that reports: an
 /// exchange lets go of its connection before its response ends, and the next request is parsed only after
 /// that.
-extension ClientSession: HTTPClientConnectionHandler {
-    func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {
-        exchange?.connection(connection, receivedInformational: status)
-    }
-
-    func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
-        exchange?.connection(connection, receivedHead: head)
-    }
-
-    func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
-        exchange?.connection(connection, receivedBody: bytes)
-    }
-
-    func connectionReceivedEnd(_ connection: HTTPClientConnection) {
-        exchange?.connectionReceivedEnd(connection)
-    }
-
-    func connectionCanSendMore(_ connection: HTTPClientConnection) {
-        exchange?.connectionCanSendMore(connection)
-    }
-
-    func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
-        exchange?.connection(connection, ended: ended, responseStarted: responseStarted)
-    }
+extension ClientSession: HTTPClientConnectionReportForwarding {
+    var reportTarget: RelayedExchange? { exchange }
 }
