@@ -10,61 +10,15 @@ import XCTest
 /// handler holds the connection; each of these ends must break that cycle, or every such end leaks both
 /// (and, for an upstream connection, whatever the handler holds: a client session, its exchange).
 final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
-    /// Weak references the test thread reads through the loop thread (`sync`).
-    private final class Watch: @unchecked Sendable {
-        weak var handler: AnyObject?
-        weak var connection: AnyObject?
-        var ended: ConnectionEnd?
-        var bothFreed: Bool { handler == nil && connection == nil }
-    }
-
-    /// Holds its connection (the cycle under test) and never answers.
-    private final class SilentServerHandler: HTTPServerConnectionHandler {
-        var connection: HTTPServerConnection?
-        let watch: Watch
-        init(_ watch: Watch) { self.watch = watch }
-        func connection(_ connection: HTTPServerConnection, receivedHead head: ReceivedRequestHead) {}
-        func connection(_ connection: HTTPServerConnection, receivedBody bytes: UnsafeRawBufferPointer) {}
-        func connectionReceivedEnd(_ connection: HTTPServerConnection) {}
-        func connectionCanSendMore(_ connection: HTTPServerConnection) {}
-        func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd) { watch.ended = ended }
-    }
-
-    private final class ClientHandler: HTTPClientConnectionHandler {
-        var connection: HTTPClientConnection?
-        let watch: Watch
-        init(_ watch: Watch) { self.watch = watch }
-        func connection(_ connection: HTTPClientConnection, receivedInformational status: Int) {}
-        func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {}
-        func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {}
-        func connectionReceivedEnd(_ connection: HTTPClientConnection) {}
-        func connectionCanSendMore(_ connection: HTTPClientConnection) {}
-        func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) { watch.ended = ended }
-    }
-
-    /// Polls (bounded) on the loop thread until the condition holds.
-    private func eventually(_ seconds: Double = 5, _ condition: @escaping () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if loopThread.sync(condition) { return true }
-            usleep(2000)
-        }
-        return loopThread.sync(condition)
-    }
-
     /// Opens an upstream connection whose handler holds it, sends GET /, and returns its watch.
     private func openClient(port: UInt16, tls: TransportTLSClientContext? = nil, connectTimeout: Double? = nil,
-                            silence: Double? = nil) -> Watch {
-        let watch = Watch()
+                            silence: Double? = nil) -> LifetimeWatch {
+        let watch = LifetimeWatch()
         let loop = loopThread.loop
         loopThread.sync {
             guard let connection = try? HTTPClientConnection(loop: loop, host: "localhost", port: port, tls: tls,
                                                              connectTimeout: connectTimeout) else { return }
-            let handler = ClientHandler(watch)
-            handler.connection = connection
-            connection.handler = handler
-            watch.handler = handler
-            watch.connection = connection
+            WatchedClientHandler(holding: connection, watch: watch)
             connection.setSilenceLimit(silence)
             connection.startRequest(method: "GET", target: Array("/".utf8), fields: [("Host", "upstream")], body: .none)
             connection.finishRequest()
@@ -82,7 +36,7 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         XCTAssertGreaterThanOrEqual(accepted, 0)
         _ = "HTTP/1.1 400 Not TLS\r\n\r\n".withCString { write(accepted, $0, strlen($0)) }
         close(accepted)
-        XCTAssertTrue(eventually { watch.ended != nil && watch.bothFreed }, "a failed handshake did not break the cycle")
+        XCTAssertTrue(eventuallyOnLoop { watch.ended != nil && watch.bothFreed }, "a failed handshake did not break the cycle")
     }
 
     func testAHandshakeThatNeverFinishesFreesTheConnectionAtTheConnectTimeout() throws {
@@ -92,7 +46,7 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         let watch = openClient(port: port, tls: tls, connectTimeout: 0.2)
         let accepted = accept(listener, nil, nil)   // accepted, and never answered
         defer { if accepted >= 0 { close(accepted) } }
-        XCTAssertTrue(eventually { watch.ended != nil && watch.bothFreed }, "the connect timeout did not break the cycle")
+        XCTAssertTrue(eventuallyOnLoop { watch.ended != nil && watch.bothFreed }, "the connect timeout did not break the cycle")
     }
 
     func testASilentUpstreamFreesTheConnectionAtTheSilenceLimit() throws {
@@ -102,22 +56,19 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         let accepted = accept(listener, nil, nil)
         defer { if accepted >= 0 { close(accepted) } }
         _ = LoopbackListener.readHead(accepted)   // read, never answered
-        XCTAssertTrue(eventually { watch.ended == .timedOut && watch.bothFreed }, "the silence limit did not break the cycle")
+        XCTAssertTrue(eventuallyOnLoop { watch.ended == .timedOut && watch.bothFreed }, "the silence limit did not break the cycle")
     }
 
-    /// A server whose connections each get a `SilentServerHandler`; `watches` in the order of acceptance.
-    private func server(_ settings: HTTPServer.Settings) throws -> (HTTPServer, () -> [Watch]) {
+    /// A server whose connections each get a `WatchedServerHandler` that never answers; `watches` in the
+    /// order of acceptance.
+    private func server(_ settings: HTTPServer.Settings) throws -> (HTTPServer, () -> [LifetimeWatch]) {
         let loop = loopThread.loop
-        final class Watches: @unchecked Sendable { var all: [Watch] = [] }
+        final class Watches: @unchecked Sendable { var all: [LifetimeWatch] = [] }
         let watches = Watches()
         let server = try loopThread.sync { () -> HTTPServer? in
             try? HTTPServer(loop: loop, host: "127.0.0.1", port: 0, settings: settings) { connection in
-                let watch = Watch()
-                let handler = SilentServerHandler(watch)
-                handler.connection = connection
-                connection.handler = handler
-                watch.handler = handler
-                watch.connection = connection
+                let watch = LifetimeWatch()
+                WatchedServerHandler(holding: connection, watch: watch, answers: false)
                 watches.all.append(watch)
             }
         }.unwrap()
@@ -135,13 +86,13 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         defer { loopThread.sync { server.close() } }
         let busy = try LoopbackClient(port: server.port)
         try busy.send("GET /held HTTP/1.1\r\nHost: h\r\n\r\n")   // never answered: the one slot stays taken
-        XCTAssertTrue(eventually { watches().count == 1 })
+        XCTAssertTrue(eventuallyOnLoop { watches().count == 1 })
         let over = try LoopbackClient(port: server.port)
         try over.send("GET /over HTTP/1.1\r\nHost: h\r\n\r\n")
         XCTAssertEqual(try over.readResponse().status, 503)
         XCTAssertTrue(over.readEOF())
         shutdown(over.fd, Int32(SHUT_RDWR))   // the lingering close ends with the client's
-        XCTAssertTrue(eventually { watches().count == 2 && watches()[1].ended == .refusedOverLimit && watches()[1].bothFreed },
+        XCTAssertTrue(eventuallyOnLoop { watches().count == 2 && watches()[1].ended == .refusedOverLimit && watches()[1].bothFreed },
                       "a refusal over the limit did not break the cycle")
         withExtendedLifetime(busy) {}
     }
@@ -151,12 +102,12 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         defer { loopThread.sync { server.close() } }
         let trickling = try LoopbackClient(port: server.port)
         try trickling.send("GET /slow HTTP/1.1\r\nHo")
-        XCTAssertTrue(eventually { watches().count == 1 })
+        XCTAssertTrue(eventuallyOnLoop { watches().count == 1 })
         usleep(300_000)   // past the grace: the head counts as stalled (a duration under test, not a synchronisation)
         let newcomer = try LoopbackClient(port: server.port)
         try newcomer.send("GET /fresh HTTP/1.1\r\nHost: h\r\n\r\n")
         XCTAssertEqual(try trickling.readResponse().status, 408)
-        XCTAssertTrue(eventually { watches()[0].ended == .headTimeout && watches()[0].bothFreed },
+        XCTAssertTrue(eventuallyOnLoop { watches()[0].ended == .headTimeout && watches()[0].bothFreed },
                       "evicting a stalled head did not break the cycle")
         withExtendedLifetime(newcomer) {}
     }
@@ -189,7 +140,7 @@ final class ConnectionLifetimeFailureTests: LoopThreadTestCase {
         var byte: UInt8 = 0
         XCTAssertEqual(read(accepted, &byte, 1), 0, "the connection of an exchange let go of was not closed")
         // Once the exchange is freed its completion is gone with it: it can never run.
-        XCTAssertTrue(eventually(2) { held.exchange == nil }, "the exchange outlived its owner's reference")
+        XCTAssertTrue(eventuallyOnLoop(2) { held.exchange == nil }, "the exchange outlived its owner's reference")
         XCTAssertEqual(loopThread.sync { completed.count }, 0, "an exchange let go of reported to its former owner")
     }
 }
