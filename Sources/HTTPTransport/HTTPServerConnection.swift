@@ -239,15 +239,7 @@ public final class HTTPServerConnection {
 
     /// Answers 408 to a stalled head and closes at once: the slot must be free when this returns.
     func closeStalledHead() {
-        readState = .ended
-        disarmHeadTimer()
-        let body = Array("request head not received in time\n".utf8)
-        var bytes = serializeResponseHead(HTTPResponseHead(status: 408, reason: "Request Timeout", fields: [("Content-Type", "text/plain")]),
-                                          version: .http11, framing: .length(body.count), close: true)
-        bytes.append(contentsOf: body)
-        stream.write(bytes)
-        end(.headTimeout)
-        stream.close()
+        refuse(status: 408, reason: "Request Timeout", message: "request head not received in time", end: .headTimeout, lingering: false)
     }
 
     func headTimerFired() {
@@ -603,7 +595,9 @@ public final class HTTPServerConnection {
         stream.closeAfterFlush()
     }
 
-    private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd) {
+    /// `lingering: false` closes at once (the connection limit needs the slot back before it returns) at the
+    /// risk of a reset that loses the answer; otherwise the close lingers so the client can read it.
+    private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd, lingering: Bool = true) {
         readState = .ended
         disarmHeadTimer()
         if responseFraming == nil {
@@ -616,7 +610,7 @@ public final class HTTPServerConnection {
         // Reported before the lingering close starts: it reads at once, and a client that has already
         // closed would make that the end reported (closedLocally) instead of the reason.
         end(ending)
-        stream.closeAfterFlush()
+        if lingering { stream.closeAfterFlush() } else { stream.close() }
     }
 
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
