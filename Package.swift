@@ -39,10 +39,18 @@ let package = Package(
         // RESP as Swift values over CHiredis (reply reader, command formatter); no I/O: the bytes travel
         // on HTTPTransport's byte stream (TokenStore/RedisConnection.swift).
         .target(name: "RedisProtocol", dependencies: ["CHiredis"], swiftSettings: staticRuntimeInRelease),
+        // OpenSSL 3 EVP for JOSE: PEM key load, key generation, JWS signing, public JWK components,
+        // AES-256-GCM, RAND_bytes, SHA-2 (docs/openssl-crypto.md). Imported by JOSE only.
+        .target(name: "CJOSECrypto", linkerSettings: [.linkedLibrary("crypto")]),
+        // base64url, JWS compact serialisation, signing keys and their RFC 7638 thumbprints, AES-256-GCM:
+        // Swift types over CJOSECrypto, no C type in its public API.
+        .target(name: "JOSE", dependencies: ["CJOSECrypto"], swiftSettings: staticRuntimeInRelease),
         .target(
             name: "TokenRelay",
             dependencies: [
                 "RedisProtocol",
+                // JWS signing, key loading, AES-256-GCM sealing: the only way to OpenSSL's EVP outside HTTPTransport.
+                "JOSE",
                 // Every socket, timer, signal and TLS session; the only way to libevent and OpenSSL.
                 "HTTPTransport",
                 .product(name: "Logging", package: "swift-log"),
@@ -84,6 +92,7 @@ let package = Package(
             exclude: ["Fixtures"]
         ),
         .testTarget(name: "HTTPWireTests", dependencies: ["HTTPWire"]),
+        .testTarget(name: "JOSETests", dependencies: ["JOSE"]),
         .testTarget(
             name: "HTTPTransportTests",
             dependencies: ["HTTPTransport", "HTTPWire", "TLSFixtures"]

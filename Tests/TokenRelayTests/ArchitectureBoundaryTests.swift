@@ -38,6 +38,11 @@ final class ArchitectureBoundaryTests: XCTestCase {
         XCTAssertEqual(offenders, [], "hiredis outside RedisProtocol")
     }
 
+    func testOnlyJOSEImportsTheOpenSSLCryptoShim() throws {
+        let offenders = try swiftFiles().filter { $0.target != "JOSE" && imports("CJOSECrypto", $0.text) }.map(\.path)
+        XCTAssertEqual(offenders, [], "CJOSECrypto outside JOSE")
+    }
+
     func testHTTPTransportsPublicAPINamesNoCType() throws {
         var offenders: [String] = []
         for file in try swiftFiles() where file.target == "HTTPTransport" {

@@ -1,0 +1,77 @@
+#include <openssl/bn.h>
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/rsa.h>
+#include "CJOSECrypto.h"
+
+// JWS signatures through EVP_DigestSign. ECDSA comes out of OpenSSL DER-encoded (SEQUENCE of two
+// INTEGERs, minimal length); JWS wants r and s as two fixed-width big-endian numbers, so a short r or s
+// is left-padded with zeros (about one signature in 128 has a leading zero byte).
+
+static int fail(const char **reason, const char *why) {
+    ERR_clear_error();
+    if (reason) *reason = why;
+    return 0;
+}
+
+size_t jose_signature_capacity(const struct evp_pkey_st *key) {
+    int size = EVP_PKEY_get_size(key);
+    return size > 0 ? (size_t)size : 0;
+}
+
+static int der_to_raw(const uint8_t *der, size_t der_count, size_t width, uint8_t *out, size_t *count) {
+    if (*count < 2 * width) return 0;
+    const unsigned char *cursor = der;
+    ECDSA_SIG *parsed = d2i_ECDSA_SIG(NULL, &cursor, (long)der_count);
+    if (parsed == NULL) return 0;
+    const BIGNUM *r = NULL, *s = NULL;
+    ECDSA_SIG_get0(parsed, &r, &s);
+    int ok = cursor == der + der_count && r != NULL && s != NULL
+          && (size_t)BN_num_bytes(r) <= width && (size_t)BN_num_bytes(s) <= width
+          && BN_bn2binpad(r, out, (int)width) == (int)width
+          && BN_bn2binpad(s, out + width, (int)width) == (int)width;
+    ECDSA_SIG_free(parsed);
+    if (ok) *count = 2 * width;
+    return ok;
+}
+
+int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t message_count,
+              uint8_t *signature, size_t *count, const char **reason) {
+    int kind = jose_key_kind(key, NULL);
+    const char *digest = "SHA256";
+    size_t width = 0;   // ECDSA coordinate width; 0 for the others
+    switch (alg) {
+    case JOSE_ALG_ES256: if (kind != JOSE_KEY_EC_P256) return fail(reason, "ES256 needs an EC P-256 key"); width = 32; break;
+    case JOSE_ALG_ES384: if (kind != JOSE_KEY_EC_P384) return fail(reason, "ES384 needs an EC P-384 key"); width = 48; digest = "SHA384"; break;
+    case JOSE_ALG_EDDSA: if (kind != JOSE_KEY_ED25519) return fail(reason, "EdDSA needs an Ed25519 key"); digest = NULL; break;
+    case JOSE_ALG_RS256: if (kind != JOSE_KEY_RSA) return fail(reason, "RS256 needs an RSA key"); break;
+    case JOSE_ALG_PS256: if (kind != JOSE_KEY_RSA) return fail(reason, "PS256 needs an RSA key"); break;
+    default: return fail(reason, "unknown algorithm");
+    }
+    static const uint8_t nothing = 0;
+    if (message == NULL) message = &nothing;   // an empty message is legal; OpenSSL wants a pointer
+
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    if (context == NULL) return fail(reason, "out of memory");
+    EVP_PKEY_CTX *key_context = NULL;   // owned by `context`
+    int ok = EVP_DigestSignInit_ex(context, &key_context, digest, NULL, NULL, key, NULL) == 1;
+    if (ok && alg == JOSE_ALG_RS256) ok = EVP_PKEY_CTX_set_rsa_padding(key_context, RSA_PKCS1_PADDING) == 1;
+    if (ok && alg == JOSE_ALG_PS256) {
+        ok = EVP_PKEY_CTX_set_rsa_padding(key_context, RSA_PKCS1_PSS_PADDING) == 1
+          && EVP_PKEY_CTX_set_rsa_mgf1_md_name(key_context, "SHA256", NULL) == 1
+          && EVP_PKEY_CTX_set_rsa_pss_saltlen(key_context, 32) == 1;
+    }
+    uint8_t der[160];   // a P-384 DER signature is at most 104 bytes
+    size_t length = width ? sizeof der : *count;
+    // One-shot EVP_DigestSign: Ed25519 (pure EdDSA) supports nothing else, and it serves the others too.
+    if (ok) ok = EVP_DigestSign(context, width ? der : signature, &length, message, message_count) == 1;
+    EVP_MD_CTX_free(context);
+    if (!ok) return fail(reason, "signing failed");
+    if (width) {
+        if (!der_to_raw(der, length, width, signature, count)) return fail(reason, "signing failed (malformed ECDSA signature)");
+    } else {
+        *count = length;
+    }
+    return 1;
+}
