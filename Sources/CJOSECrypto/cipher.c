@@ -66,3 +66,5 @@ static int digest(const EVP_MD *md, const uint8_t *data, size_t count, uint8_t *
 
 int jose_sha256(const uint8_t *data, size_t count, uint8_t out[32]) { return digest(EVP_sha256(), data, count, out); }
 int jose_sha384(const uint8_t *data, size_t count, uint8_t out[48]) { return digest(EVP_sha384(), data, count, out); }
+
+int jose_errors_pending(void) { return ERR_peek_error() != 0; }

@@ -29,3 +29,9 @@ public enum SecureRandom {
         Base64URL.encode(bytes(16))
     }
 }
+
+/// Whether OpenSSL's per-thread error queue is empty: every failing call here must leave it so, or the next
+/// TLS call on the same thread (the event loop's) would read our stale error through SSL_get_error.
+enum OpenSSLErrorQueue {
+    static var isEmpty: Bool { jose_errors_pending() == 0 }
+}

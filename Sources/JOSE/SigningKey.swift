@@ -4,7 +4,7 @@ internal import CJOSECrypto
 /// Immutable after load and safe to share between threads: OpenSSL 3 allows concurrent signing with one
 /// EVP_PKEY, and nothing here changes after init. Load it OFF the event loop (file read, parsing, RSA
 /// generation all block); sign anywhere.
-public final class SigningKey: @unchecked Sendable {
+public final class SigningKey: @unchecked Sendable, CustomStringConvertible {
     private let key: OpaquePointer
     public let kind: KeyKind
     /// canonical JSON (RFC 7638 member order, no whitespace) of the PUBLIC key only
@@ -31,6 +31,9 @@ public final class SigningKey: @unchecked Sendable {
         publicJWK = jwk
         thumbprint = JWK.thumbprint(jwk)
     }
+
+    /// Safe for a log line: the kind and the public thumbprint, nothing private.
+    public var description: String { "\(kind) (jkt \(thumbprint))" }
 
     deinit {
         jose_key_free(key)

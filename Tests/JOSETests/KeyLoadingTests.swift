@@ -79,6 +79,15 @@ final class KeyLoadingTests: XCTestCase {
                        try SigningKey.load(pemFile: scratch.path("rsa.pem")).thumbprint)
     }
 
+    func testAKeyAfterACertificateInOneFileLoads() throws {
+        let scratch = try Scratch()
+        try scratch.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=jose",
+                             "-keyout", scratch.path("key.pem"), "-out", scratch.path("cert.pem")])
+        let combined = try scratch.read("cert.pem") + scratch.read("key.pem")
+        XCTAssertEqual(try SigningKey.load(pem: combined).thumbprint, try SigningKey.load(pemFile: scratch.path("key.pem")).thumbprint)
+        XCTAssertTrue(refusal { try SigningKey.load(pem: try scratch.read("cert.pem")) }.hasPrefix("no PEM private key found"))
+    }
+
     func testUnsupportedKeyTypesAreRefused() throws {
         let scratch = try Scratch()
         try scratch.openssl(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-521", "-out", scratch.path("p521.pem")])

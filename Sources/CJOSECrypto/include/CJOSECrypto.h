@@ -63,4 +63,7 @@ int jose_random(uint8_t *out, size_t count);
 int jose_sha256(const uint8_t *data, size_t count, uint8_t digest[32]);
 int jose_sha384(const uint8_t *data, size_t count, uint8_t digest[48]);
 
+/// 1 when OpenSSL's error queue of the calling thread holds an entry (for tests of the rule above).
+int jose_errors_pending(void);
+
 #endif
