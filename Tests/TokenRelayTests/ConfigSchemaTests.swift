@@ -8,6 +8,7 @@ final class ConfigSchemaTests: XCTestCase {
     private var workDir: URL!
     private var tokenFile: URL { workDir.appendingPathComponent("tokens.json") }
     private var secretFile: URL { workDir.appendingPathComponent("client_secret") }
+    private var keyFile: URL { workDir.appendingPathComponent("client_key.pem") }
     private let secretEnvironment = ["TOKENRELAY_CLIENT_SECRET": "schema-test-secret", "TOKENRELAY_REDIS_PASSWORD": "schema-test-redis"]
 
     override func setUpWithError() throws {
@@ -15,6 +16,7 @@ final class ConfigSchemaTests: XCTestCase {
         try writeTokenFile(at: tokenFile, access: "access-1", refresh: "refresh-1")
         try Data("schema-test-secret\n".utf8).write(to: secretFile)
         guard chmod(secretFile.path, 0o600) == 0 else { throw TestSupportError(errnoContext: "chmod") }
+        try FileManager.default.moveItem(at: try TestKeys.make(.p256, in: workDir), to: keyFile)
     }
 
     override func tearDownWithError() throws {
@@ -124,7 +126,7 @@ final class ConfigSchemaTests: XCTestCase {
                 ("refresh.grant", "client_credentials"), ("refresh.scope", "api.read"), ("refresh.audience", "https://api.example"),
                 ("refresh.resource", "https://api.example/v1"),
             ]),
-            Self.invalid("audience with refresh_token", [("refresh.audience", "x")], "refresh.audience: is only used by the client_credentials grant"),
+            Self.invalid("audience with refresh_token", [("refresh.audience", "x")], "refresh.audience: is only used by the client_credentials and token_exchange grants"),
             Self.invalid("request with refresh_token", [("refresh.request", ["url": "http://127.0.0.1:9001/auth"])], "refresh.request: is only used by the custom grant"),
             Self.valid("custom seed-style grant", customGrant([])),
             Self.valid("custom grant with form body, GET-less method and expires_at", customGrant([
@@ -182,13 +184,63 @@ final class ConfigSchemaTests: XCTestCase {
                          "login: is only used with refresh.grant refresh_token"),
             Self.invalid("URL with credentials", [("refresh.token_url", "http://user:pw@127.0.0.1:9001/t")], "refresh.token_url"),
             Self.invalid("bad log level", [("log", ["level": "verbose"])], "log.level: must be one of"),
-            Self.invalid("bad client_auth", [("refresh.client_auth", "private_key_jwt")], "refresh.client_auth: must be one of"),
+            Self.invalid("bad client_auth", [("refresh.client_auth", "client_secret_jwt")], "refresh.client_auth: must be one of"),
             Self.invalid("unsupported grant", [("refresh.grant", "password")], "refresh.grant: unsupported grant"),
             Self.invalid("both secret sources", [("refresh.client_secret_file", secretFile.path)], "set either client_secret_env or client_secret_file"),
             Self.invalid("basic auth without secret", [("refresh.client_secret_env", nil)], "needs client_secret_env or client_secret_file"),
             Self.invalid("none with secret", [("refresh.client_auth", "none")], "refresh.client_auth: is none, so no client secret"),
             Self.invalid("none with secret file", [("refresh.client_auth", "none"), ("refresh.client_secret_env", nil),
                                                    ("refresh.client_secret_file", secretFile.path)], "refresh.client_auth: is none"),
+        ] + credentialCases
+    }
+
+    /// private_key_jwt, tls_client_auth, jwt_bearer and token_exchange (issue 20).
+    private var credentialCases: [Case] {
+        let keyJWT: [(String, Any?)] = [("refresh.client_auth", "private_key_jwt"), ("refresh.client_secret_env", nil)]
+        return [
+            Self.valid("private_key_jwt with every signing option", keyJWT + [
+                ("refresh.client_key_file", keyFile.path), ("refresh.client_key_id", "k1"), ("refresh.client_assertion_alg", "ES256"),
+                ("refresh.client_assertion_audience", "https://idp.example/")]),
+            Self.valid("private_key_jwt with an assertion file", keyJWT + [("refresh.client_assertion_file", "/var/run/secrets/token")]),
+            Self.invalid("private_key_jwt without a key", keyJWT, "refresh.client_key_file: client_auth private_key_jwt needs"),
+            Self.invalid("private_key_jwt with both", keyJWT + [("refresh.client_key_file", keyFile.path), ("refresh.client_assertion_file", "/t")],
+                         "refresh.client_assertion_file: set either"),
+            Self.invalid("private_key_jwt with a secret", keyJWT + [("refresh.client_secret_env", "TOKENRELAY_CLIENT_SECRET"),
+                                                                    ("refresh.client_key_file", keyFile.path)],
+                         "refresh.client_auth: is private_key_jwt, so no client secret"),
+            Self.invalid("kid with an assertion file", keyJWT + [("refresh.client_assertion_file", "/t"), ("refresh.client_key_id", "k1")],
+                         "refresh.client_key_id: only applies"),
+            Self.invalid("key file with basic auth", [("refresh.client_key_file", keyFile.path)],
+                         "refresh.client_key_file: is only used with client_auth private_key_jwt"),
+            Self.invalid("bad assertion alg", keyJWT + [("refresh.client_key_file", keyFile.path), ("refresh.client_assertion_alg", "HS256")],
+                         "refresh.client_assertion_alg: must be one of"),
+            Self.invalid("tls_client_auth without a certificate", [("refresh.client_auth", "tls_client_auth"), ("refresh.client_secret_env", nil),
+                                                                  ("refresh.token_url", "https://127.0.0.1:9001/oauth/token")],
+                         "refresh.tls.client_cert: is required by client_auth tls_client_auth"),
+            Self.valid("jwt_bearer signed, no client auth", [
+                ("refresh.grant", "jwt_bearer"), ("refresh.client_auth", nil), ("refresh.client_id", nil), ("refresh.client_secret_env", nil),
+                ("refresh.scope", "api"),
+                ("refresh.assertion", ["key_file": keyFile.path, "issuer": "sa@example", "subject": "sa@example", "lifetime_seconds": 600,
+                                       "claims": ["scope": "api"]])]),
+            Self.valid("jwt_bearer from a file", [("refresh.grant", "jwt_bearer"), ("refresh.client_auth", nil), ("refresh.client_secret_env", nil),
+                                                  ("refresh.assertion", ["file": "/var/run/secrets/token"])]),
+            Self.invalid("jwt_bearer without an assertion", [("refresh.grant", "jwt_bearer"), ("refresh.client_auth", nil),
+                                                            ("refresh.client_secret_env", nil)], "refresh.assertion: is required"),
+            Self.invalid("jwt_bearer owned claim", [("refresh.grant", "jwt_bearer"), ("refresh.client_auth", nil), ("refresh.client_secret_env", nil),
+                                                    ("refresh.assertion", ["key_file": keyFile.path, "issuer": "i", "subject": "s", "claims": ["exp": 1]])],
+                         "refresh.assertion.claims.exp: is set by tokenrelay"),
+            Self.invalid("assertion on client_credentials", [("refresh.grant", "client_credentials"), ("refresh.assertion", ["file": "/t"])],
+                         "refresh.assertion: is only used by the jwt_bearer grant"),
+            Self.valid("token_exchange with every key", [
+                ("refresh.grant", "token_exchange"), ("refresh.subject_token_file", "/var/run/secrets/token"),
+                ("refresh.subject_token_type", "urn:ietf:params:oauth:token-type:jwt"), ("refresh.actor_token_file", "/a"),
+                ("refresh.actor_token_type", "urn:ietf:params:oauth:token-type:jwt"), ("refresh.audience", "api"), ("refresh.resource", "https://api/"),
+                ("refresh.scope", "read"), ("refresh.requested_token_type", "urn:ietf:params:oauth:token-type:access_token")]),
+            Self.invalid("token_exchange without a subject token", [("refresh.grant", "token_exchange")], "refresh.subject_token_file: is required"),
+            Self.invalid("actor type without actor", [("refresh.grant", "token_exchange"), ("refresh.subject_token_file", "/s"),
+                                                     ("refresh.actor_token_type", "urn:x")], "refresh.actor_token_type: needs actor_token_file"),
+            Self.invalid("subject token on refresh_token", [("refresh.subject_token_file", "/s")],
+                         "refresh.subject_token_file: is only used by the token_exchange grant"),
         ]
     }
 
@@ -261,7 +313,11 @@ final class ConfigSchemaTests: XCTestCase {
                 let isScalar = property["type"] as? String != "object"
                 let hasNoNaturalDefault = ["scope", "client_secret_env", "client_secret_file", "skew_seconds", "client_id", "token_url", "client_auth", "audience", "resource",
                                            "body_json", "refresh_token", "expires_in", "expires_at", "error",
-                                           "file", "username", "password_env", "password_file", "lock_seconds"].contains(key)
+                                           "file", "username", "password_env", "password_file", "lock_seconds",
+                                           // issue 20: a key file, or a default taken from the key or token_url
+                                           "client_key_file", "client_key_id", "client_assertion_alg", "client_assertion_audience",
+                                           "client_assertion_file", "key_file", "key_id", "alg", "issuer", "subject",
+                                           "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

@@ -71,6 +71,10 @@ public struct Config: Sendable {
             case clientSecretBasic = "client_secret_basic"
             case clientSecretPost = "client_secret_post"
             case none
+            /// RFC 7523 §2.2: a JWT signed with `client_key_file`, or the ready one in `client_assertion_file`.
+            case privateKeyJWT = "private_key_jwt"
+            /// RFC 8705 §2.1: the `refresh.tls` client certificate authenticates; the form names the client only.
+            case tlsClientAuth = "tls_client_auth"
         }
 
         public enum SecretSource: Sendable, Equatable {
@@ -83,6 +87,10 @@ public struct Config: Sendable {
             case refreshToken = "refresh_token"
             case clientCredentials = "client_credentials"
             case custom
+            /// RFC 7523 §2.1: a signed JWT (`refresh.assertion`) is the grant.
+            case jwtBearer = "jwt_bearer"
+            /// RFC 8693: a subject token read from a file is exchanged for an access token.
+            case tokenExchange = "token_exchange"
         }
 
         public var grant = Grant.refreshToken
@@ -98,6 +106,12 @@ public struct Config: Sendable {
         public var resource: String?
         /// The templated request and response mapping of the custom grant.
         public var custom: CustomGrantSettings?
+        /// private_key_jwt: where the client assertion comes from (`client_key_file` or `client_assertion_file`).
+        public var clientAssertion: ClientAssertionSource?
+        /// jwt_bearer: the assertion that is the grant (`refresh.assertion`).
+        public var assertion: AssertionGrantSettings?
+        /// token_exchange: the tokens exchanged and what is asked for.
+        public var tokenExchange: TokenExchangeSettings?
         /// Attempts per refresh cycle for transient failures (connect errors, timeouts, 5xx).
         public var maxAttempts = 4
         /// First retry delay; doubled per attempt.
@@ -119,7 +133,7 @@ public struct Config: Sendable {
         public var needsRefreshToken: Bool {
             switch grant {
             case .refreshToken: true
-            case .clientCredentials: false
+            case .clientCredentials, .jwtBearer, .tokenExchange: false
             case .custom: custom?.placeholders.contains(.refreshToken) ?? true
             }
         }

@@ -5,7 +5,8 @@ extension ConfigLoader {
     static func readRefresh(_ object: JSONObjectReader) throws -> Config.Refresh {
         object.declareKeys(["grant", "token_url", "client_id", "client_secret_env", "client_secret_file", "client_auth", "scope",
                             "audience", "resource", "request", "response", "max_attempts", "backoff_seconds", "trigger_statuses",
-                            "proactive", "skew_seconds", "storm_max_refreshes", "storm_window_seconds", "tls"])
+                            "proactive", "skew_seconds", "storm_max_refreshes", "storm_window_seconds", "tls", "assertion"]
+                           + clientAssertionKeys + tokenExchangeKeys)
         let grantText = try object.string("grant")
         guard let grant = Config.Refresh.Grant(rawValue: grantText) else {
             let supported = Config.Refresh.Grant.allCases.map(\.rawValue).joined(separator: ", ")
@@ -13,9 +14,11 @@ extension ConfigLoader {
         }
         try rejectKeys(grant == .custom ? ["token_url", "client_auth", "scope"] : ["request", "response"], in: object,
                        because: grant == .custom ? "is not used by the custom grant (see refresh.request)" : "is only used by the custom grant")
-        if grant != .clientCredentials {
-            try rejectKeys(["audience", "resource"], in: object, because: "is only used by the client_credentials grant")
+        if grant != .clientCredentials && grant != .tokenExchange {
+            try rejectKeys(["audience", "resource"], in: object, because: "is only used by the client_credentials and token_exchange grants")
         }
+        if grant != .jwtBearer { try rejectKeys(["assertion"], in: object, because: "is only used by the jwt_bearer grant") }
+        if grant != .tokenExchange { try rejectKeys(tokenExchangeKeys, in: object, because: "is only used by the token_exchange grant") }
         let secret = try readSecretSource(object)
         var refresh: Config.Refresh
         if grant == .custom {
@@ -25,7 +28,10 @@ extension ConfigLoader {
             refresh.custom = custom
             try checkCustomCredentials(refresh, object)
         } else {
-            refresh = try readOAuthClient(object, secret: secret)
+            refresh = try readOAuthClient(object, grant: grant, secret: secret)
+        }
+        if refresh.clientAuth != .privateKeyJWT {
+            try rejectKeys(clientAssertionKeys, in: object, because: "is only used with client_auth private_key_jwt")
         }
         refresh.grant = grant
         refresh.scope = try object.optionalString("scope")
@@ -41,6 +47,11 @@ extension ConfigLoader {
         if let storm = try object.optionalInteger("storm_max_refreshes", range: 1...1000) { refresh.stormMaxRefreshes = storm }
         if let window = try object.optionalNumber("storm_window_seconds", range: 1...86_400) { refresh.stormWindowSeconds = window }
         refresh.tls = try TLSSettings.read(from: object, for: refresh.tokenURL)
+        if refresh.clientAuth == .tlsClientAuth, refresh.tls?.clientCert == nil {
+            let field = refresh.tokenURL.usesTLS ? object.fieldPath("tls.client_cert") : object.fieldPath("token_url")
+            throw ConfigError(field, refresh.tokenURL.usesTLS ? "is required by client_auth tls_client_auth (with tls.client_key)"
+                                                              : "must be https:// for client_auth tls_client_auth (the client certificate authenticates)")
+        }
         try object.rejectUnknownKeys()
         return refresh
     }
@@ -58,23 +69,36 @@ extension ConfigLoader {
         }
     }
 
-    /// refresh_token and client_credentials: token URL, client id and an explicit client authentication
-    /// that matches the presence of a secret.
-    private static func readOAuthClient(_ object: JSONObjectReader, secret: Config.Refresh.SecretSource?) throws -> Config.Refresh {
-        let tokenURL = try HTTPEndpoint.parse(object.string("token_url"), field: object.fieldPath("token_url"))
-        let clientID = try object.string("client_id")
-        let authText = try object.string("client_auth")
+    /// The OAuth grants: token URL, client id and an explicit client authentication that matches the
+    /// presence of a secret. jwt_bearer and token_exchange may leave the client unauthenticated (the
+    /// assertion or the subject token is what counts): their client_auth defaults to none, and with none
+    /// the client id is optional.
+    private static func readOAuthClient(_ object: JSONObjectReader, grant: Config.Refresh.Grant,
+                                        secret: Config.Refresh.SecretSource?) throws -> Config.Refresh {
+        let tokenURLText = try object.string("token_url")
+        let tokenURL = try HTTPEndpoint.parse(tokenURLText, field: object.fieldPath("token_url"))
+        let authOptional = grant == .jwtBearer || grant == .tokenExchange
+        let authText = authOptional ? try object.optionalString("client_auth") ?? "none" : try object.string("client_auth")
         guard let clientAuth = Config.Refresh.ClientAuth(rawValue: authText) else {
             let allowed = Config.Refresh.ClientAuth.allCases.map(\.rawValue).joined(separator: ", ")
             throw ConfigError(object.fieldPath("client_auth"), "must be one of \(allowed)")
         }
-        if secret == nil, clientAuth != .none {
+        let clientID = authOptional && clientAuth == .none ? try object.optionalString("client_id") ?? "" : try object.string("client_id")
+        let usesSecret = clientAuth == .clientSecretBasic || clientAuth == .clientSecretPost
+        if secret == nil, usesSecret {
             throw ConfigError(object.fieldPath("client_secret_env"), "client_auth \(authText) needs client_secret_env or client_secret_file")
         }
-        if clientAuth == .none, secret != nil {
-            throw ConfigError(object.fieldPath("client_auth"), "is none, so no client secret may be configured")
+        if !usesSecret, secret != nil {
+            throw ConfigError(object.fieldPath("client_auth"), "is \(authText), so no client secret may be configured")
         }
-        return Config.Refresh(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, clientAuth: clientAuth)
+        var refresh = Config.Refresh(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, clientAuth: clientAuth)
+        if clientAuth == .privateKeyJWT { refresh.clientAssertion = try readClientAssertion(object, tokenURL: tokenURLText) }
+        switch grant {
+        case .jwtBearer: refresh.assertion = try readAssertionGrant(object.object("assertion"), tokenURL: tokenURLText)
+        case .tokenExchange: refresh.tokenExchange = try readTokenExchange(object)
+        default: break
+        }
+        return refresh
     }
 
     /// A custom request that references the client id or secret needs them configured.

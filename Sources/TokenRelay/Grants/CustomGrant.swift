@@ -10,7 +10,7 @@ struct CustomGrant: TokenGrantStrategy {
 
     var needsRefreshToken: Bool { settings.placeholders.contains(.refreshToken) }
 
-    func makeRequest(current: TokenSet) -> Result<TokenHTTPRequest, UnusableRequest> {
+    func makeRequest(for current: TokenRequestInput) -> Result<TokenHTTPRequest, UnusableRequest> {
         if needsRefreshToken && current.refreshToken == nil { return .failure(UnusableRequest(reason: "no refresh token")) }
         var values: [StringTemplate.Placeholder: String] = [.accessToken: current.accessToken, .clientID: clientID]
         values[.refreshToken] = current.refreshToken

@@ -8,11 +8,12 @@ struct OAuthFormGrant: TokenGrantStrategy {
 
     let kind: Kind
     let settings: Config.Refresh
-    let clientSecret: String?
+    let client: any ClientCredentialSource
 
     var needsRefreshToken: Bool { kind == .refreshToken }
+    var blocksWhileMakingRequest: Bool { client.blocks }
 
-    func makeRequest(current: TokenSet) -> Result<TokenHTTPRequest, UnusableRequest> {
+    func makeRequest(for current: TokenRequestInput) -> Result<TokenHTTPRequest, UnusableRequest> {
         var fields: [(String, String)]
         switch kind {
         case .refreshToken:
@@ -24,8 +25,11 @@ struct OAuthFormGrant: TokenGrantStrategy {
         if let scope = settings.scope { fields.append(("scope", scope)) }
         if let audience = settings.audience { fields.append(("audience", audience)) }
         if let resource = settings.resource { fields.append(("resource", resource)) }
-        let client = OAuthClientAuthentication(method: settings.clientAuth, clientID: settings.clientID, clientSecret: clientSecret)
-        return .success(.oauthForm(to: settings.tokenURL, fields: fields, client: client))
+        do {
+            return .success(try .oauthForm(to: settings.tokenURL, fields: fields, client: client))
+        } catch {
+            return .failure(.credential(error))
+        }
     }
 
     func classify(status: Int, body: [UInt8]) -> TokenEndpointResult {

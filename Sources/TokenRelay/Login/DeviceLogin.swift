@@ -19,7 +19,8 @@ public enum DeviceLogin {
             throw ConfigError("login", "is required by tokenrelay login: add at least login.device_authorization_url")
         }
         let secret = try SecretLoader.load(config.refresh.clientSecret)
-        let client = OAuthClientAuthentication(method: config.refresh.clientAuth, clientID: login.clientID, clientSecret: secret)
+        let client = ClientCredentials.make(method: config.refresh.clientAuth, clientID: login.clientID, clientSecret: secret,
+                                            assertion: config.refresh.clientAssertion, keys: try CredentialKeys.load(config.refresh))
         let timeout = config.timeouts.refreshSeconds
         let authorizationEndpoint = try BlockingHTTPClient(endpoint: login.deviceAuthorizationURL,
                                                            tls: LoginTLS.context(for: login.deviceAuthorizationURL, field: "login.device_authorization_url", config: config),
@@ -33,12 +34,15 @@ public enum DeviceLogin {
 
         var fields: [(String, String)] = []
         if let scope = login.scope { fields.append(("scope", scope)) }
-        let authorization = try requestCode(authorizationEndpoint, .oauthForm(to: login.deviceAuthorizationURL, fields: fields, client: client))
+        let authorization = try requestCode(authorizationEndpoint, try form(to: login.deviceAuthorizationURL, fields: fields, client: client))
         let deadline = EventLoop.monotonicNow + authorization.expiresIn
         instructions(for: authorization).forEach(say)
 
-        let poll = TokenHTTPRequest.oauthForm(to: login.tokenURL, fields: [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
-                                                                          ("device_code", authorization.deviceCode)], client: client)
+        // Built anew for every poll: a client assertion is good for one request (its jti) and a short time.
+        let poll = { () throws -> TokenHTTPRequest in
+            try form(to: login.tokenURL, fields: [("grant_type", "urn:ietf:params:oauth:grant-type:device_code"),
+                                                  ("device_code", authorization.deviceCode)], client: client)
+        }
         let grant = try pollForTokens(tokenEndpoint, poll, interval: authorization.interval, scale: intervalScale, deadline: deadline)
         guard grant.refreshToken != nil else {
             throw LoginError("the token endpoint granted no refresh token, so tokenrelay could not renew the access token "
@@ -52,6 +56,14 @@ public enum DeviceLogin {
         try LoginTokenFile.write(grant, to: tokenFilePath)
         let watch = config.tokens.watchIntervalSeconds
         return "logged in; tokens written to \(tokenFilePath) (a running tokenrelay picks them up within \(watch == watch.rounded() ? String(Int(watch)) : String(watch)) s, no restart needed)"
+    }
+
+    private static func form(to endpoint: HTTPEndpoint, fields: [(String, String)], client: any ClientCredentialSource) throws -> TokenHTTPRequest {
+        do {
+            return try .oauthForm(to: endpoint, fields: fields, client: client)
+        } catch {
+            throw LoginError("client authentication: \(error.reason)")
+        }
     }
 
     private static func requestCode(_ endpoint: BlockingHTTPClient, _ request: TokenHTTPRequest) throws -> DeviceAuthorization {
@@ -81,7 +93,7 @@ public enum DeviceLogin {
     /// Polls every `interval` seconds (RFC 8628 §3.5): 5 s more after each `slow_down`, doubled after a
     /// transient failure (the exponential back-off the RFC asks for on timeouts), until tokens come, an
     /// error ends it, or the code expires locally.
-    private static func pollForTokens(_ endpoint: BlockingHTTPClient, _ request: TokenHTTPRequest, interval: Double, scale: Double,
+    private static func pollForTokens(_ endpoint: BlockingHTTPClient, _ request: () throws -> TokenHTTPRequest, interval: Double, scale: Double,
                                       deadline: Double) throws -> TokenGrant {
         var interval = interval
         var transientFailures = 0
@@ -92,7 +104,7 @@ public enum DeviceLogin {
             // Protocol pacing, not synchronisation: the server asked for this spacing.
             DetachedThread.sleep(seconds: wait)
             let result: TokenEndpointResult
-            switch endpoint.send(request) {
+            switch endpoint.send(try request()) {
             case .success(let response): result = TokenEndpointResult.classify(status: response.status, body: response.body)
             case .failure(let failure): result = .transient(reason: "token endpoint \(failure)", outcomeUnknown: failure.requestMayHaveReachedPeer)
             }

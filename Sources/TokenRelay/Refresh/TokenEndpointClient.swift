@@ -22,15 +22,19 @@ final class TokenEndpointClient {
     /// Largest token-endpoint answer read; a larger one fails the exchange (`response too large`).
     static let maxResponseBytes = 1 << 20
 
+    private let eventLoop: EventLoop
     private let loop: TransportLoop
     private var connection: TokenEndpointConnection
     private var grant: TokenGrantStrategy
     /// Settings from a reload or a rotated client secret, waiting for the exchange in flight to end.
     private var pending: (connection: TokenEndpointConnection, grant: TokenGrantStrategy)?
     private var call: HTTPExchange?
+    /// A request being made on a helper thread (a file read, a signature): the exchange is about to start.
+    private var preparing = false
     private var completion: ((TokenEndpointResult, _ retryAfter: Double?) -> Void)?
 
     init(loop: EventLoop, connection: TokenEndpointConnection, grant: TokenGrantStrategy) {
+        eventLoop = loop
         self.loop = loop.transport
         self.connection = connection
         self.grant = grant
@@ -40,7 +44,7 @@ final class TokenEndpointClient {
     /// with the settings and the request it started with; the next one uses the new settings.
     func reconfigure(connection: TokenEndpointConnection, grant: TokenGrantStrategy) {
         pending = (connection, grant)
-        if call == nil { applyPending() }
+        if !isBusy { applyPending() }
     }
 
     private func applyPending() {
@@ -54,7 +58,7 @@ final class TokenEndpointClient {
         call?.cancel()
     }
 
-    var isBusy: Bool { call != nil }
+    var isBusy: Bool { call != nil || preparing }
 
     /// Whether the grant needs a refresh token to run at all.
     var needsRefreshToken: Bool { (pending?.grant ?? grant).needsRefreshToken }
@@ -67,17 +71,39 @@ final class TokenEndpointClient {
     /// hold-off relies on that: the exchange whose outcome is unknown is closed on our side before the
     /// refresh token can leave again (`RefreshHoldOffTests` watches for the close at the token endpoint).
     func refresh(current: TokenSet, completion: @escaping (TokenEndpointResult, _ retryAfter: Double?) -> Void) {
-        precondition(call == nil, "one refresh at a time")
+        precondition(!isBusy, "one refresh at a time")
         applyPending()
         self.completion = completion
+        let input = TokenRequestInput(current)
+        guard grant.blocksWhileMakingRequest else { return send(grant.makeRequest(for: input)) }
+        // Race it prevents: a signature (a millisecond and more with RSA) or a file read on the loop would
+        // hold every proxied request for that long, once per refresh. The grant is an immutable value.
+        preparing = true
+        let grant = self.grant
+        OffLoopWork.run(on: eventLoop, { PreparedTokenRequest(result: grant.makeRequest(for: input)) }) { [weak self] prepared in
+            guard let self else { return }
+            self.preparing = false
+            self.send(prepared.result)
+        }
+    }
+
+    private func send(_ made: Result<TokenHTTPRequest, UnusableRequest>) {
         let prepared: TokenHTTPRequest
-        switch grant.makeRequest(current: current) {
+        switch made {
         case .success(let request): prepared = request
+        case .failure(let unusable) where unusable.transient:
+            // Nothing was sent: the refresh token (if any) is untouched, and the next attempt may succeed.
+            return finish(.transient(reason: unusable.reason, outcomeUnknown: false))
         case .failure(let unusable): return finish(.unusable(reason: unusable.reason))
         }
         let limits = HTTPExchange.Limits(timeoutSeconds: connection.timeoutSeconds, maxBodyBytes: Self.maxResponseBytes)
         call = HTTPExchange(loop: loop, request: prepared.exchangeRequest(to: connection.endpoint, tls: connection.tls),
                             limits: limits) { [weak self] result in self?.exchangeEnded(result) }
+    }
+
+    /// What the helper thread made, handed back to the loop.
+    private struct PreparedTokenRequest: Sendable {
+        let result: Result<TokenHTTPRequest, UnusableRequest>
     }
 
     private func exchangeEnded(_ result: Result<HTTPExchange.Response, HTTPExchange.Failure>) {

@@ -8,6 +8,8 @@ import HTTPTransport
 public struct Preflight {
     public let config: Config
     public let clientSecret: String?
+    /// The private keys `refresh` signs with (private_key_jwt, jwt_bearer), loaded and checked here.
+    let credentialKeys: CredentialKeys
     let tokens: TokenSet
     /// The token file; with `tokens.redis` the optional local cache.
     let tokenFile: TokenFile?
@@ -26,8 +28,9 @@ public struct Preflight {
         let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
+        let keys = try CredentialKeys.load(config.refresh)
         if let redisSettings = config.tokens.redis {
-            return try run(config: config, redis: redisSettings, secret: secret, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+            return try run(config: config, redis: redisSettings, secret: secret, keys: keys, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
         }
         let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay run"))
         let tokens: TokenSet
@@ -39,7 +42,7 @@ public struct Preflight {
             try file.checkPermissions()
             tokens = try file.load()
         }
-        return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: file, redis: nil,
+        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenFile: file, redis: nil,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
 
@@ -47,7 +50,7 @@ public struct Preflight {
     /// cache file, when configured and usable, gives the tokens to serve with until then; a cache that is
     /// missing or unusable is only a warning at start (Redis is the store), but never relaxed: a cache
     /// others can read is refused like a token file.
-    private static func run(config: Config, redis settings: RedisSettings, secret: String?,
+    private static func run(config: Config, redis settings: RedisSettings, secret: String?, keys: CredentialKeys,
                             upstreamTLS: TLSContext?, refreshTLS: TLSContext?) throws -> Preflight {
         let endpoint = try redisEndpoint(settings)
         let cache = config.tokens.file.map(TokenFile.init(path:))
@@ -56,7 +59,7 @@ public struct Preflight {
             try cache.checkPermissions()
             tokens = try cache.load()
         }
-        return Preflight(config: config, clientSecret: secret, tokens: tokens, tokenFile: cache, redis: endpoint,
+        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenFile: cache, redis: endpoint,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
 

@@ -98,6 +98,7 @@ extension Relay {
         self.config = next
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
+        credentialKeys = preflight.credentialKeys
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
         reconfigureTokenEndpoint()
         coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
@@ -109,7 +110,7 @@ extension Relay {
     /// The token endpoint client with the running refresh settings and client secret, from its next exchange on.
     func reconfigureTokenEndpoint() {
         endpoint.reconfigure(connection: Self.tokenEndpointConnection(config: config, tls: refreshTLS),
-                             grant: TokenGrants.make(config.refresh, clientSecret: clientSecret))
+                             grant: TokenGrants.make(config.refresh, clientSecret: clientSecret, keys: credentialKeys))
     }
 
     /// (Re)starts the watch on `refresh.client_secret_file`, for the file the running config names.

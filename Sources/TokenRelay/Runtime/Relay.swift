@@ -15,6 +15,8 @@ public final class Relay {
     let reloadSource: ReloadSource?
     var refreshTLS: TLSContext?
     var clientSecret: String?
+    /// The keys of private_key_jwt and jwt_bearer, as the last start or reload loaded them.
+    var credentialKeys: CredentialKeys
     var secretWatch: ClientSecretWatch?
     let metrics = RelayMetrics()
     let coordinator: RefreshCoordinator
@@ -41,6 +43,7 @@ public final class Relay {
         self.reloadSource = reloadSource
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
+        credentialKeys = preflight.credentialKeys
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
         if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
@@ -50,7 +53,7 @@ public final class Relay {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
         endpoint = TokenEndpointClient(loop: loop, connection: Self.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
-                                       grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret))
+                                       grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret, keys: preflight.credentialKeys))
         let store = try Self.tokenStore(loop: loop, preflight: preflight)
         redactor.add(preflight.redis?.password)
         coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,

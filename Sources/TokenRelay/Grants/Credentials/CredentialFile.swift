@@ -1,0 +1,60 @@
+import FoundationEssentials
+import Glibc
+import JOSE
+
+/// Reads a credential someone else keeps current in a file — a client assertion, a jwt_bearer assertion,
+/// a subject or actor token — afresh for each token request. Blocking: only ever called on the helper
+/// thread that builds the request. Every failure is one line naming the config field and the file, never
+/// its content; the caller treats it as transient (the file may be replaced in time for the next attempt).
+enum CredentialFile {
+    /// More than any JWT an IdP issues; a larger file is the wrong file.
+    static let maxBytes = 64 * 1024
+
+    /// The file's text, surrounding spaces and line ends (`echo token > file`) dropped; refused when empty.
+    static func text(at path: String, field: String) throws(CredentialUnavailable) -> String {
+        let bytes = try read(path, field: field)
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        let start = bytes.firstIndex { !isSpace($0) } ?? bytes.endIndex
+        let end = bytes.lastIndex { !isSpace($0) }.map { $0 + 1 } ?? start
+        guard let text = String(validating: bytes[start..<max(start, end)], as: UTF8.self) else {
+            throw CredentialUnavailable(reason: "\(field): \(path) is not UTF-8 text")
+        }
+        guard !text.isEmpty else { throw CredentialUnavailable(reason: "\(field): \(path) is empty") }
+        return text
+    }
+
+    /// The file's JWT, refused when it is not one (a file caught half-written looks like that) or when
+    /// its `exp`, read without verifying, has passed: the token endpoint would only refuse it, and a
+    /// refusal of the client is much harder to recover from than waiting for the next file.
+    static func jwt(at path: String, field: String, now: Date = Date()) throws(CredentialUnavailable) -> String {
+        let token = try text(at: path, field: field)
+        guard let payload = JWS.unverifiedPayload(Substring(token)),
+              let claims = (try? JSONReader.parse(payload)) as? [String: Any] else {
+            throw CredentialUnavailable(reason: "\(field): \(path) does not hold a JWT")
+        }
+        if let exp = claims["exp"] as? JSONNumber, exp.doubleValue <= now.timeIntervalSince1970 {
+            throw CredentialUnavailable(reason: "\(field): the JWT in \(path) expired at \(Timestamp.format(Date(timeIntervalSince1970: max(0, exp.doubleValue))))")
+        }
+        return token
+    }
+
+    /// One open and reads to the end: the bytes of one version of the file (a writer that renames a new
+    /// file into place, as the kubelet does, never shows us a mix).
+    private static func read(_ path: String, field: String) throws(CredentialUnavailable) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CredentialUnavailable(reason: "\(field): cannot read \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count == 0 { return bytes }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw CredentialUnavailable(reason: "\(field): cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            bytes.append(contentsOf: chunk[..<count])
+            guard bytes.count <= maxBytes else { throw CredentialUnavailable(reason: "\(field): \(path) is larger than \(maxBytes / 1024) KiB") }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+import Foundation
+import XCTest
+
+/// `refresh.client_auth: private_key_jwt` against a token endpoint that verifies each client assertion's
+/// signature against the registered public key, its claims (iss = sub = client_id, aud, iat, exp at most
+/// 5 minutes on) and refuses a `jti` it has seen.
+final class PrivateKeyJWTTests: CredentialTestCase {
+    /// Every key type with its default algorithm, and RSA with PS256: two token requests each (at start,
+    /// and after the access token dies), both accepted, with two different jtis.
+    func testEveryKeyTypeSignsAssertionsTheEndpointAccepts() throws {
+        let cases: [(TestKeys.Kind, String?)] = [(.rsa2048, nil), (.rsa2048, "PS256"), (.p256, nil), (.p384, nil), (.ed25519, nil)]
+        for (kind, alg) in cases {
+            let key = try TestKeys.make(kind, in: workDir)
+            let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": key.path, "audience": "https://idp.test/token"])
+            defer { endpoint.stop() }
+            var refresh: [String: Any] = ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": key.path,
+                                          "client_key_id": "key-1", "client_assertion_audience": "https://idp.test/token"]
+            if let alg { refresh["client_assertion_alg"] = alg }
+            let relay = try startRelay(refresh: refresh)
+            let label = "\(kind) \(alg ?? "default")"
+            XCTAssertEqual(try get(relay).status, 200, label)
+            try endpoint.expireAccessTokens()
+            XCTAssertEqual(try get(relay).status, 200, label)
+
+            XCTAssertEqual(endpoint.strings("refusals"), [], label)
+            XCTAssertEqual(endpoint.granted, 2, label)
+            let assertions = endpoint.strings("client_assertions")
+            XCTAssertEqual(assertions.count, 2, label)
+            let claims = try assertions.map(unverifiedClaims)
+            XCTAssertNotEqual(claims[0]["jti"] as? String, claims[1]["jti"] as? String, label)
+            let header = try unverifiedHeader(assertions[0])
+            XCTAssertEqual(header["kid"] as? String, "key-1", label)
+            XCTAssertEqual(header["alg"] as? String, alg ?? ["rsa2048": "RS256", "p256": "ES256", "p384": "ES384", "ed25519": "EdDSA"][kind.rawValue], label)
+            let form = try XCTUnwrap(endpoint.forms.first, label)
+            XCTAssertEqual(form["client_id"], Self.clientID, label)
+            XCTAssertNil(form["client_secret"], label)
+            try assertNothingLeaks(relay, assertions + pemBodyLines(key))
+            relay.stop()
+            api.stop()
+            endpoint.stop()
+        }
+    }
+
+    /// The endpoint of these tests does refuse a replayed assertion (so the test above can fail), and the
+    /// assertion's audience defaults to token_url, exactly as configured.
+    func testDefaultAudienceAndTheEndpointRefusesAReplay() throws {
+        let key = try TestKeys.make(.ed25519, in: workDir)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": key.path])
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": key.path])
+        XCTAssertEqual(try get(relay).status, 200)
+        let assertion = try XCTUnwrap(endpoint.strings("client_assertions").first)
+        let claims = try unverifiedClaims(assertion)
+        XCTAssertEqual(claims["aud"] as? String, endpoint.tokenURL)
+        XCTAssertEqual(claims["iss"] as? String, Self.clientID)
+        XCTAssertEqual(claims["sub"] as? String, Self.clientID)
+        let iat = try XCTUnwrap(claims["iat"] as? Int), exp = try XCTUnwrap(claims["exp"] as? Int)
+        XCTAssertTrue(exp > iat && exp - iat <= 300, "\(iat) \(exp)")
+
+        let form = try XCTUnwrap(endpoint.forms.first)
+        let replay = try HTTPTestClient.send(port: endpoint.tokenPort, method: "POST", path: "/token",
+                                             headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                                             body: Data(formEncode(form).utf8))
+        XCTAssertEqual(replay.status, 401)
+        XCTAssertEqual(endpoint.strings("refusals").last, "client assertion jti reused (replay)")
+    }
+
+    /// A ready-made assertion (a projected service-account token) is read for every token request: the
+    /// file replaced between two refreshes, the endpoint sees the new one.
+    func testAssertionFileReplacedBetweenRefreshes() throws {
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "federated_subject": "system:serviceaccount:apps:relay",
+                                          "federated_audience": "api://AzureADTokenExchange"])
+        let file = workDir.appendingPathComponent("azure-identity-token")
+        let first = try endpoint.mint(subject: "system:serviceaccount:apps:relay", audience: "api://AzureADTokenExchange")
+        try replaceFile(file, with: first + "\n")
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt",
+                                             "client_assertion_file": file.path])
+        XCTAssertEqual(try get(relay).status, 200)
+        let second = try endpoint.mint(subject: "system:serviceaccount:apps:relay", audience: "api://AzureADTokenExchange")
+        try replaceFile(file, with: second)
+        try endpoint.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(endpoint.strings("client_assertions"), [first, second])
+        XCTAssertEqual(endpoint.strings("refusals"), [])
+        try assertNothingLeaks(relay, [first, second])
+    }
+
+    /// Missing, empty, not a JWT, expired: a transient failure with a one-line reason naming the file, no
+    /// request with an empty or stale assertion, no crash; a good file afterwards works without a restart.
+    func testUnusableAssertionFileIsATransientFailure() throws {
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "federated_subject": "sa", "federated_audience": "aud"])
+        let file = workDir.appendingPathComponent("token")
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt",
+                                             "client_assertion_file": file.path, "max_attempts": 1])
+        let expired = try endpoint.mint(subject: "sa", audience: "aud", lifetime: -60)
+        let cases: [(String?, String)] = [(nil, "cannot read \(file.path)"), ("", "\(file.path) is empty"),
+                                          ("not-a-jwt", "\(file.path) does not hold a JWT"), (expired, "expired at")]
+        for (content, reason) in cases {
+            if let content { try replaceFile(file, with: content) }
+            XCTAssertNotEqual(try get(relay).status, 200, reason)
+            XCTAssertTrue(waitUntil(timeout: 5) { relay.stderrText.contains(reason) }, "log names the cause: \(reason)")
+            XCTAssertTrue(relay.isRunning)
+        }
+        XCTAssertEqual(endpoint.requests, 0, "no token request without a usable assertion")
+        XCTAssertFalse(relay.stderrText.contains("login required"), "a missing assertion is not a dead session")
+        try replaceFile(file, with: try endpoint.mint(subject: "sa", audience: "aud"))
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.get(relay).status) == 200 })
+        try assertNothingLeaks(relay, [expired])
+    }
+
+    // MARK: - reading what was sent
+
+    private func parts(_ jwt: String) throws -> [Substring] {
+        let parts = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3 else { throw TestSupportError("not a JWS") }
+        return parts
+    }
+
+    private func decode(_ part: Substring) throws -> [String: Any] {
+        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        guard let data = Data(base64Encoded: text), let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            throw TestSupportError("not base64url JSON")
+        }
+        return object
+    }
+
+    func unverifiedClaims(_ jwt: String) throws -> [String: Any] { try decode(parts(jwt)[1]) }
+    func unverifiedHeader(_ jwt: String) throws -> [String: Any] { try decode(parts(jwt)[0]) }
+
+    private func formEncode(_ form: [String: String]) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        return form.map { "\($0.key.addingPercentEncoding(withAllowedCharacters: allowed)!)=\($0.value.addingPercentEncoding(withAllowedCharacters: allowed)!)" }
+            .joined(separator: "&")
+    }
+}
