@@ -315,7 +315,7 @@ final class ConfigSchemaTests: XCTestCase {
                                            "body_json", "refresh_token", "expires_in", "expires_at", "error",
                                            "file", "username", "password_env", "password_file", "lock_seconds",
                                            // issue 20: a key file, or a default taken from the key or token_url
-                                           "client_key_file", "client_key_id", "client_assertion_alg", "client_assertion_audience",
+                                           "client_key_file", "client_key_id", "client_key_certificate_file", "client_assertion_alg", "client_assertion_audience",
                                            "client_assertion_file", "key_file", "key_id", "alg", "issuer", "subject",
                                            "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {

@@ -64,6 +64,57 @@ final class PrivateKeyJWTTests: CredentialTestCase {
         XCTAssertEqual(endpoint.strings("refusals").last, "client assertion jti reused (replay)")
     }
 
+    /// A key file replaced in place is taken up by a reload (SIGHUP), read off the loop: the next assertion
+    /// is signed with the new key. A reload with an unusable key keeps the running one.
+    func testReloadTakesUpARotatedKey() throws {
+        let old = try TestKeys.make(.p256, in: workDir), new = try TestKeys.make(.ed25519, in: workDir)
+        let keyFile = workDir.appendingPathComponent("client_key.pem")
+        try FileManager.default.copyItem(at: old, to: keyFile)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": [old.path, new.path]])
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": keyFile.path])
+        XCTAssertEqual(try get(relay).status, 200)
+
+        try replaceFile(keyFile, with: "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+        relay.signal(SIGHUP)
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("config reload failed") }, "an unusable key fails the reload")
+        XCTAssertTrue(relay.stderrText.contains("refresh.client_key_file"))
+        try endpoint.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 200, "the running key stays in use")
+
+        try replaceFile(keyFile, with: try String(contentsOf: new, encoding: .utf8))
+        relay.signal(SIGHUP)
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("msg=\"config reloaded\"") })
+        try endpoint.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 200)
+        let used = try XCTUnwrap(endpoint.stats()["client_keys_used"] as? [Int])
+        XCTAssertEqual(used, [0, 0, 1], "old key, old key after the failed reload, new key after the good one")
+        XCTAssertEqual(endpoint.strings("refusals"), [])
+        try assertNothingLeaks(relay, try pemBodyLines(old) + pemBodyLines(new))
+    }
+
+    /// With client_key_certificate_file the header names the certificate by its SHA-256 thumbprint
+    /// (`x5t#S256`), as Microsoft Entra ID's certificate credentials want; PS256 as Entra recommends.
+    func testCertificateThumbprintInTheHeader() throws {
+        let key = try TestKeys.make(.rsa2048, in: workDir)
+        let cert = workDir.appendingPathComponent("client.crt"), der = workDir.appendingPathComponent("client.der")
+        for arguments in [["req", "-new", "-x509", "-key", key.path, "-subj", "/CN=relay-client", "-days", "2", "-out", cert.path],
+                          ["x509", "-in", cert.path, "-outform", "DER", "-out", der.path]] {
+            let result = try runTool("openssl", arguments)
+            XCTAssertEqual(result.exitCode, 0, result.stderr)
+        }
+        let digest = workDir.appendingPathComponent("client.sha256")
+        XCTAssertEqual(try runTool("openssl", ["dgst", "-sha256", "-binary", "-out", digest.path, der.path]).exitCode, 0)
+        let expected = try Data(contentsOf: digest).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": key.path])
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": key.path,
+                                             "client_key_certificate_file": cert.path, "client_assertion_alg": "PS256"])
+        XCTAssertEqual(try get(relay).status, 200)
+        let header = try unverifiedHeader(try XCTUnwrap(endpoint.strings("client_assertions").first))
+        XCTAssertEqual(header["x5t#S256"] as? String, expected)
+        XCTAssertEqual(header["alg"] as? String, "PS256")
+    }
+
     /// A ready-made assertion (a projected service-account token) is read for every token request: the
     /// file replaced between two refreshes, the endpoint sees the new one.
     func testAssertionFileReplacedBetweenRefreshes() throws {

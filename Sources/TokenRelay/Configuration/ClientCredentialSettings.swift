@@ -7,6 +7,9 @@ public struct SignedAssertionSettings: Sendable, Equatable {
     /// Where `keyFile` sits in the config (`refresh.client_key_file`, `refresh.assertion.key_file`), for errors.
     public var keyField: String
     public var keyID: String?
+    /// The key's X.509 certificate (`refresh.client_key_certificate_file`): its SHA-256 thumbprint goes into
+    /// the header as `x5t#S256`, which is how Microsoft Entra ID finds a certificate credential.
+    public var certificateFile: String?
     /// nil: the key's own default (RSA → RS256, P-256 → ES256, P-384 → ES384, Ed25519 → EdDSA).
     public var algorithm: JWSAlgorithm?
     public var algorithmField: String

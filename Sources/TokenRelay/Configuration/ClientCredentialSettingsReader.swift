@@ -3,8 +3,8 @@ import JOSE
 /// Reads what private_key_jwt, jwt_bearer and token_exchange add to the `refresh` object. Each key is
 /// refused with its path where it cannot apply, so a key meant for one method never sits unused.
 extension ConfigLoader {
-    static let clientAssertionKeys = ["client_key_file", "client_key_id", "client_assertion_alg", "client_assertion_audience",
-                                      "client_assertion_file"]
+    static let clientAssertionKeys = ["client_key_file", "client_key_id", "client_key_certificate_file", "client_assertion_alg",
+                                      "client_assertion_audience", "client_assertion_file"]
     static let tokenExchangeKeys = ["subject_token_file", "subject_token_type", "actor_token_file", "actor_token_type",
                                     "requested_token_type"]
 
@@ -16,14 +16,14 @@ extension ConfigLoader {
         case (_?, _?):
             throw ConfigError(object.fieldPath("client_assertion_file"), "set either client_key_file or client_assertion_file, not both")
         case (nil, let file?):
-            for key in ["client_key_id", "client_assertion_alg", "client_assertion_audience"] where object.has(key) {
+            for key in ["client_key_id", "client_key_certificate_file", "client_assertion_alg", "client_assertion_audience"] where object.has(key) {
                 throw ConfigError(object.fieldPath(key), "only applies to an assertion signed with client_key_file, not to client_assertion_file")
             }
             return .file(file)
         case (let keyFile?, nil):
             return .signed(SignedAssertionSettings(
                 keyFile: keyFile, keyField: object.fieldPath("client_key_file"), keyID: try object.optionalString("client_key_id"),
-                algorithm: try algorithm(object, "client_assertion_alg"), algorithmField: object.fieldPath("client_assertion_alg"),
+                certificateFile: try object.optionalString("client_key_certificate_file"), algorithm: try algorithm(object, "client_assertion_alg"), algorithmField: object.fieldPath("client_assertion_alg"),
                 audience: try object.optionalString("client_assertion_audience") ?? tokenURL))
         }
     }
@@ -41,7 +41,7 @@ extension ConfigLoader {
         guard object.has("key_file") else { throw ConfigError(object.fieldPath("key_file"), "is required (or file, for a ready-made assertion)") }
         let signing = SignedAssertionSettings(
             keyFile: try object.string("key_file"), keyField: object.fieldPath("key_file"), keyID: try object.optionalString("key_id"),
-            algorithm: try algorithm(object, "alg"), algorithmField: object.fieldPath("alg"),
+            certificateFile: nil, algorithm: try algorithm(object, "alg"), algorithmField: object.fieldPath("alg"),
             audience: try object.optionalString("audience") ?? tokenURL)
         let issuer = try object.string("issuer")
         let subject = try object.string("subject")

@@ -11,7 +11,8 @@ Configured by one JSON file (argv[1]):
 
   client_id            the registered client
   client_key           PEM private key whose PUBLIC half is registered for private_key_jwt (any of RSA,
-                       EC P-256/P-384, Ed25519); only its public key is used
+                       EC P-256/P-384, Ed25519); only its public key is used. A list registers several
+                       (key rotation); /stats "client_keys_used" says which one verified each assertion
   client_auth          "private_key_jwt", "tls_client_auth", "none" or "client_secret_post"
   client_secret        for client_secret_post
   audience             the `aud` a client assertion must carry; "@token_url" (the default): this endpoint's own
@@ -108,13 +109,15 @@ class Endpoint:
     def __init__(self, config):
         self.config = config
         self.lock = threading.Lock()
-        self.client_key = load_public(config["client_key"]) if config.get("client_key") else None
+        keys = config.get("client_key") or []
+        self.client_keys = [load_public(path) for path in (keys if isinstance(keys, list) else [keys])]
         self.grant_key = load_public(config["grant_key"]) if config.get("grant_key") else None
         self.kubelet_key = ec.generate_private_key(ec.SECP256R1())
         self.tokens = {}
         self.seen_jtis = set()
         self.stats = {"requests": 0, "granted": 0, "grants": {}, "refusals": [], "client_assertions": [],
-                      "subject_tokens": [], "actor_tokens": [], "grant_assertions": [], "forms": [], "client_cns": []}
+                      "subject_tokens": [], "actor_tokens": [], "grant_assertions": [], "forms": [], "client_cns": [],
+                      "client_keys_used": []}
 
     # -- the parts a test drives ------------------------------------------------------------------
 
@@ -183,7 +186,18 @@ class Endpoint:
                 self.check_claims(claims, KUBELET_ISSUER, self.config["federated_subject"], self.config["federated_audience"],
                                   max_lifetime=None, kind="federated assertion")
             else:
-                _, claims = verify_jws(assertion, self.client_key)
+                claims, refusal = None, Refused(401, "invalid_client", "no registered client key")
+                for index, key in enumerate(self.client_keys):
+                    try:
+                        _, claims = verify_jws(assertion, key)
+                    except Refused as refused:
+                        refusal = refused
+                        continue
+                    with self.lock:
+                        self.stats["client_keys_used"].append(index)
+                    break
+                if claims is None:
+                    raise refusal
                 self.check_claims(claims, client_id, client_id, self.config["audience"])
         elif method == "tls_client_auth":
             if client_cn != self.config.get("client_cn", "tls-test-client"):

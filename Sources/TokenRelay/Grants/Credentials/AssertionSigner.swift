@@ -8,6 +8,8 @@ struct AssertionSigner: Sendable {
     let key: SigningKey
     let algorithm: JWSAlgorithm
     let keyID: String?
+    /// `x5t#S256`: base64url of the SHA-256 of the certificate's DER bytes.
+    var certificateThumbprint: String? = nil
 
     /// Reads and checks the key. Blocks on the file: `Preflight` calls it (at start, in `check`, and on a
     /// reload's helper thread). Every failure names the config field; none shows a byte of the key.
@@ -26,7 +28,8 @@ struct AssertionSigner: Sendable {
             let field = settings.algorithm == nil ? settings.keyField : settings.algorithmField
             throw ConfigError(field, "\(settings.keyFile) cannot sign \(algorithm.rawValue): \(error)")
         }
-        return AssertionSigner(key: key, algorithm: algorithm, keyID: settings.keyID)
+        let thumbprint = try settings.certificateFile.map { try CertificateThumbprint.sha256(pemFile: $0, field: "refresh.client_key_certificate_file") }
+        return AssertionSigner(key: key, algorithm: algorithm, keyID: settings.keyID, certificateThumbprint: thumbprint)
     }
 
     /// A compact JWS of `claims` with this key. A signing failure is an OpenSSL error on a key that
@@ -34,6 +37,7 @@ struct AssertionSigner: Sendable {
     func sign(claims: [String: Any]) throws(CredentialUnavailable) -> String {
         var header: [String: Any] = ["alg": algorithm.rawValue, "typ": "JWT"]
         if let keyID { header["kid"] = keyID }
+        if let certificateThumbprint { header["x5t#S256"] = certificateThumbprint }
         do {
             let headerJSON = try JSONWriter.data(header, options: [.sortedKeys, .withoutEscapingSlashes])
             let payloadJSON = try JSONWriter.data(claims, options: [.sortedKeys, .withoutEscapingSlashes])
