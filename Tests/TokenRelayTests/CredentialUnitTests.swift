@@ -164,6 +164,35 @@ final class CredentialUnitTests: XCTestCase {
         XCTAssertEqual(reason, "gate opened")
         XCTAssertFalse(client.isBusy)
     }
+
+    /// A request that cannot be made within refresh_seconds (a hung file read) fails the attempt, with
+    /// nothing sent; the late result is dropped.
+    func testRequestTooSlowToMakeFailsTransiently() throws {
+        let gate = Gate()
+        let loop = try EventLoop()
+        let client = TokenEndpointClient(loop: loop, connection: TokenEndpointConnection(
+            endpoint: try HTTPEndpoint.parse("http://127.0.0.1:9/token", field: "t"), tls: nil, timeoutSeconds: 0.2), grant: GatedGrant(gate: gate))
+        var outcome: TokenEndpointResult?
+        let deadline = LoopEvent(loop: loop) { _ in loop.stop() }
+        deadline.schedule(after: 10)
+        client.refresh(current: TokenSet(accessToken: "")) { result, _ in
+            outcome = result
+            loop.stop()
+        }
+        loop.run()
+        guard case .transient(let reason, let outcomeUnknown)? = outcome else { return XCTFail("got \(String(describing: outcome))") }
+        XCTAssertEqual(reason, "preparing the token request took longer than timeouts.refresh_seconds; nothing was sent")
+        XCTAssertFalse(outcomeUnknown)
+        XCTAssertFalse(client.isBusy, "the next attempt may start")
+        // Let the helper thread end while its loop still exists (its late result is dropped).
+        gate.open()
+        let done = Gate()
+        let cleanup = LoopEvent(loop: loop) { _ in done.open(); loop.stop() }
+        cleanup.schedule(after: 0.2)
+        loop.run()
+        XCTAssertTrue(done.isOpen)
+        XCTAssertFalse(client.isBusy)
+    }
 }
 
 /// Blocks in makeRequest until the test opens the gate (bounded: 10 s), then reports a transient failure.

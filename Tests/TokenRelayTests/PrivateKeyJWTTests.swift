@@ -64,6 +64,36 @@ final class PrivateKeyJWTTests: CredentialTestCase {
         XCTAssertEqual(endpoint.strings("refusals").last, "client assertion jti reused (replay)")
     }
 
+    /// `tokenrelay login` and the refresh_token grant authenticate with the key too: a fresh assertion for
+    /// the device authorization request, for every poll and for every refresh.
+    func testDeviceLoginAndRefreshTokenGrant() throws {
+        let key = try TestKeys.make(.p384, in: workDir)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": key.path])
+        let refresh: [String: Any] = ["grant": "refresh_token", "client_auth": "private_key_jwt", "client_key_file": key.path,
+                                      "scope": "offline_access"]
+        var config = relayConfig(refresh: refresh)
+        config["login"] = ["device_authorization_url": "http://127.0.0.1:\(endpoint.tokenPort)/device"]
+        let configURL = workDir.appendingPathComponent("login.json")
+        try JSONSerialization.data(withJSONObject: config).write(to: configURL)
+        let login = try TokenRelayProcess.runCommand(arguments: ["login", "--config", configURL.path, "--poll-interval-scale", "0.01"], timeout: 20)
+        XCTAssertEqual(login.exitCode, 0, login.stderr)
+        XCTAssertEqual(endpoint.strings("refusals"), [])
+
+        let relay = try startRelay(refresh: refresh)
+        XCTAssertEqual(try get(relay).status, 200)
+        try endpoint.expireAccessTokens()
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(endpoint.strings("refusals"), [])
+        XCTAssertEqual(endpoint.forms.map { $0["grant_type"] ?? "device authorization" },
+                       ["urn:ietf:params:oauth:grant-type:device_code", "refresh_token"])
+        let assertions = endpoint.strings("client_assertions")
+        XCTAssertEqual(assertions.count, 3, "device authorization, one poll, one refresh")
+        XCTAssertEqual(Set(assertions).count, 3)
+        for text in [login.stdout, login.stderr] {
+            for assertion in assertions { XCTAssertFalse(text.contains(assertion.prefix(40))) }
+        }
+    }
+
     /// A key file replaced in place is taken up by a reload (SIGHUP), read off the loop: the next assertion
     /// is signed with the new key. A reload with an unusable key keeps the running one.
     func testReloadTakesUpARotatedKey() throws {

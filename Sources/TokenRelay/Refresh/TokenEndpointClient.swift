@@ -30,7 +30,9 @@ final class TokenEndpointClient {
     private var pending: (connection: TokenEndpointConnection, grant: TokenGrantStrategy)?
     private var call: HTTPExchange?
     /// A request being made on a helper thread (a file read, a signature): the exchange is about to start.
-    private var preparing = false
+    /// `deadline` ends the wait after `timeoutSeconds`; `number` tells a late result from the current one.
+    private var preparation: (number: Int, startedAt: Double, deadline: LoopEvent)?
+    private var preparations = 0
     private var completion: ((TokenEndpointResult, _ retryAfter: Double?) -> Void)?
 
     init(loop: EventLoop, connection: TokenEndpointConnection, grant: TokenGrantStrategy) {
@@ -58,7 +60,7 @@ final class TokenEndpointClient {
         call?.cancel()
     }
 
-    var isBusy: Bool { call != nil || preparing }
+    var isBusy: Bool { call != nil || preparation != nil }
 
     /// Whether the grant needs a refresh token to run at all.
     var needsRefreshToken: Bool { (pending?.grant ?? grant).needsRefreshToken }
@@ -75,19 +77,34 @@ final class TokenEndpointClient {
         applyPending()
         self.completion = completion
         let input = TokenRequestInput(current)
-        guard grant.blocksWhileMakingRequest else { return send(grant.makeRequest(for: input)) }
+        guard grant.blocksWhileMakingRequest else { return send(grant.makeRequest(for: input), timeoutSeconds: connection.timeoutSeconds) }
         // Race it prevents: a signature (a millisecond and more with RSA) or a file read on the loop would
         // hold every proxied request for that long, once per refresh. The grant is an immutable value.
-        preparing = true
-        let grant = self.grant
+        preparations += 1
+        let number = preparations, grant = self.grant
+        let deadline = LoopEvent(loop: eventLoop) { [weak self] _ in self?.preparationTimedOut(number) }
+        deadline.schedule(after: connection.timeoutSeconds)
+        preparation = (number, EventLoop.monotonicNow, deadline)
         OffLoopWork.run(on: eventLoop, { PreparedTokenRequest(result: grant.makeRequest(for: input)) }) { [weak self] prepared in
-            guard let self else { return }
-            self.preparing = false
-            self.send(prepared.result)
+            guard let self, let preparation = self.preparation, preparation.number == number else { return }
+            self.preparation = nil
+            // The whole exchange stays within refresh_seconds from the moment it began (a fleet's refresh
+            // lock is sized for that): the time spent preparing comes off the exchange's own timeout.
+            self.send(prepared.result, timeoutSeconds: self.connection.timeoutSeconds - (EventLoop.monotonicNow - preparation.startedAt))
         }
     }
 
-    private func send(_ made: Result<TokenHTTPRequest, UnusableRequest>) {
+    /// A file read that hangs (a stuck network file system) must not hold the refresh forever: the cycle
+    /// fails transiently with nothing sent, and the late result, if it ever comes, is dropped.
+    private func preparationTimedOut(_ number: Int) {
+        guard let preparation, preparation.number == number else { return }
+        self.preparation = nil
+        finish(.transient(reason: Self.preparationTooSlow, outcomeUnknown: false))
+    }
+
+    private static let preparationTooSlow = "preparing the token request took longer than timeouts.refresh_seconds; nothing was sent"
+
+    private func send(_ made: Result<TokenHTTPRequest, UnusableRequest>, timeoutSeconds: Double) {
         let prepared: TokenHTTPRequest
         switch made {
         case .success(let request): prepared = request
@@ -96,7 +113,8 @@ final class TokenEndpointClient {
             return finish(.transient(reason: unusable.reason, outcomeUnknown: false))
         case .failure(let unusable): return finish(.unusable(reason: unusable.reason))
         }
-        let limits = HTTPExchange.Limits(timeoutSeconds: connection.timeoutSeconds, maxBodyBytes: Self.maxResponseBytes)
+        guard timeoutSeconds > 0 else { return finish(.transient(reason: Self.preparationTooSlow, outcomeUnknown: false)) }
+        let limits = HTTPExchange.Limits(timeoutSeconds: timeoutSeconds, maxBodyBytes: Self.maxResponseBytes)
         call = HTTPExchange(loop: loop, request: prepared.exchangeRequest(to: connection.endpoint, tls: connection.tls),
                             limits: limits) { [weak self] result in self?.exchangeEnded(result) }
     }

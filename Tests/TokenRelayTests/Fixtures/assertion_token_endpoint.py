@@ -22,13 +22,15 @@ Configured by one JSON file (argv[1]):
   federated_subject / federated_audience          what a ready-made assertion (minted here, see /mint) must
                        claim when it is presented as a client assertion (workload identity federation)
   access_token_lifetime  seconds (default 3600)
-  cert, key, client_ca   serve HTTPS and require a client certificate signed by client_ca
+  cert, key, client_ca   serve HTTPS; with client_ca, require a client certificate signed by it
 
 Paths:
   POST /token          the token endpoint; 200 with a new access token, or 400/401 with an OAuth error.
                        A client assertion must verify against the registered key, with iss = sub =
                        client_id, aud = audience, exp in the future and at most 300 s after iat, iat not in
                        the future, and a jti never seen before (a reused jti is refused: replay).
+  POST /device         RFC 8628 device authorization (client authenticated as for /token); the first poll of
+                       /token with its device_code grants an access and a refresh token at once
   POST /mint           {"sub", "aud", "lifetime"} -> a JWT signed by this server's own "kubelet" key
                        (ES256): a projected service-account token for the file-based tests. A negative
                        lifetime mints an expired one.
@@ -115,6 +117,8 @@ class Endpoint:
         self.kubelet_key = ec.generate_private_key(ec.SECP256R1())
         self.tokens = {}
         self.seen_jtis = set()
+        self.device_codes = set()
+        self.refresh_tokens = {}  # current refresh token -> True; a presented one is burnt (rotation)
         self.stats = {"requests": 0, "granted": 0, "grants": {}, "refusals": [], "client_assertions": [],
                       "subject_tokens": [], "actor_tokens": [], "grant_assertions": [], "forms": [], "client_cns": [],
                       "client_keys_used": []}
@@ -214,6 +218,17 @@ class Endpoint:
         grant_type = form.get("grant_type")
         if grant_type == "client_credentials":
             return
+        if grant_type == "urn:ietf:params:oauth:grant-type:device_code":
+            with self.lock:
+                if form.get("device_code") not in self.device_codes:
+                    raise Refused(400, "invalid_grant", "unknown device code")
+                self.device_codes.discard(form.get("device_code"))
+            return
+        if grant_type == "refresh_token":
+            with self.lock:
+                if not self.refresh_tokens.pop(form.get("refresh_token"), False):
+                    raise Refused(400, "invalid_grant", "refresh token unknown or already used")
+            return
         if grant_type == JWT_BEARER:
             assertion = form.get("assertion", "")
             with self.lock:
@@ -248,6 +263,19 @@ class Endpoint:
             return
         raise Refused(400, "unsupported_grant_type", f"grant_type {grant_type!r}")
 
+    def device(self, form, client_cn):
+        try:
+            self.authenticate_client(form, client_cn)
+        except Refused as refused:
+            with self.lock:
+                self.stats["refusals"].append(refused.reason)
+            return refused.status, {"error": refused.error}
+        code = "dc-" + secrets.token_hex(8)
+        with self.lock:
+            self.device_codes.add(code)
+        return 200, {"device_code": code, "user_code": "WDJB-MJHT", "verification_uri": "https://idp.test/device",
+                     "expires_in": 600, "interval": 1}
+
     def token(self, form, client_cn):
         with self.lock:
             self.stats["requests"] += 1
@@ -268,6 +296,10 @@ class Endpoint:
             grants = self.stats["grants"]
             grants[form.get("grant_type")] = grants.get(form.get("grant_type"), 0) + 1
         answer = {"access_token": token, "token_type": "Bearer", "expires_in": lifetime}
+        if form.get("grant_type") in ("refresh_token", "urn:ietf:params:oauth:grant-type:device_code"):
+            answer["refresh_token"] = "rt-" + secrets.token_hex(12)
+            with self.lock:
+                self.refresh_tokens[answer["refresh_token"]] = True
         if form.get("grant_type") == TOKEN_EXCHANGE:
             answer["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token"
         return 200, answer
@@ -275,6 +307,8 @@ class Endpoint:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # The head and the body are two writes: without TCP_NODELAY the body waits for the peer's delayed ACK.
+    disable_nagle_algorithm = True
     endpoint = None
 
     def log_message(self, *args):
@@ -318,6 +352,10 @@ class Handler(BaseHTTPRequestHandler):
             form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
             status, answer = self.endpoint.token(form, self.client_cn())
             return self.answer(status, answer)
+        if self.path == "/device":
+            form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
+            status, answer = self.endpoint.device(form, self.client_cn())
+            return self.answer(status, answer)
         if self.path == "/mint":
             request = json.loads(body or b"{}")
             return self.answer(200, {"token": self.endpoint.mint(request["sub"], request["aud"], int(request.get("lifetime", 3600)))})
@@ -338,8 +376,9 @@ def main():
     if config.get("cert"):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(config["cert"], config["key"])
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(config["client_ca"])
+        if config.get("client_ca"):
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(config["client_ca"])
         token.socket = context.wrap_socket(token.socket, server_side=True)
     if config.get("audience", "@token_url") == "@token_url":
         base = "https://localhost" if config.get("cert") else "http://127.0.0.1"

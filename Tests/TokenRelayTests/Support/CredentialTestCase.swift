@@ -42,14 +42,13 @@ class CredentialTestCase: XCTestCase {
         return endpoint
     }
 
-    /// tokenrelay with `refresh` merged over a token_url and client_id for the endpoint, no token file yet.
-    @discardableResult
-    func startRelay(refresh: [String: Any], tls: [String: Any]? = nil) throws -> TokenRelayProcess {
+    /// A config with `refresh` merged over a token_url and client_id for the endpoint (NSNull removes a key).
+    func relayConfig(refresh: [String: Any], tls: [String: Any]? = nil) -> [String: Any] {
         var refreshObject: [String: Any] = ["token_url": endpoint.tokenURL, "client_id": Self.clientID, "backoff_seconds": 0.05]
         refreshObject.merge(refresh) { _, new in new }
         for (key, value) in refreshObject where value is NSNull { refreshObject[key] = nil }
         if let tls { refreshObject["tls"] = tls }
-        let config: [String: Any] = [
+        return [
             "listen": "127.0.0.1:0",
             "upstream": ["url": api.baseURL],
             "tokens": ["file": tokenFileURL.path, "watch_interval_seconds": 0.2],
@@ -57,9 +56,14 @@ class CredentialTestCase: XCTestCase {
             "admin": ["listen": "127.0.0.1:0"],
             "log": ["level": "debug"],
         ]
+    }
+
+    /// tokenrelay with `relayConfig(refresh:tls:)`, no token file unless the test wrote one.
+    @discardableResult
+    func startRelay(refresh: [String: Any], tls: [String: Any]? = nil) throws -> TokenRelayProcess {
         let directory = workDir.appendingPathComponent("relay-\(relays.count)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let relay = try TokenRelayProcess.start(config: config, workDir: directory)
+        let relay = try TokenRelayProcess.start(config: relayConfig(refresh: refresh, tls: tls), workDir: directory)
         relays.append(relay)
         return relay
     }
