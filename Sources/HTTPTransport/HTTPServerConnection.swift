@@ -290,6 +290,25 @@ public final class HTTPServerConnection {
 
     public var isReadingPaused: Bool { readingPausedByHandler }
 
+    /// While the handler holds reading back, the loop does not watch the socket (its read event is off,
+    /// or a body waiting in it would wake the loop for ever), so a client that leaves then is not noticed
+    /// by itself. This asks the kernel once, without waiting (poll(2) for a hang-up or a closed read side):
+    /// a client that reset, or closed its sending side where a half-close ends the connection, is ended
+    /// as a read would have ended it (`peerClosed`, reported to the handler before this returns true).
+    /// Asked by a handler about to act for a client it has held back, e.g. before sending a held upload's
+    /// request head upstream for a body that can no longer come.
+    public func endIfPeerLeftWhilePaused() -> Bool {
+        guard readingPausedByHandler, !hasEnded, !stream.isClosed else { return false }
+        let readSideClosed: Int16 = 0x2000   // POLLRDHUP (Linux)
+        var entry = pollfd(fd: stream.fd, events: readSideClosed, revents: 0)
+        guard poll(&entry, 1, 0) == 1 else { return false }
+        let hungUp = entry.revents & Int16(truncatingIfNeeded: POLLHUP | POLLERR) != 0
+        guard hungUp || (entry.revents & readSideClosed != 0 && halfCloseEndsTheConnection) else { return false }
+        end(.peerClosed)
+        stream.close()
+        return true
+    }
+
     public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
 
     // MARK: - Sending

@@ -197,7 +197,7 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.start(admission: .hold, now: 0)
         let actions = machine.clientGone(now: 2)
         XCTAssertEqual(Array(actions.prefix(2)), [.cancelUpstream, .unhold])
-        XCTAssertEqual(summary(actions, of: machine)?.status, 0)
+        XCTAssertEqual(summary(actions, of: machine)?.status, 499, "logged and counted as nginx does")
         XCTAssertEqual(summary(actions, of: machine)?.hold?.outcome, .clientGone)
         XCTAssertEqual(machine.refreshFinished(.renewed(generation: 2), now: 3), [])
     }

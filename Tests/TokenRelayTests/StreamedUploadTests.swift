@@ -162,6 +162,44 @@ final class StreamedUploadTests: RelayTestCase {
         XCTAssertTrue(waitUntil(timeout: 5) { client.peerClosed }, "the unread body cannot be told from a next request: the connection closes")
     }
 
+    /// A streamed upload whose client leaves while the request is held for a refresh is not replayed: its
+    /// body waits unread in the client's socket, so the relay asks after the client before sending the
+    /// head again (with a fresh token, for a body that will never come). Logged and counted as 499.
+    func testAHeldStreamedUploadWhoseClientLeftIsNotReplayed() throws {
+        // Every head is recorded; the first is refused before its body, as an expired token would be.
+        let heads = Locked<[RecordedRequest]>([])
+        let upstream = try RawUpstream { connection in
+            guard let head = try connection.readHead() else { return }
+            let first = heads.withLock { $0.append(head); return $0.count == 1 }
+            if first {
+                try connection.write("HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer error=\"invalid_token\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            } else {
+                _ = try? connection.readBody(Self.payload.count)
+            }
+        }
+        defer { upstream.stop() }
+        let relay = try startTransportRelay(["log": ["access": true], "upstream": ["url": upstream.baseURL],
+                                             "timeouts": ["continue_seconds": 0.2]])
+        tokenServer.failureMode = .gated
+        defer { tokenServer.openGate() }
+        let client = try HTTPTestConnection(port: relay.proxyPort, timeout: 20)
+        try client.writeRaw("POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(Self.payload.count)\r\n\r\n")
+        // What it sent of its body fits in the relay's socket buffer: its close is behind it (one that
+        // leaves with more unsent than the buffers hold is noticed only when its body is read).
+        try client.writeRaw(Self.payload.prefix(16 * 1024))
+        XCTAssertTrue(waitUntil(timeout: 10) { self.tokenServer.refreshCalls == 1 }, "held for a refresh")
+        client.close()
+        tokenServer.openGate()
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("msg=request ") }, relay.stderrText)
+        let line = relay.stderrText.split(separator: "\n").first { $0.contains("msg=request ") } ?? ""
+        XCTAssertTrue(line.contains("status=499"), String(line))
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(heads.withLock { $0.count }, 1, "the head was not sent again for a client that left")
+        let metrics = try admin(relay, "/metrics").bodyText
+        XCTAssertTrue(metrics.contains("tokenrelay_requests_total{status=\"499\"} 1"), metrics)
+        XCTAssertTrue(metrics.contains("tokenrelay_hold_duration_seconds_count{outcome=\"client_gone\"} 1"), metrics)
+    }
+
     /// A client faster than the upstream is held back (the relay stops reading it), not buffered: over
     /// 48 MiB the relay's memory grows by far less than the body.
     func testAStreamedUploadToASlowUpstreamIsHeldBackNotBuffered() throws {

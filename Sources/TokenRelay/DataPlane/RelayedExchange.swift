@@ -306,6 +306,10 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
             if !bytes.isEmpty { upstream.sendBody(bytes) }
             upstream.finishRequest()
         case .streamed(let streamed):
+            // The client is held back (its body waits in its socket), so the loop does not see it leave:
+            // one that left while the request queued or was held must not get a head sent upstream (with
+            // a fresh token) for a body that will never come. Ending it reports `clientGone` (499).
+            if client.endIfPeerLeftWhilePaused() { return }
             // Sent with `Expect: 100-continue` whether or not the client asked: a 401 then comes before the
             // body leaves, and the request can still be replayed. The body flows from the upstream's 100
             // or the end of the wait (`connectionCanSendMore`).

@@ -27,9 +27,22 @@ final class UpgradeTunnel: ProxiedExchange {
 
     /// Whether a client request asks to switch protocols in a way tokenrelay relays (RFC 9110 §7.8): a
     /// bodiless HTTP/1.1 GET with `Upgrade` listed in `Connection`. The protocol asked for, or nil.
+    ///
+    /// `h2c` is never relayed: HTTP/2 after a 101 would be a raw tunnel that no token, base path or
+    /// refresh rule reaches. It is left out of the list, and a request that asked for it alone is
+    /// answered as the HTTP/1.1 request it also is (a server may ignore `Upgrade`, RFC 9110 §7.8;
+    /// `Upgrade`, `HTTP2-Settings` and `Connection` are hop-by-hop and dropped). HTTP/2 clients use prior
+    /// knowledge instead.
     static func requestedProtocol(_ head: ReceivedRequestHead, on client: HTTPServerConnection) -> String? {
-        guard head.method == .get, client.requestAsksForUpgrade, let value = head.field("upgrade"), !value.isEmpty else { return nil }
-        return value
+        guard head.method == .get, client.requestAsksForUpgrade, let value = head.field("upgrade") else { return nil }
+        return relayedProtocols(value)
+    }
+
+    /// The protocols of an `Upgrade` value that may be relayed (all but `h2c`), or nil when none is left.
+    static func relayedProtocols(_ value: String) -> String? {
+        let kept = value.split(separator: ",").map { $0.trimmingWhitespace() }
+            .filter { !$0.isEmpty && $0.lowercased() != "h2c" && !$0.lowercased().hasPrefix("h2c/") }
+        return kept.isEmpty ? nil : kept.joined(separator: ", ")
     }
 
     /// Answers the client with the upstream's 101 (its end-to-end fields, its `Upgrade`) and joins the two

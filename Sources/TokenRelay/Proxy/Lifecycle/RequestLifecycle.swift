@@ -68,6 +68,8 @@ struct RequestLifecycle {
     private var capturedStatus: Int?
     private var answeredStatus = 0
     private var answeredByUpstream = false
+    /// The client left before anything was answered: the summary then reports `clientClosedRequest`.
+    private var clientLeftUnanswered = false
     /// A body that is streamed (not kept) can be sent only once: after its first byte has gone, a
     /// refresh-triggering answer is passed to the client as it is.
     private var bodyIsReplayable = true
@@ -336,10 +338,18 @@ struct RequestLifecycle {
 
     // MARK: - The client, and shutdown
 
+    /// The status reported (access log, request metric) for a request whose client left before it was
+    /// answered: nginx's 499, so that one count means the same in both (no such status is ever sent).
+    static let clientClosedRequest = 499
+
     /// The client hung up (or its connection failed): nobody is left to answer.
     mutating func clientGone(now: Double) -> ActionList {
         guard phase != .finished else { return ActionList() }
         let wasHeld = phase == .held
+        if answeredStatus == 0 {
+            clientLeftUnanswered = true
+            answeredStatus = Self.clientClosedRequest
+        }
         return ActionList(.cancelUpstream) + (wasHeld ? ActionList(.unhold) : ActionList()) + ActionList(finish(now: now))
     }
 
@@ -372,7 +382,7 @@ struct RequestLifecycle {
         var summary = Summary(status: answeredStatus, attempts: attempts, generation: sentGeneration)
         if let since = heldSince {
             let outcome: HoldOutcome = switch answeredStatus {
-            case 0: .clientGone
+            case _ where clientLeftUnanswered: .clientGone
             case _ where answeredByUpstream: .replayed
             case 503: .unavailable
             case 401: .unauthorized
