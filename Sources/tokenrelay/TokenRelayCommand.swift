@@ -45,7 +45,7 @@ struct Check: ParsableCommand {
 
     func run() throws {
         let preflight = try failOnError { try Preflight.run(configPath: options.config) }
-        print(preflight.summary)
+        print(preflight.summary + preflight.credentialFileWarnings)
     }
 }
 

@@ -71,4 +71,22 @@ final class SigningKeyCheckTests: XCTestCase {
         try assertRefused(["grant": "jwt_bearer", "assertion": ["key_file": short.path, "issuer": "i", "subject": "s"]],
                           mentioning: ["refresh.assertion.key_file"], key: short)
     }
+
+    /// A file read for every token request is not required at `check` (the kubelet may not have written it
+    /// yet), but an unusable one is named in a warning.
+    func testCheckWarnsAboutAnUnusableAssertionFile() throws {
+        let file = workDir.appendingPathComponent("projected-token")
+        let missing = try check(refresh: ["client_auth": "private_key_jwt", "client_assertion_file": file.path])
+        XCTAssertEqual(missing.exitCode, 0, missing.stderr)
+        XCTAssertTrue(missing.stdout.contains("; WARNING: refresh.client_assertion_file: cannot read \(file.path)"), missing.stdout)
+        try Data("a.b.c".utf8).write(to: file)
+        XCTAssertTrue(try check(refresh: ["grant": "jwt_bearer", "assertion": ["file": file.path]]).stdout
+            .contains("WARNING: refresh.assertion.file: \(file.path) does not hold a JWT"))
+        try Data("opaque".utf8).write(to: file)
+        let opaque = try check(refresh: ["grant": "token_exchange", "subject_token_file": file.path,
+                                         "subject_token_type": "urn:ietf:params:oauth:token-type:access_token"])
+        XCTAssertEqual(opaque.exitCode, 0, opaque.stderr)
+        XCTAssertFalse(opaque.stdout.contains("WARNING"), opaque.stdout)
+        XCTAssertFalse(opaque.stdout.contains("opaque"), "the file's content is never shown")
+    }
 }

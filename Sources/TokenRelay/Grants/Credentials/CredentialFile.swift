@@ -58,3 +58,31 @@ enum CredentialFile {
         }
     }
 }
+
+extension Preflight {
+    /// For `check`: the files read afresh for every token request (an assertion, a subject or actor token)
+    /// that could not be used right now, each as "; WARNING: <reason>". Not errors: whoever writes them (the
+    /// kubelet) may not have yet, and tokenrelay starts and retries without them.
+    public var credentialFileWarnings: String {
+        let refresh = config.refresh
+        var files: [(path: String, field: String, isJWT: Bool)] = []
+        if refresh.clientAuth == .privateKeyJWT, case .file(let path)? = refresh.clientAssertion {
+            files.append((path, "refresh.client_assertion_file", true))
+        }
+        if refresh.grant == .jwtBearer, case .file(let path)? = refresh.assertion { files.append((path, "refresh.assertion.file", true)) }
+        if refresh.grant == .tokenExchange, let exchange = refresh.tokenExchange {
+            files.append((exchange.subjectTokenFile, "refresh.subject_token_file", exchange.subjectTokenType == TokenExchangeSettings.jwtTokenType))
+            if let actor = exchange.actorTokenFile {
+                files.append((actor, "refresh.actor_token_file", exchange.actorTokenType == TokenExchangeSettings.jwtTokenType))
+            }
+        }
+        return files.compactMap { file -> String? in
+            do {
+                _ = file.isJWT ? try CredentialFile.jwt(at: file.path, field: file.field) : try CredentialFile.text(at: file.path, field: file.field)
+                return nil
+            } catch {
+                return "; WARNING: \(error) (it is read again for every token request)"
+            }
+        }.joined()
+    }
+}
