@@ -36,6 +36,13 @@ let package = Package(
             pkgConfig: "hiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        // nghttp2 (framing, HPACK, flow control, stream states of HTTP/2; docs/nghttp2.md): imported by
+        // HTTPTransport only, which runs it over its own sockets beside the HTTP/1.1 parser.
+        .systemLibrary(
+            name: "CNghttp2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
+        ),
         // RESP as Swift values over CHiredis (reply reader, command formatter); no I/O: the bytes travel
         // on HTTPTransport's byte stream (TokenStore/RedisConnection.swift).
         .target(name: "RedisProtocol", dependencies: ["CHiredis"], swiftSettings: staticRuntimeInRelease),
@@ -66,7 +73,7 @@ let package = Package(
         .target(name: "CTransportSocket"),
         // Release builds skip the run-time exclusivity checks here (about 45 per proxied request, 5 % of its
         // instructions): the transport runs on one thread, and debug builds, which the tests use, keep them.
-        .target(name: "HTTPTransport", dependencies: ["HTTPWire", "CLibevent", "CTransportSocket"],
+        .target(name: "HTTPTransport", dependencies: ["HTTPWire", "CLibevent", "CTransportSocket", "CNghttp2"],
                 swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]),
         // A minimal relay on HTTPTransport that bench/run.sh measures beside nginx and tokenrelay (bench only).
         .executableTarget(name: "transport-bench-relay", dependencies: ["HTTPTransport", "HTTPWire"]),

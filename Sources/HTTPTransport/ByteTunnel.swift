@@ -22,6 +22,12 @@ public final class TunnelEndpoint {
         tell?()
     }
 
+    /// Taken by a new owner of the socket other than a tunnel (an HTTP/2 connection), which calls
+    /// `closedByOwner()` once the socket has closed.
+    func markUsed() { isUsed = true }
+
+    func closedByOwner() { closed() }
+
     /// Bytes read from the peer that no one has consumed yet (the first frame may come with the 101).
     public var bufferedBytes: Int { stream.input.count }
 

@@ -14,6 +14,10 @@ public protocol HTTPServerConnectionHandler: AnyObject {
     func connectionCanSendMore(_ connection: HTTPServerConnection)
     /// The connection is gone; nothing more will be reported and sending is a no-op.
     func connection(_ connection: HTTPServerConnection, ended: ConnectionEnd)
+    /// The connection's first bytes are HTTP/2's connection preface (prior knowledge, RFC 9113 §3.3) and
+    /// `detectsHTTP2Preface` is set: the handler takes the socket with `takeOverForHTTP2()`, or the bytes
+    /// are parsed as HTTP/1.1 (and refused).
+    func connectionSentHTTP2Preface(_ connection: HTTPServerConnection)
 }
 
 /// One client connection on the server side: parses requests with HTTPWire as bytes arrive, answers
@@ -27,6 +31,10 @@ public protocol HTTPServerConnectionHandler: AnyObject {
 /// it, since the unread body cannot be told apart from a next request). `pauseReading()` holds the request
 /// body back (an upload relayed to a slower upstream); the socket's receive window then pushes back on
 /// the client.
+extension HTTPServerConnectionHandler {
+    public func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {}
+}
+
 public final class HTTPServerConnection {
     public let peer: PeerAddress
     /// Held strongly until the connection has ended (reported `ended`, or its socket is closed), then let
@@ -41,6 +49,10 @@ public final class HTTPServerConnection {
     /// answering, as a half-close allows). A proxy sets this: a FIN cannot tell a half-close from a client
     /// that gave up, and holding an upstream request open for a client that gave up is the costlier mistake.
     public var halfCloseEndsTheConnection = false
+    /// Look for HTTP/2's connection preface before the first request (see `connectionSentHTTP2Preface`).
+    public var detectsHTTP2Preface = false
+    /// A request head has been parsed on this connection (the preface can only come first).
+    private var sawRequestHead = false
     /// Close the connection after the response now being started (a refusal after which the next
     /// request's start cannot be trusted, or a server that is shutting down).
     public var closeAfterResponse = false
@@ -485,6 +497,23 @@ public final class HTTPServerConnection {
         }
     }
 
+    /// Hands the socket to an HTTP/2 connection after `connectionSentHTTP2Preface`: nothing more is parsed
+    /// or reported here until the new owner closes the socket, which is reported as `ended(.closedLocally)`;
+    /// it counts against the server's connection limit until then. The preface and what followed it stay
+    /// in the stream's input. nil once a request head was parsed or the connection ended.
+    public func takeOverForHTTP2() -> TunnelEndpoint? {
+        guard !hasEnded, !sawRequestHead, case .head = readState else { return nil }
+        hasEnded = true
+        readState = .ended
+        disarmHeadTimer()
+        if let activityTimer { event_del(activityTimer) }
+        activityExpiry = .infinity
+        return TunnelEndpoint(stream: stream) { [self] in
+            handler?.connection(self, ended: .closedLocally)
+            releaseFromServer()
+        }
+    }
+
     /// Closes at once, abandoning any unsent output (a stream that cannot be completed).
     public func close() {
         stream.close()
@@ -506,6 +535,21 @@ public final class HTTPServerConnection {
                 return
             case .head:
                 guard input.count > 0 else { return }
+                if detectsHTTP2Preface && !sawRequestHead {
+                    switch HTTP2Preface.match(UnsafeRawBufferPointer(input.unconsumed)) {
+                    case .partial:
+                        // "PRI * HTTP/2.0\r\n\r\n" alone would parse as an HTTP/1.1 head: wait for the rest.
+                        armHeadTimer()
+                        return
+                    case .complete:
+                        detectsHTTP2Preface = false
+                        disarmHeadTimer()
+                        handler?.connectionSentHTTP2Preface(self)
+                        continue
+                    case .none:
+                        detectsHTTP2Preface = false
+                    }
+                }
                 do {
                     guard try parser.parseRequest(input.unconsumed, into: &head) else {
                         if HeadParser.requestCannotBeHTTP(UnsafeRawBufferPointer(input.unconsumed)) {
@@ -521,6 +565,7 @@ public final class HTTPServerConnection {
                     return
                 }
                 disarmHeadTimer()
+                sawRequestHead = true
                 refillHeadBytes(&headBytes, from: input, count: head.headLength)
                 input.consume(head.headLength)
                 requestVersion = head.semantics.version

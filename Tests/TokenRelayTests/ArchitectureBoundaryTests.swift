@@ -33,6 +33,11 @@ final class ArchitectureBoundaryTests: XCTestCase {
         XCTAssertEqual(offenders, [], "libevent outside HTTPTransport")
     }
 
+    func testOnlyHTTPTransportImportsNghttp2() throws {
+        let offenders = try swiftFiles().filter { $0.target != "HTTPTransport" && imports("CNghttp2", $0.text) }.map(\.path)
+        XCTAssertEqual(offenders, [], "nghttp2 outside HTTPTransport")
+    }
+
     func testOnlyRedisProtocolImportsHiredis() throws {
         let offenders = try swiftFiles().filter { $0.target != "RedisProtocol" && imports("CHiredis", $0.text) }.map(\.path)
         XCTAssertEqual(offenders, [], "hiredis outside RedisProtocol")
@@ -47,7 +52,7 @@ final class ArchitectureBoundaryTests: XCTestCase {
         var offenders: [String] = []
         for file in try swiftFiles() where file.target == "HTTPTransport" {
             for line in file.text.split(separator: "\n") where line.contains("public ") && !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
-                if line.contains("OpaquePointer") || line.contains("evbuffer") || line.contains("event_base") || line.contains("UnsafeMutablePointer<SSL") {
+                if line.contains("OpaquePointer") || line.contains("evbuffer") || line.contains("event_base") || line.contains("UnsafeMutablePointer<SSL") || line.contains("nghttp2_") {
                     offenders.append("\(file.path): \(line.trimmingCharacters(in: .whitespaces))")
                 }
             }

@@ -152,6 +152,8 @@ public struct Config: Sendable {
         public var maxUpstreamConnections = 128
         /// Requests that may wait for a busy pool; beyond it 503.
         public var maxUpstreamWaiters = 4096
+        /// Streams one HTTP/2 client connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+        public var maxConcurrentStreams = 100
         /// Pending connections the kernel queues for the proxy listener. The kernel caps it at
         /// net.core.somaxconn, so the default means "the system's maximum".
         public var listenBacklog = 65535

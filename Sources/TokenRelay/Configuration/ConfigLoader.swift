@@ -116,6 +116,7 @@ public enum ConfigLoader {
         if let value = try object.optionalInteger("max_upstream_connections", range: 1...100_000) { limits.maxUpstreamConnections = value }
         if let value = try object.optionalInteger("max_upstream_waiters", range: 0...1_000_000) { limits.maxUpstreamWaiters = value }
         if let value = try object.optionalInteger("listen_backlog", range: 1...65535) { limits.listenBacklog = value }
+        if let value = try object.optionalInteger("max_concurrent_streams", range: 1...10_000) { limits.maxConcurrentStreams = value }
         try object.rejectUnknownKeys()
         return limits
     }

@@ -8,16 +8,17 @@ import HTTPWire
 /// A body up to `limits.max_body_bytes` is collected whole before the exchange begins (it is kept for a
 /// replay). A larger one is streamed: a `Content-Length` over the limit begins the exchange at the head,
 /// a chunked body when it grows past the limit (what was collected goes first).
-final class ClientSession: HTTPServerConnectionHandler {
+final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     private unowned let proxy: ProxyServer
     private unowned let frontEnd: TransportFrontEnd
     let connection: HTTPServerConnection
+    var client: HTTPServerConnection { connection }
     private var head: ReceivedRequestHead?
     private var body: [UInt8] = []
     /// The current request's body is streamed: its pieces and its end go to the exchange (if it is
     /// still running; after its answer they are dropped, and the connection closes after that answer).
     private var streaming = false
-    private var exchange: RelayedExchange?
+    private var exchange: RelayedExchange<ClientSession>?
     /// Deadline timers for this connection's exchanges, kept between them (see `DeadlineTimer`): the top
     /// of a stack linked through the timers themselves (an array would check its uniqueness and capacity
     /// at every push and pop, twice per request).
@@ -91,6 +92,10 @@ final class ClientSession: HTTPServerConnectionHandler {
         exchange.begin()
     }
 
+    func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {
+        frontEnd.startHTTP2(self)
+    }
+
     func connectionCanSendMore(_ connection: HTTPServerConnection) {
         exchange?.clientCanSendMore()
     }
@@ -130,7 +135,7 @@ final class ClientSession: HTTPServerConnectionHandler {
         swap(&buffer, &spareTargetBuffer)
     }
 
-    func exchangeFinished(_ finished: RelayedExchange) {
+    func exchangeFinished(_ finished: RelayedExchange<ClientSession>) {
         if exchange === finished { exchange = nil }
     }
 }
@@ -143,5 +148,5 @@ final class ClientSession: HTTPServerConnectionHandler {
 /// exchange lets go of its connection before its response ends, and the next request is parsed only after
 /// that.
 extension ClientSession: HTTPClientConnectionReportForwarding {
-    var reportTarget: RelayedExchange? { exchange }
+    var reportTarget: RelayedExchange<ClientSession>? { exchange }
 }

@@ -6,7 +6,7 @@ import HTTPTransport
 final class DeadlineTimer {
     /// Set while lent. Unowned(unsafe): an exchange gives its timers back, cancelled, in `finish`, which
     /// runs before it can be freed (it retains itself until then); a returned timer is never armed.
-    unowned(unsafe) var exchange: RelayedExchange?
+    unowned(unsafe) var exchange: (any DeadlineTimerOwner)?
     var kind = RequestLifecycle.Timer.responseHead
     /// The next spare timer of the session while this one is not lent (`ClientSession.lendDeadlineTimer`).
     var nextSpare: DeadlineTimer?
@@ -21,4 +21,9 @@ final class DeadlineTimer {
     func schedule(after seconds: Double) { timer?.schedule(after: seconds) }
 
     func cancel() { timer?.cancel() }
+}
+
+/// The exchange a deadline timer is lent to.
+protocol DeadlineTimerOwner: AnyObject {
+    func deadlinePassed(_ timer: RequestLifecycle.Timer)
 }

@@ -8,11 +8,11 @@ import HTTPWire
 ///
 /// Lifetime: retained by itself from `begin()` until the machine's `finish`, which runs exactly once and
 /// lets go of every timer, queue place and connection.
-final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
+final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClientConnectionHandler, DeadlineTimerOwner {
     /// Strong: the session may end (its client closed after this response) before this exchange's last
     /// action runs; `finish` tells it, and the reference cycle ends there.
-    private let session: ClientSession
-    private let client: HTTPServerConnection
+    private let session: Session
+    private let client: Session.Client
     /// The settings as of arrival, the services to report to, and the proxy. Its route (upstream and pool)
     /// and token header serve this request from arrival to answer, whatever a reload changes meanwhile.
     private let context: ExchangeContext
@@ -51,7 +51,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
     /// were not there.
     private var captured: CapturedResponse?
-    static let maxCapturedBodyBytes = 64 * 1024
+    static var maxCapturedBodyBytes: Int { capturedBodyLimit }
     private var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
     var activeSlot = -1
@@ -62,11 +62,11 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         case streamed(StreamedRequestBody)
     }
 
-    init(context: ExchangeContext, session: ClientSession, head: ReceivedRequestHead, body: Body) {
+    init(context: ExchangeContext, session: Session, head: ReceivedRequestHead, body: Body) {
         self.context = context
         self.session = session
-        client = session.connection
-        upgradeProtocol = UpgradeTunnel.requestedProtocol(head, on: session.connection)
+        client = session.client
+        upgradeProtocol = session.client.http1Connection.flatMap { UpgradeTunnel.requestedProtocol(head, on: $0) }
         let timeouts = context.timeouts
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
@@ -523,7 +523,7 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         }
         // A large body of known length goes socket to socket in the kernel when both sides are plain TCP (the
         // transport checks that and the sizes); a relayed response is never captured, so nothing here needs it.
-        if case .length = response.framing, !requestIsHead { _ = upstream?.spliceBody(to: client) }
+        if case .length = response.framing, !requestIsHead, let connection = client.http1Connection { _ = upstream?.spliceBody(to: connection) }
         // The head waits for the first body piece to share its write; when none came with it, it goes now:
         // an event stream's first event (or a slow body) may be long in coming, and the client must not wait
         // for it to see the head.
@@ -536,7 +536,8 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
         upstream = nil
         connection.handler = nil
         let now = EventLoop.monotonicNow
-        guard UpgradeTunnel.open(proxy: proxy, client: client, upstream: connection, response: response, requestedProtocol: requested) else {
+        guard let clientConnection = client.http1Connection,
+              UpgradeTunnel.open(proxy: proxy, client: clientConnection, upstream: connection, response: response, requestedProtocol: requested) else {
             connection.close()
             let failure = RequestLifecycle.UpstreamFailure(kind: .connectionLost, responseStarted: true,
                                                            description: "connection lost while switching protocols")
@@ -602,6 +603,9 @@ final class RelayedExchange: ProxiedExchange, HTTPClientConnectionHandler {
     }
 
 }
+
+/// How much of a kept 401's body is kept (`RelayedExchange.captured`).
+let capturedBodyLimit = 64 * 1024
 
 /// An upstream 401 kept for a possible replay (see `RelayedExchange.captured`). A class, so that the
 /// exchange's empty slot for it costs nothing on the requests that never capture one.

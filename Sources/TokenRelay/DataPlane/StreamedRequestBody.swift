@@ -11,7 +11,7 @@ import HTTPWire
 /// part of a chunked body that was buffered before it crossed the limit, or what one read had already
 /// taken when reading paused) is kept in `pending` and goes first: at most the limit plus one read.
 final class StreamedRequestBody {
-    private let client: HTTPServerConnection
+    private let client: any ExchangeClient
     /// How the body goes upstream: `.known(n)` for a client's `Content-Length`, `.unknown` (chunked) otherwise.
     let length: BodyLength
     private var pending: [UInt8]
@@ -23,7 +23,7 @@ final class StreamedRequestBody {
     /// Told each time body bytes are handed to the upstream.
     var onProgress: (() -> Void)?
 
-    init(client: HTTPServerConnection, length: BodyLength, prefix: [UInt8]) {
+    init(client: any ExchangeClient, length: BodyLength, prefix: [UInt8]) {
         self.client = client
         self.length = length
         pending = prefix

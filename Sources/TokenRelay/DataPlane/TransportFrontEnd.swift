@@ -7,6 +7,9 @@ final class TransportFrontEnd {
     private unowned let proxy: ProxyServer
     private let server: HTTPServer
     private var sessions: [ObjectIdentifier: ClientSession] = [:]
+    /// Connections that began with HTTP/2's preface. Their HTTP/1.1 session stays in `sessions` (it is
+    /// told when the socket closes), so they count as client connections like any other.
+    private var http2Sessions: [ObjectIdentifier: HTTP2ClientSession] = [:]
 
     var port: UInt16 { server.port }
     var openConnections: Int { sessions.count }
@@ -59,15 +62,40 @@ final class TransportFrontEnd {
     /// told (their exchanges would reach back into a proxy that is being freed).
     deinit {
         for session in sessions.values { session.connection.handler = nil }
+        for session in http2Sessions.values { session.connection.handler = nil }
     }
 
+    /// HTTP/2 connections get a GOAWAY: their open streams finish, no new one starts.
     func stopAccepting() {
         server.stopAccepting()
+        for session in http2Sessions.values { session.connection.drain() }
+    }
+
+    /// The connection's first bytes were HTTP/2's preface: its socket goes to an HTTP/2 connection with
+    /// the limits of the running configuration.
+    func startHTTP2(_ session: ClientSession) {
+        guard let endpoint = session.connection.takeOverForHTTP2() else { return }
+        let config = proxy.config
+        let settings = HTTP2ServerConnection.Settings(
+            maxConcurrentStreams: config.limits.maxConcurrentStreams, maxHeadBytes: config.limits.maxHeaderBytes,
+            idleTimeout: config.timeouts.clientSeconds, sendTimeout: config.timeouts.clientSeconds)
+        let connection = HTTP2ServerConnection(loop: proxy.loop.transport, endpoint: endpoint, peer: session.connection.peer, settings: settings)
+        let http2 = HTTP2ClientSession(proxy: proxy, frontEnd: self, connection: connection)
+        http2Sessions[ObjectIdentifier(http2)] = http2
+        connection.handler = http2
+        if proxy.isDraining { connection.drain() }
+        connection.start()
+    }
+
+    func http2SessionEnded(_ session: HTTP2ClientSession) {
+        http2Sessions[ObjectIdentifier(session)] = nil
     }
 
     private func accepted(_ connection: HTTPServerConnection) {
         // A client's FIN while its answer is awaited means it left: the held or upstream request is dropped.
         connection.halfCloseEndsTheConnection = true
+        // h2c with prior knowledge is told from HTTP/1.1 by its first bytes, on the same port.
+        connection.detectsHTTP2Preface = true
         let session = ClientSession(proxy: proxy, frontEnd: self, connection: connection)
         sessions[ObjectIdentifier(session)] = session
         connection.handler = session

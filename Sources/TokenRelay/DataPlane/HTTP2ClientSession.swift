@@ -1,0 +1,147 @@
+import HTTPTransport
+import HTTPWire
+
+/// One HTTP/2 client connection (h2c with prior knowledge) on the proxied port. Each request stream
+/// becomes a `StreamSession` and its `RelayedExchange`, as an HTTP/1.1 request does: same request
+/// machine, same header rules, limits and timeouts per stream as per request.
+///
+/// A gRPC request (`content-type: application/grpc…`, or `te: trailers`) needs HTTP/2 to the upstream,
+/// which tokenrelay does not speak yet: it is answered at once with gRPC's UNAVAILABLE (14) as a
+/// Trailers-Only response, never relayed half-way to an HTTP/1.1 upstream.
+final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
+    private unowned let proxy: ProxyServer
+    private unowned let frontEnd: TransportFrontEnd
+    let connection: HTTP2ServerConnection
+    private(set) lazy var forwardedClient = ForwardedClient(address: connection.peer.host)
+
+    init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTP2ServerConnection) {
+        self.proxy = proxy
+        self.frontEnd = frontEnd
+        self.connection = connection
+    }
+
+    func connection(_ connection: HTTP2ServerConnection, opened stream: HTTP2ServerStream) {
+        guard let head = stream.head else { return }
+        if Self.isGRPC(head) {
+            proxy.refused("gRPC request to an HTTP/1.1 upstream")
+            return Self.answerUnavailable(stream, message: "tokenrelay: the upstream is reached over HTTP/1.1, gRPC needs HTTP/2")
+        }
+        let session = StreamSession(proxy: proxy, owner: self, stream: stream)
+        stream.handler = session
+        session.received(head)
+    }
+
+    func connectionEnded(_ connection: HTTP2ServerConnection) {
+        frontEnd.http2SessionEnded(self)
+    }
+
+    /// RFC 9113 has no other way to tell a gRPC call; gRPC's own clients send both.
+    static func isGRPC(_ head: ReceivedRequestHead) -> Bool {
+        if let type = head.field("content-type")?.lowercased(), type.hasPrefix("application/grpc") { return true }
+        if let te = head.field("te")?.lowercased(), te.split(separator: ",").contains(where: { $0.trimmingWhitespace() == "trailers" }) { return true }
+        return false
+    }
+
+    /// gRPC's Trailers-Only answer: one HEADERS frame with `:status 200` and the call's status.
+    static func answerUnavailable(_ stream: HTTP2ServerStream, message: String) {
+        stream.startResponse(status: 200, reason: UnsafeRawBufferPointer(start: nil, count: 0), body: .none) { block in
+            block.append(name: "content-type", value: "application/grpc")
+            block.append(name: "grpc-status", value: "14")
+            block.append(name: "grpc-message", value: PercentEncoding.encode(message))
+        }
+    }
+}
+
+/// One request stream of an HTTP/2 client connection: collects its body as `ClientSession` does (kept
+/// up to `limits.max_body_bytes` for a replay, streamed beyond it) and hands the request to a
+/// `RelayedExchange`; the stream's reports and the upstream connection's go to that exchange.
+final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
+    private unowned let proxy: ProxyServer
+    private let owner: HTTP2ClientSession
+    let stream: HTTP2ServerStream
+    var client: HTTP2ServerStream { stream }
+    var forwardedClient: ForwardedClient { owner.forwardedClient }
+    private var head: ReceivedRequestHead?
+    private var body: [UInt8] = []
+    private var streaming = false
+    private var exchange: RelayedExchange<StreamSession>?
+
+    init(proxy: ProxyServer, owner: HTTP2ClientSession, stream: HTTP2ServerStream) {
+        self.proxy = proxy
+        self.owner = owner
+        self.stream = stream
+    }
+
+    func received(_ head: ReceivedRequestHead) {
+        self.head = head
+        if case .length(let length) = head.framing, length > proxy.context.maxBodyBytes {
+            return beginStreaming(length: .known(length), prefix: [])
+        }
+        if head.expectsContinue { stream.sendContinue() }
+    }
+
+    func stream(_ stream: HTTP2ServerStream, receivedBody bytes: UnsafeRawBufferPointer) {
+        if streaming {
+            exchange?.streamedBodyReceived(bytes)
+            return
+        }
+        guard head != nil else { return }
+        if body.count + bytes.count > proxy.context.maxBodyBytes {
+            var prefix = body
+            prefix.append(contentsOf: bytes)
+            body = []
+            return beginStreaming(length: .unknown, prefix: prefix)
+        }
+        body.append(contentsOf: bytes)
+    }
+
+    func streamReceivedEnd(_ stream: HTTP2ServerStream) {
+        if streaming {
+            exchange?.streamedBodyEnded()
+            return
+        }
+        guard let head = head.take() else { return }
+        let exchange = RelayedExchange(context: proxy.context, session: self, head: head, body: .kept(body))
+        body = []
+        self.exchange = exchange
+        exchange.begin()
+    }
+
+    private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
+        guard let head = head.take() else { return }
+        streaming = true
+        let exchange = RelayedExchange(context: proxy.context, session: self, head: head,
+                                       body: .streamed(StreamedRequestBody(client: stream, length: length, prefix: prefix)))
+        self.exchange = exchange
+        exchange.begin()
+    }
+
+    func streamCanSendMore(_ stream: HTTP2ServerStream) {
+        exchange?.clientCanSendMore()
+    }
+
+    /// RST_STREAM from the client (or its connection closed) before the answer was complete: its
+    /// upstream request is cancelled, as for an HTTP/1.1 client that left.
+    func streamReset(_ stream: HTTP2ServerStream) {
+        let current = exchange
+        exchange = nil
+        current?.clientGone()
+    }
+
+    func lendDeadlineTimer() -> DeadlineTimer { DeadlineTimer(loop: proxy.loop.transport) }
+
+    func returnDeadlineTimer(_ timer: DeadlineTimer) {}
+
+    func lendTargetBuffer() -> [UInt8] { [] }
+
+    func returnTargetBuffer(_ buffer: inout [UInt8]) {}
+
+    func exchangeFinished(_ finished: RelayedExchange<StreamSession>) {
+        if exchange === finished { exchange = nil }
+    }
+}
+
+/// The upstream connection of the stream's exchange reports here (see `ClientSession`'s forwarding).
+extension StreamSession: HTTPClientConnectionReportForwarding {
+    var reportTarget: RelayedExchange<StreamSession>? { exchange }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import XCTest
+
+/// HTTP/2 with prior knowledge (h2c) on the proxied port, beside HTTP/1.1, to an HTTP/1.1 upstream:
+/// each stream is a request with the same token injection, header rules and one-refresh-replay-once
+/// path. Driven with curl `--http2-prior-knowledge` and nghttp (Debian's nghttp2-client).
+final class HTTP2ClientTests: RelayTestCase {
+    private func requireTools() throws {
+        for tool in ["curl", "nghttp"] where !toolExists(tool) {
+            throw XCTSkip("\(tool) is not installed (scripts/ensure-deps --test installs nghttp2-client)")
+        }
+    }
+
+    private func startH2Relay(_ overrides: [String: Any] = [:]) throws -> TokenRelayProcess {
+        try requireTools()
+        return try startRelay(overrides.merging(["data_plane": "transport"]) { $1 })
+    }
+
+    /// `curl --http2-prior-knowledge`: status line, headers and body as curl prints them with `-i`.
+    private func curlH2(_ relay: TokenRelayProcess, _ path: String, _ extra: [String] = []) throws -> ToolResult {
+        try runTool("curl", ["-sS", "-i", "--http2-prior-knowledge", "--max-time", "20"] + extra + ["\(relay.proxyURL)\(path)"], timeout: 30)
+    }
+
+    func testCurlWithPriorKnowledgeGetsTheAPIsAnswerWithTheToken() throws {
+        let relay = try startH2Relay()
+        let result = try curlH2(relay, "/resource?x=1", ["-H", "Authorization: Bearer client-own", "-H", "X-Trace: abc"])
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout)
+        let seen = try XCTUnwrap(api.requests.first)
+        XCTAssertEqual(seen.header("Authorization"), "Bearer \(tokenServer.currentAccessToken ?? "")", "the token, not the client's own")
+        XCTAssertEqual(seen.header("X-Trace"), "abc")
+        XCTAssertEqual(seen.target, "/resource?x=1")
+        XCTAssertEqual(seen.version, "HTTP/1.1", "an HTTP/1.1 upstream")
+        XCTAssertNotNil(seen.header("Host"), ":authority becomes Host")
+    }
+
+    /// HTTP/1.1 still works on the same port after HTTP/2 connections.
+    func testHTTP1AndHTTP2ShareThePort() throws {
+        let relay = try startH2Relay()
+        XCTAssertTrue(try curlH2(relay, "/resource").stdout.hasPrefix("HTTP/2 200"))
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(api.requestCount, 2)
+    }
+
+    /// An uploaded body arrives whole, and a dead token is refreshed once and the request replayed.
+    func testAPostAfterTheTokenDiedIsRefreshedOnceAndReplayed() throws {
+        let relay = try startH2Relay()
+        tokenServer.expireAccessTokens()
+        let body = String(repeating: "0123456789", count: 5000)
+        let result = try curlH2(relay, "/upload", ["-X", "POST", "--data-binary", body, "-H", "Content-Type: text/plain"])
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout + result.stderr)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(api.requests.last.map { String(decoding: $0.body, as: UTF8.self) }, body)
+    }
+
+    /// 100 streams at once on one connection (nghttp -m 100): every one answered, one connection.
+    func testAHundredConcurrentStreamsOnOneConnection() throws {
+        let relay = try startH2Relay(["log": ["access": true]])
+        let result = try runTool("nghttp", ["-n", "-s", "-m", "100", "\(relay.proxyURL)/resource"], timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.stdout + result.stderr)
+        XCTAssertEqual(api.requestCount, 100)
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.components(separatedBy: "msg=request ").count - 1 == 100 })
+        XCTAssertEqual(relay.stderrText.components(separatedBy: "status=200").count - 1, 100)
+    }
+
+    /// A dead token under 50 concurrent streams: one refresh, every stream replayed once and answered.
+    func testFiftyStreamsAfterTheTokenDiedShareOneRefresh() throws {
+        let relay = try startH2Relay()
+        tokenServer.expireAccessTokens()
+        let result = try runTool("nghttp", ["-n", "-s", "-m", "50", "\(relay.proxyURL)/resource"], timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.stdout + result.stderr)
+        XCTAssertEqual(tokenServer.refreshCalls, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(api.requests.filter { $0.header("Authorization") == "Bearer \(tokenServer.currentAccessToken ?? "")" }.count, 50)
+    }
+
+    /// Hop-by-hop fields never reach the upstream (HTTP/2 forbids the connection-specific ones anyway),
+    /// and the response's hop-by-hop fields never reach an HTTP/2 client.
+    func testHeaderRulesAreThoseOfHTTP1() throws {
+        let relay = try startH2Relay()
+        let result = try curlH2(relay, "/resource", ["-H", "Proxy-Authorization: Basic c2VjcmV0", "-H", "Cookie: a=1", "-H", "Cookie: b=2"])
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout)
+        let seen = try XCTUnwrap(api.requests.first)
+        XCTAssertNil(seen.header("Proxy-Authorization"))
+        XCTAssertEqual(seen.headers(named: "Cookie").joined(separator: "; "), "a=1; b=2")
+        XCTAssertFalse(result.stdout.lowercased().contains("connection:"), result.stdout)
+        XCTAssertFalse(result.stdout.lowercased().contains("keep-alive:"), result.stdout)
+    }
+
+    /// A gRPC call cannot go to an HTTP/1.1 upstream: the client gets gRPC's UNAVAILABLE (14) with a
+    /// message, as a Trailers-Only answer, and nothing reaches the upstream.
+    func testAGRPCRequestToAnHTTP1UpstreamGetsUnavailable() throws {
+        let relay = try startH2Relay()
+        let result = try curlH2(relay, "/pkg.Service/Method", ["-X", "POST", "-H", "Content-Type: application/grpc", "-H", "TE: trailers",
+                                                               "--data-binary", "@/dev/null"])
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("grpc-status: 14"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("grpc-message: "), result.stdout)
+        XCTAssertEqual(api.requestCount, 0)
+    }
+}
