@@ -100,4 +100,52 @@ final class HTTP2ClientTests: RelayTestCase {
         XCTAssertTrue(result.stdout.contains("grpc-message: "), result.stdout)
         XCTAssertEqual(api.requestCount, 0)
     }
+
+    /// RST_STREAM from the client while its request waits on the upstream: the upstream request is
+    /// cancelled (its connection closed), the access log says 499, and the other streams go on.
+    func testAResetStreamCancelsItsUpstreamRequest() throws {
+        let heads = Locked<[RecordedRequest]>([])
+        let arrived = TestSignal()
+        let upstream = try RawUpstream { connection in
+            guard let head = try connection.readHead() else { return }
+            heads.withLock { $0.append(head) }
+            if head.path == "/slow" {
+                arrived.fire()
+                _ = connection.waitForPeerClose(timeout: 20)
+                heads.withLock { $0.append(RecordedRequest(method: "CLOSED", target: head.target, version: "", headers: [], body: Data(),
+                                                          connectionID: connection.id, wasChunked: false)) }
+                return
+            }
+            try connection.write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        }
+        defer { upstream.stop() }
+        let relay = try startH2Relay(["log": ["access": true], "upstream": ["url": upstream.baseURL]])
+        let client = try RawHTTP2Client(port: relay.proxyPort)
+        try client.sendHeaders(stream: 1, RawHTTP2Client.request("GET", "/slow"), endStream: true)
+        XCTAssertTrue(arrived.wait(timeout: 10), "the request reached the upstream")
+        try client.sendReset(stream: 1)
+        try client.sendHeaders(stream: 3, RawHTTP2Client.request("GET", "/fast"), endStream: true)
+        let (frames, _) = client.readFrames { $0.type == RawHTTP2Client.data && $0.stream == 3 && $0.flags & RawHTTP2Client.endStream != 0 }
+        XCTAssertTrue(frames.contains { $0.type == RawHTTP2Client.headers && $0.stream == 3 }, "the other stream is answered")
+        XCTAssertFalse(frames.contains { $0.stream == 1 && $0.type == RawHTTP2Client.headers }, "the reset one is not")
+        XCTAssertTrue(waitUntil(timeout: 10) { heads.withLock { $0.contains { $0.method == "CLOSED" } } }, "the upstream request was cancelled")
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("path=/slow") }, relay.stderrText)
+        let line = relay.stderrText.split(separator: "\n").first { $0.contains("path=/slow") } ?? ""
+        XCTAssertTrue(line.contains("status=499"), String(line))
+    }
+
+    /// A client's GOAWAY: the streams it opened before it are still answered, then the connection ends.
+    func testAClientsGoawayLetsItsOpenStreamFinish() throws {
+        let relay = try startH2Relay()
+        let client = try RawHTTP2Client(port: relay.proxyPort)
+        var bytes = RawHTTP2Client.frame(RawHTTP2Client.headers, RawHTTP2Client.endHeaders | RawHTTP2Client.endStream, 1,
+                                         RawHTTP2Client.block(RawHTTP2Client.request()))
+        bytes.append(RawHTTP2Client.frame(RawHTTP2Client.goaway, 0, 0, Data([0, 0, 0, 0, 0, 0, 0, 0])))
+        try client.write(bytes)
+        let (frames, ended) = client.readFrames()
+        XCTAssertTrue(frames.contains { $0.type == RawHTTP2Client.headers && $0.stream == 1 }, "answered: \(frames.map(\.type))")
+        XCTAssertTrue(frames.contains { $0.type == RawHTTP2Client.data && $0.stream == 1 && $0.flags & RawHTTP2Client.endStream != 0 })
+        XCTAssertTrue(ended, "then closed")
+        XCTAssertEqual(api.requestCount, 1)
+    }
 }
