@@ -122,6 +122,46 @@ final class PrivateKeyJWTTests: CredentialTestCase {
         try assertNothingLeaks(relay, try pemBodyLines(old) + pemBodyLines(new))
     }
 
+    /// A key the endpoint refuses (invalid_client): one token request, no storm; the session waits for a
+    /// new credential, and a reload that brings a new key asks again at once.
+    func testRefusedKeyIsTriedAgainWhenAReloadBringsANewOne() throws {
+        let unregistered = try TestKeys.make(.p256, in: workDir), registered = try TestKeys.make(.p256, in: workDir)
+        let keyFile = workDir.appendingPathComponent("client_key.pem")
+        try FileManager.default.copyItem(at: unregistered, to: keyFile)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": registered.path])
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": keyFile.path])
+        XCTAssertNotEqual(try get(relay).status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/readyz").status) == 503 })
+        for _ in 0..<5 { XCTAssertNotEqual(try get(relay).status, 200) }
+        XCTAssertEqual(endpoint.requests, 1, "a refused client is not asked again and again")
+        XCTAssertEqual(endpoint.strings("refusals"), ["signature does not verify"])
+
+        try replaceFile(keyFile, with: try String(contentsOf: registered, encoding: .utf8))
+        relay.signal(SIGHUP)
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "the new key is tried at once")
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(endpoint.requests, 2)
+        XCTAssertTrue(relay.stderrText.contains("client credential changed; asking the token endpoint again"))
+    }
+
+    /// A stale or foreign assertion in the file (refused: invalid_client) is tried again as soon as the
+    /// file is replaced — the kubelet's next projected token — without a signal.
+    func testRefusedAssertionFileIsTriedAgainWhenReplaced() throws {
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "federated_subject": "system:serviceaccount:apps:relay",
+                                          "federated_audience": "api://AzureADTokenExchange"])
+        let file = workDir.appendingPathComponent("token")
+        try replaceFile(file, with: try endpoint.mint(subject: "system:serviceaccount:apps:other", audience: "api://AzureADTokenExchange"))
+        let relay = try startRelay(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_assertion_file": file.path])
+        XCTAssertNotEqual(try get(relay).status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/readyz").status) == 503 })
+        XCTAssertEqual(endpoint.requests, 1)
+
+        try replaceFile(file, with: try endpoint.mint(subject: "system:serviceaccount:apps:relay", audience: "api://AzureADTokenExchange"))
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "the replaced file is tried at once")
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(endpoint.requests, 2)
+    }
+
     /// With client_key_certificate_file the header names the certificate by its SHA-256 thumbprint
     /// (`x5t#S256`), as Microsoft Entra ID's certificate credentials want; PS256 as Entra recommends.
     func testCertificateThumbprintInTheHeader() throws {

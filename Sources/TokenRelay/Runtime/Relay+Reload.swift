@@ -95,6 +95,7 @@ extension Relay {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
         if let secret = preflight.clientSecret { redactor.add(secret) }
+        let credentialChange = Self.credentialChange(from: (config.refresh, credentialKeys), to: (next.refresh, preflight.credentialKeys))
         self.config = next
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
@@ -105,6 +106,8 @@ extension Relay {
                           lockTimeout: RefreshCoordinator.lockTimeout(for: next),
                           lockLifetime: next.tokens.redis?.effectiveLockSeconds(refreshSeconds: next.timeouts.refreshSeconds))
         watchClientSecret()
+        watchCredentialFiles()
+        if let credentialChange { clientCredentialChanged("reload: \(credentialChange)") }
     }
 
     /// The token endpoint client with the running refresh settings and client secret, from its next exchange on.

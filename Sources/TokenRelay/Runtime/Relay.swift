@@ -18,6 +18,7 @@ public final class Relay {
     /// The keys of private_key_jwt and jwt_bearer, as the last start or reload loaded them.
     var credentialKeys: CredentialKeys
     var secretWatch: ClientSecretWatch?
+    var credentialFilesWatch: CredentialFilesWatch?
     let metrics = RelayMetrics()
     let coordinator: RefreshCoordinator
     let endpoint: TokenEndpointClient
@@ -70,6 +71,7 @@ public final class Relay {
         }
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
         watchClientSecret()
+        watchCredentialFiles()
     }
 
     /// Redis when configured (fleet mode), else the token file with its lock.
@@ -170,6 +172,7 @@ public final class Relay {
         drainTimer = nil
         systemd.close()
         secretWatch = nil
+        credentialFilesWatch = nil
         proxy.closePools()
     }
 }

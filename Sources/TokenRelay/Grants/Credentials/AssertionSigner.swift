@@ -66,6 +66,13 @@ struct CredentialKeys: Sendable {
 
     static let none = CredentialKeys()
 
+    /// What tells one set of keys from another without a byte of them: thumbprints, kids, algorithms.
+    var identity: [String] {
+        [clientAssertion, grantAssertion].map { signer in
+            signer.map { "\($0.key.thumbprint) \($0.algorithm.rawValue) \($0.keyID ?? "") \($0.certificateThumbprint ?? "")" } ?? "none"
+        }
+    }
+
     static func load(_ settings: Config.Refresh) throws -> CredentialKeys {
         var keys = CredentialKeys()
         if settings.clientAuth == .privateKeyJWT, case .signed(let signing)? = settings.clientAssertion {

@@ -59,30 +59,49 @@ enum CredentialFile {
     }
 }
 
-extension Preflight {
-    /// For `check`: the files read afresh for every token request (an assertion, a subject or actor token)
-    /// that could not be used right now, each as "; WARNING: <reason>". Not errors: whoever writes them (the
-    /// kubelet) may not have yet, and tokenrelay starts and retries without them.
-    public var credentialFileWarnings: String {
-        let refresh = config.refresh
-        var files: [(path: String, field: String, isJWT: Bool)] = []
-        if refresh.clientAuth == .privateKeyJWT, case .file(let path)? = refresh.clientAssertion {
-            files.append((path, "refresh.client_assertion_file", true))
+/// A file the running settings read afresh for every token request.
+struct PerRequestCredentialFile {
+    let field: String
+    let path: String
+    /// Must hold an unexpired JWT (else any non-empty text).
+    let isJWT: Bool
+
+    static func all(_ settings: Config.Refresh) -> [PerRequestCredentialFile] {
+        var files: [PerRequestCredentialFile] = []
+        if settings.clientAuth == .privateKeyJWT, case .file(let path)? = settings.clientAssertion {
+            files.append(.init(field: "refresh.client_assertion_file", path: path, isJWT: true))
         }
-        if refresh.grant == .jwtBearer, case .file(let path)? = refresh.assertion { files.append((path, "refresh.assertion.file", true)) }
-        if refresh.grant == .tokenExchange, let exchange = refresh.tokenExchange {
-            files.append((exchange.subjectTokenFile, "refresh.subject_token_file", exchange.subjectTokenType == TokenExchangeSettings.jwtTokenType))
+        if settings.grant == .jwtBearer, case .file(let path)? = settings.assertion {
+            files.append(.init(field: "refresh.assertion.file", path: path, isJWT: true))
+        }
+        if settings.grant == .tokenExchange, let exchange = settings.tokenExchange {
+            files.append(.init(field: "refresh.subject_token_file", path: exchange.subjectTokenFile,
+                               isJWT: exchange.subjectTokenType == TokenExchangeSettings.jwtTokenType))
             if let actor = exchange.actorTokenFile {
-                files.append((actor, "refresh.actor_token_file", exchange.actorTokenType == TokenExchangeSettings.jwtTokenType))
+                files.append(.init(field: "refresh.actor_token_file", path: actor, isJWT: exchange.actorTokenType == TokenExchangeSettings.jwtTokenType))
             }
         }
-        return files.compactMap { file -> String? in
-            do {
-                _ = file.isJWT ? try CredentialFile.jwt(at: file.path, field: file.field) : try CredentialFile.text(at: file.path, field: file.field)
-                return nil
-            } catch {
-                return "; WARNING: \(error) (it is read again for every token request)"
-            }
+        return files
+    }
+
+    /// Why the file cannot be used right now, or nil.
+    func problem() -> String? {
+        do {
+            _ = isJWT ? try CredentialFile.jwt(at: path, field: field) : try CredentialFile.text(at: path, field: field)
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+}
+
+extension Preflight {
+    /// For `check`: the files read afresh for every token request that could not be used right now, each as
+    /// "; WARNING: <reason>". Not errors: whoever writes them (the kubelet) may not have yet, and tokenrelay
+    /// starts and retries without them.
+    public var credentialFileWarnings: String {
+        PerRequestCredentialFile.all(config.refresh).compactMap { file in
+            file.problem().map { "; WARNING: \($0) (it is read again for every token request)" }
         }.joined()
     }
 }
