@@ -34,7 +34,8 @@
 #                      Defaults to SCENARIOS=small.
 #   UPSTREAM_KEEPALIVE_REQUESTS=N  the upstream closes each connection after N requests (default 1000000), so
 #                      reconnects (and, with UPSTREAM_TLS=1, handshakes and resumption) count
-#   SCENARIOS          which paths to time, "small large" by default
+#   SCENARIOS          which paths to time, "small large" by default; "h2" alone runs bench/h2.sh (h2load
+#                      with prior knowledge → proxy → HTTP/1.1 upstream, tokenrelay beside nginx `listen ... http2`)
 #   OLD_BIN=path       with EVHTTP=1: the `evhttp` instance runs this binary (an old build that still has the
 #                      evhttp engine, e.g. one built at a4db024) instead of this tree's
 #
@@ -69,6 +70,8 @@ UPSTREAM_KEEPALIVE_REQUESTS=${UPSTREAM_KEEPALIVE_REQUESTS:-1000000}
 if [[ "$UPSTREAM_TLS" == 1 ]]; then SCENARIOS_DEFAULT=small; else SCENARIOS_DEFAULT="small large"; fi
 read -r -a SCENARIOS <<<"${SCENARIOS:-$SCENARIOS_DEFAULT}"
 OLD_BIN=${OLD_BIN:-}
+# The HTTP/2 scenario (h2load with prior knowledge, beside nginx's `listen ... http2`) has its own script.
+if [[ "${SCENARIOS[*]}" == h2 ]]; then exec "$(dirname "${BASH_SOURCE[0]}")/h2.sh"; fi
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)

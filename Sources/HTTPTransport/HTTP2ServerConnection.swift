@@ -57,6 +57,10 @@ public final class HTTP2ServerConnection {
     private var inLibrary = false
     private var flushWanted = false
     private var checkTimer: TransportTimer?
+    /// Output is written once per loop iteration (`scheduleFlush`): the frames of every stream answered
+    /// in one iteration share a write instead of a write each.
+    private var flushTimer: TransportTimer?
+    private var flushScheduled = false
     private var lastInput = monotonicSeconds()
     private var stalledSince: Double?
     private var selfRetain: HTTP2ServerConnection?
@@ -83,6 +87,10 @@ public final class HTTP2ServerConnection {
         stream.sendStallLimit = max(0, settings.sendTimeout)
         if settings.idleTimeout > 0 {
             checkTimer = TransportTimer(loop: loop, repeats: true) { [unowned self] in self.checkActivity() }
+        }
+        flushTimer = TransportTimer(loop: loop) { [unowned self] in
+            self.flushScheduled = false
+            self.flush()
         }
         if !HTTP2Session.makeServer(&session, for: self, settings: settings) { session = nil }
     }
@@ -170,7 +178,14 @@ public final class HTTP2ServerConnection {
     func submit(_ body: (OpaquePointer) -> Void) {
         guard let session, !isClosed else { return }
         body(session)
-        flush()
+        scheduleFlush()
+    }
+
+    /// Writes at the end of this loop iteration, with whatever else is submitted until then.
+    func scheduleFlush() {
+        guard !flushScheduled, !isClosed else { return }
+        flushScheduled = true
+        flushTimer?.schedule(after: 0)
     }
 
     var sessionForStreams: OpaquePointer? { isClosed ? nil : session }
@@ -207,7 +222,7 @@ public final class HTTP2ServerConnection {
     func consume(_ id: Int32, _ count: Int) {
         guard let session, count > 0, !isClosed else { return }
         _ = nghttp2_session_consume(session, id, count)
-        flush()
+        scheduleFlush()
     }
 }
 
@@ -228,7 +243,7 @@ extension HTTP2ServerConnection: SocketStreamOwner {
             return
         }
         input.consume(min(count, used))
-        flush()
+        scheduleFlush()
     }
 
     func streamReachedEnd(_ stream: SocketStream) { close() }
@@ -242,6 +257,8 @@ extension HTTP2ServerConnection: SocketStreamOwner {
         isClosed = true
         checkTimer?.cancel()
         checkTimer = nil
+        flushTimer?.cancel()
+        flushTimer = nil
         let open = streams
         streams = [:]
         for closed in open.values { closed.closed(errorCode: UInt32(NGHTTP2_CANCEL.rawValue)) }

@@ -69,12 +69,10 @@ public final class HTTP2ServerStream {
         headerListSize += name.count + value.count + 32
         guard headerListSize <= maxHeadBytes else { return }
         if name.first == UInt8(ascii: ":") {
-            switch String(decoding: name, as: UTF8.self) {
-            case ":method": method = Array(value)
-            case ":path": path = Array(value)
-            case ":authority": authority = Array(value)
-            default: break   // :scheme: the upstream's scheme is the configuration's
-            }
+            // :scheme is not kept: the upstream's scheme is the configuration's.
+            if asciiEqualIgnoringCase(name, ":method") { method = Array(value) }
+            else if asciiEqualIgnoringCase(name, ":path") { path = Array(value) }
+            else if asciiEqualIgnoringCase(name, ":authority") { authority = Array(value) }
             return
         }
         if asciiEqualIgnoringCase(name, "cookie") {
@@ -199,7 +197,7 @@ public final class HTTP2ServerStream {
     /// A `100 Continue` (HTTP/2 carries it as a HEADERS frame of its own).
     public func sendContinue() {
         guard !responseStarted, !isClosed else { return }
-        submitHead(status: 100, fields: [], endStream: false, provider: false)
+        submitHead(HTTP2FieldList(status: 100), informational: true, endStream: false, provider: false)
     }
 
     /// Starts the response: `fields` are written as HTTP/1.1 field lines (see `HTTPFieldBlock`) and sent
@@ -209,17 +207,18 @@ public final class HTTP2ServerStream {
         guard !responseStarted, !isClosed else { return }
         var block = HTTPFieldBlock()
         fields(&block)
-        var pairs = Self.fieldPairs(block.serialized)
+        var list = HTTP2FieldList(status: status)
+        list.appendLines(block.buffer.bytes)
         var hasBody = true
         switch body {
         case .none: hasBody = false
         case .known(let n):
-            pairs.append((Array("content-length".utf8), Array(String(n).utf8)))
+            list.append(name: "content-length", decimal: n)
             hasBody = n > 0
         case .unknown: break
         }
         if isHeadRequest || status == 204 || status == 304 { hasBody = false }
-        submitHead(status: status, fields: pairs, endStream: !hasBody, provider: hasBody)
+        submitHead(list, informational: false, endStream: !hasBody, provider: hasBody)
         if !hasBody { responseComplete = true }
     }
 
@@ -281,25 +280,23 @@ public final class HTTP2ServerStream {
     }
 
     private func resume() {
-        guard deferred else { return connection.flush() }
+        guard deferred else { return connection.scheduleFlush() }
         deferred = false
         connection.submit { session in _ = nghttp2_session_resume_data(session, id) }
     }
 
-    private func submitHead(status: Int, fields: [([UInt8], [UInt8])], endStream: Bool, provider: Bool) {
-        if status >= 200 { responseStarted = true }
-        var all: [([UInt8], [UInt8])] = [(Array(":status".utf8), Array(String(status).utf8))]
-        all.append(contentsOf: fields)
+    private func submitHead(_ list: HTTP2FieldList, informational: Bool, endStream: Bool, provider: Bool) {
+        if !informational { responseStarted = true }
         connection.submit { session in
-            Self.withNameValues(all) { nva in
-                if status < 200 {
-                    _ = nghttp2_submit_headers(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, nil, nva.baseAddress, nva.count, nil)
+            list.withNameValues { nva, count in
+                if informational {
+                    _ = nghttp2_submit_headers(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, nil, nva, count, nil)
                 } else if provider {
                     var source = nghttp2_data_provider()
                     source.read_callback = HTTP2Session.readBody
-                    _ = nghttp2_submit_response(session, id, nva.baseAddress, nva.count, &source)
+                    _ = nghttp2_submit_response(session, id, nva, count, &source)
                 } else {
-                    _ = nghttp2_submit_response(session, id, nva.baseAddress, nva.count, nil)
+                    _ = nghttp2_submit_response(session, id, nva, count, nil)
                 }
             }
         }
@@ -325,9 +322,10 @@ public final class HTTP2ServerStream {
             responseComplete = true
             if !trailers.isEmpty {
                 flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue)
-                let pairs = trailers.map { (Array($0.name.lowercased().utf8), Array($0.value.utf8)) }
+                var list = HTTP2FieldList()
+                for field in trailers { list.append(name: field.name, value: field.value) }
                 if let session = sessionPointer {
-                    Self.withNameValues(pairs) { nva in _ = nghttp2_submit_trailer(session, id, nva.baseAddress, nva.count) }
+                    list.withNameValues { nva, count in _ = nghttp2_submit_trailer(session, id, nva, count) }
                 }
             }
             return n
@@ -349,53 +347,5 @@ public final class HTTP2ServerStream {
         let told = handler
         handler = nil
         if !complete { told?.streamReset(self) }
-    }
-
-    // MARK: - Field conversion
-
-    /// "Name: value\r\n" lines as lower-cased name/value pairs, without what HTTP/2 forbids (RFC 9113
-    /// §8.2.2: connection-specific fields; a hop-by-hop field must not reach an HTTP/2 peer).
-    static func fieldPairs(_ lines: [UInt8]) -> [([UInt8], [UInt8])] {
-        var pairs: [([UInt8], [UInt8])] = []
-        var start = 0
-        while start < lines.count {
-            guard let end = lines[start...].firstIndex(of: UInt8(ascii: "\r")) else { break }
-            let line = lines[start..<end]
-            start = end + 2
-            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { continue }
-            let name = line[line.startIndex..<colon].map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }
-            var valueStart = colon + 1
-            while valueStart < line.endIndex && (line[valueStart] == 32 || line[valueStart] == 9) { valueStart += 1 }
-            if isConnectionSpecific(name) { continue }
-            pairs.append((name, Array(line[valueStart...])))
-        }
-        return pairs
-    }
-
-    static func isConnectionSpecific(_ name: [UInt8]) -> Bool {
-        switch String(decoding: name, as: UTF8.self) {
-        case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "te": return true
-        default: return false
-        }
-    }
-
-    static func withNameValues(_ pairs: [([UInt8], [UInt8])], _ body: (UnsafeMutableBufferPointer<nghttp2_nv>) -> Void) {
-        // One flat copy, so that every pointer stays valid for the call (nghttp2 copies the fields).
-        var flat: [UInt8] = []
-        var ranges: [(Int, Int, Int, Int)] = []
-        for (name, value) in pairs {
-            ranges.append((flat.count, name.count, flat.count + name.count, value.count))
-            flat.append(contentsOf: name)
-            flat.append(contentsOf: value)
-        }
-        flat.append(0)
-        flat.withUnsafeMutableBufferPointer { bytes in
-            let base = bytes.baseAddress!
-            var nva = ranges.map { range in
-                nghttp2_nv(name: base + range.0, value: base + range.2, namelen: range.1, valuelen: range.3,
-                           flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
-            }
-            nva.withUnsafeMutableBufferPointer { body($0) }
-        }
     }
 }

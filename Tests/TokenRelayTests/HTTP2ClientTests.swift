@@ -148,4 +148,20 @@ final class HTTP2ClientTests: RelayTestCase {
         XCTAssertTrue(ended, "then closed")
         XCTAssertEqual(api.requestCount, 1)
     }
+
+    /// A real gRPC client (Python's grpcio, insecure channel) through tokenrelay to an HTTP/1.1 upstream:
+    /// the call fails cleanly with UNAVAILABLE and a message saying why, not with a broken stream.
+    func testAGRPCIOClientGetsUnavailableFromAnHTTP1Upstream() throws {
+        let relay = try startH2Relay()
+        // Debian's python3-grpcio is for the system's python3, which may not be the first on PATH.
+        guard let python = ["/usr/bin/python3", "python3"].first(where: { (try? runTool($0, ["-c", "import grpc"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 grpcio is not installed (scripts/ensure-deps --test installs python3-grpcio)")
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/grpc_call.py")
+        let result = try runTool(python, [script.path, String(relay.proxyPort), "/pkg.Service/Method"], timeout: 60)
+        let outcome = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], result.stdout + result.stderr)
+        XCTAssertEqual(outcome["code"] as? String, "UNAVAILABLE", result.stdout)
+        XCTAssertTrue((outcome["details"] as? String ?? "").contains("HTTP/2"), result.stdout)
+        XCTAssertEqual(api.requestCount, 0)
+    }
 }

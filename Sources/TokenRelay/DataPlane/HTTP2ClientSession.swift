@@ -13,6 +13,10 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
     private unowned let frontEnd: TransportFrontEnd
     let connection: HTTP2ServerConnection
     private(set) lazy var forwardedClient = ForwardedClient(address: connection.peer.host)
+    /// Deadline timers and target buffers of finished streams, for the next ones (as `ClientSession`
+    /// keeps its exchanges'): a stream then costs no timer event and no buffer of its own.
+    private var spareDeadlineTimer: DeadlineTimer?
+    private var spareTargetBuffers: [[UInt8]] = []
 
     init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTP2ServerConnection) {
         self.proxy = proxy
@@ -32,7 +36,31 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
     }
 
     func connectionEnded(_ connection: HTTP2ServerConnection) {
+        spareDeadlineTimer = nil
         frontEnd.http2SessionEnded(self)
+    }
+
+    func lendDeadlineTimer() -> DeadlineTimer {
+        guard let timer = spareDeadlineTimer else { return DeadlineTimer(loop: proxy.loop.transport) }
+        spareDeadlineTimer = timer.nextSpare
+        timer.nextSpare = nil
+        return timer
+    }
+
+    func returnDeadlineTimer(_ timer: DeadlineTimer) {
+        guard !connection.isClosed else { return }
+        timer.nextSpare = spareDeadlineTimer
+        spareDeadlineTimer = timer
+    }
+
+    func lendTargetBuffer() -> [UInt8] { spareTargetBuffers.popLast() ?? [] }
+
+    func returnTargetBuffer(_ buffer: inout [UInt8]) {
+        guard spareTargetBuffers.count < connection.settings.maxConcurrentStreams else { return }
+        var kept: [UInt8] = []
+        swap(&kept, &buffer)
+        kept.removeAll(keepingCapacity: true)
+        spareTargetBuffers.append(kept)
     }
 
     /// RFC 9113 has no other way to tell a gRPC call; gRPC's own clients send both.
@@ -128,13 +156,13 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
         current?.clientGone()
     }
 
-    func lendDeadlineTimer() -> DeadlineTimer { DeadlineTimer(loop: proxy.loop.transport) }
+    func lendDeadlineTimer() -> DeadlineTimer { owner.lendDeadlineTimer() }
 
-    func returnDeadlineTimer(_ timer: DeadlineTimer) {}
+    func returnDeadlineTimer(_ timer: DeadlineTimer) { owner.returnDeadlineTimer(timer) }
 
-    func lendTargetBuffer() -> [UInt8] { [] }
+    func lendTargetBuffer() -> [UInt8] { owner.lendTargetBuffer() }
 
-    func returnTargetBuffer(_ buffer: inout [UInt8]) {}
+    func returnTargetBuffer(_ buffer: inout [UInt8]) { owner.returnTargetBuffer(&buffer) }
 
     func exchangeFinished(_ finished: RelayedExchange<StreamSession>) {
         if exchange === finished { exchange = nil }
