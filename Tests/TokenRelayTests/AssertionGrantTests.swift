@@ -97,6 +97,23 @@ final class AssertionGrantTests: CredentialTestCase {
         XCTAssertTrue(waitUntil(timeout: 10) { (try? self.get(relay).status) == 200 })
     }
 
+    /// A subject token the endpoint refuses (invalid_grant): one exchange; a replaced file is tried at once.
+    func testRefusedSubjectTokenIsTriedAgainWhenTheFileIsReplaced() throws {
+        let endpoint = try startEndpoint(["client_auth": "none"])
+        let subjectFile = workDir.appendingPathComponent("subject")
+        let good = try endpoint.mint(subject: "sa", audience: "sts")
+        let parts = good.split(separator: ".")
+        try replaceFile(subjectFile, with: "\(parts[0]).\(parts[1]).\(String(parts[2].reversed()))")  // not the kubelet's signature
+        let relay = try startRelay(refresh: ["grant": "token_exchange", "subject_token_file": subjectFile.path])
+        XCTAssertNotEqual(try get(relay).status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.admin(relay, "/readyz").status) == 503 })
+        XCTAssertEqual(endpoint.requests, 1)
+        try replaceFile(subjectFile, with: good)
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        XCTAssertEqual(try get(relay).status, 200)
+        XCTAssertEqual(endpoint.requests, 2)
+    }
+
     private func readTokenFile() throws -> [String: Any] {
         try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
     }
