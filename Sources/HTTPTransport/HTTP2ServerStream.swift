@@ -31,11 +31,7 @@ public final class HTTP2ServerStream {
     public var peer: PeerAddress { connection.peer }
 
     // The request head as it arrives.
-    private var method: [UInt8] = [], path: [UInt8] = [], authority: [UInt8] = []
-    private var fieldLines: [UInt8] = []
-    private var cookie: [UInt8] = []
-    private var hasContentLength = false
-    private var headerListSize = 0
+    private var fields: HTTP2RequestFields
     private let maxHeadBytes: Int
     private var isHeadRequest = false
 
@@ -60,60 +56,23 @@ public final class HTTP2ServerStream {
         self.connection = connection
         self.id = id
         self.maxHeadBytes = maxHeadBytes
+        fields = HTTP2RequestFields(maxBytes: maxHeadBytes)
     }
 
     // MARK: - The request
 
     func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
-        // RFC 9113 §6.5.2's measure; past the limit nothing more is kept (the head is answered 431).
-        headerListSize += name.count + value.count + 32
-        guard headerListSize <= maxHeadBytes else { return }
-        if name.first == UInt8(ascii: ":") {
-            // :scheme is not kept: the upstream's scheme is the configuration's.
-            if asciiEqualIgnoringCase(name, ":method") { method = Array(value) }
-            else if asciiEqualIgnoringCase(name, ":path") { path = Array(value) }
-            else if asciiEqualIgnoringCase(name, ":authority") { authority = Array(value) }
-            return
-        }
-        if asciiEqualIgnoringCase(name, "cookie") {
-            if !cookie.isEmpty { cookie.append(contentsOf: "; ".utf8) }
-            cookie.append(contentsOf: value)
-            return
-        }
-        // A Host beside :authority would be a second Host in HTTP/1.1: :authority wins (RFC 9113 §8.3.1).
-        if asciiEqualIgnoringCase(name, "host") && !authority.isEmpty { return }
-        if asciiEqualIgnoringCase(name, "content-length") { hasContentLength = true }
-        fieldLines.append(contentsOf: name)
-        fieldLines.append(contentsOf: ": ".utf8)
-        fieldLines.append(contentsOf: value)
-        fieldLines.append(contentsOf: "\r\n".utf8)
+        fields.add(name: name, value: value)
     }
 
     /// Makes the head; false when the stream was answered here instead (431, 400).
     func completeHead(endStream: Bool) -> Bool {
-        if headerListSize > maxHeadBytes {
+        if fields.isOverLimit {
             respondLocally(status: 431, message: "request header fields larger than the limit")
             return false
         }
-        var bytes = method
-        bytes.append(UInt8(ascii: " "))
-        bytes.append(contentsOf: path.isEmpty ? authority : path)
-        bytes.append(contentsOf: " HTTP/1.1\r\n".utf8)
-        if !authority.isEmpty {
-            bytes.append(contentsOf: "host: ".utf8)
-            bytes.append(contentsOf: authority)
-            bytes.append(contentsOf: "\r\n".utf8)
-        }
-        bytes.append(contentsOf: fieldLines)
-        if !cookie.isEmpty {
-            bytes.append(contentsOf: "cookie: ".utf8)
-            bytes.append(contentsOf: cookie)
-            bytes.append(contentsOf: "\r\n".utf8)
-        }
-        if !endStream && !hasContentLength { bytes.append(contentsOf: "transfer-encoding: chunked\r\n".utf8) }
-        bytes.append(contentsOf: "\r\n".utf8)
-        fieldLines = []
-        cookie = []
+        var bytes = fields.http1Head(endStream: endStream)
+        fields = HTTP2RequestFields(maxBytes: 0)   // kept no longer: the head is made
         var parser = HeadParser(limits: HTTPWireLimits(maxHeadBytes: max(maxHeadBytes, bytes.count)))
         var parsed = RequestHead()
         let outcome: Result<Bool, HTTPWireError> = bytes.withUnsafeMutableBytes { buffer in
