@@ -19,8 +19,8 @@ public protocol HTTP2ServerConnectionHandler: AnyObject {
 /// rules; docs/nghttp2.md says what we rely on); this class feeds it the socket's bytes and writes what
 /// it produces, and turns each request stream into an `HTTP2ServerStream` with the same head type the
 /// HTTP/1.1 connection hands out. The limits the product sets per connection:
-/// - `maxConcurrentStreams` is announced in SETTINGS and enforced by nghttp2 (a stream over it is refused
-///   with RST_STREAM REFUSED_STREAM, which a client may retry);
+/// - `maxConcurrentStreams` is announced in SETTINGS and enforced by nghttp2 (a client that opens more
+///   once it has acknowledged them gets GOAWAY PROTOCOL_ERROR);
 /// - a request's header list over `limits.maxHeadBytes` (counted as RFC 9113 counts it: name, value and 32
 ///   per field) is answered 431 without being reported;
 /// - `idleTimeout`: a connection with no stream open and nothing received for that long is closed with a
@@ -108,10 +108,13 @@ public final class HTTP2ServerConnection {
         if let session { nghttp2_session_del(session) }
     }
 
-    /// Sends GOAWAY (no new stream is accepted; the ones open finish) and closes when they have.
+    /// Sends GOAWAY naming the last stream taken (no new stream is accepted; the ones open finish) and
+    /// closes when they have: nghttp2 wants neither to read nor to write once GOAWAY is out and no
+    /// stream is left. (Not `terminate_session`, which closes as soon as its GOAWAY is sent.)
     public func drain() {
         guard let session, !isClosed else { return }
-        _ = nghttp2_session_terminate_session2(session, nghttp2_session_get_last_proc_stream_id(session), UInt32(NGHTTP2_NO_ERROR.rawValue))
+        _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nghttp2_session_get_last_proc_stream_id(session),
+                                  UInt32(NGHTTP2_NO_ERROR.rawValue), nil, 0)
         flush()
     }
 

@@ -164,4 +164,30 @@ final class HTTP2ClientTests: RelayTestCase {
         XCTAssertTrue((outcome["details"] as? String ?? "").contains("HTTP/2"), result.stdout)
         XCTAssertEqual(api.requestCount, 0)
     }
+
+    /// Shutdown: an HTTP/2 client gets GOAWAY, its stream in flight is still answered, then the
+    /// connection closes and the relay exits cleanly.
+    func testShutdownSendsGoawayAndFinishesTheStreamsInFlight() throws {
+        let arrived = TestSignal(), release = TestSignal()
+        let upstream = try RawUpstream { connection in
+            guard try connection.readHead() != nil else { return }
+            arrived.fire()
+            _ = release.wait(timeout: 20)
+            try connection.write("HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ndone")
+        }
+        defer { upstream.stop() }
+        let relay = try startH2Relay(["upstream": ["url": upstream.baseURL], "timeouts": ["drain_seconds": 20]])
+        let client = try RawHTTP2Client(port: relay.proxyPort, timeout: 20)
+        try client.sendHeaders(stream: 1, RawHTTP2Client.request("GET", "/slow"), endStream: true)
+        XCTAssertTrue(arrived.wait(timeout: 10))
+        relay.signal(SIGTERM)
+        let (early, _) = client.readFrames { $0.type == RawHTTP2Client.goaway }
+        XCTAssertEqual(early.last?.type, RawHTTP2Client.goaway, "GOAWAY at once")
+        release.fire()
+        let (frames, ended) = client.readFrames()
+        XCTAssertTrue(frames.contains { $0.type == RawHTTP2Client.headers && $0.stream == 1 }, "frames: \(frames.map(\.type))")
+        XCTAssertTrue(frames.contains { $0.type == RawHTTP2Client.data && $0.stream == 1 && $0.payload == Data("done".utf8) })
+        XCTAssertTrue(ended)
+        XCTAssertEqual(relay.waitForExit(timeout: 20), 0)
+    }
 }

@@ -150,4 +150,26 @@ final class HTTP2HygieneTests: RelayTestCase {
         XCTAssertFalse(frames.contains { $0.type == RawHTTP2Client.data && !$0.payload.isEmpty }, "no body went out")
         assertStillServing(relay)
     }
+
+    /// `limits.max_concurrent_streams`: a client that has our SETTINGS and opens one stream more than they
+    /// allow commits a protocol error (RFC 9113 §5.1.2): nghttp2 ends the connection with GOAWAY. The
+    /// streams within the limit were forwarded.
+    func testAStreamOverTheConcurrencyLimitEndsTheConnection() throws {
+        let relay = try startH2Relay(["limits": ["max_concurrent_streams": 4]])
+        let client = try RawHTTP2Client(port: relay.proxyPort)
+        _ = client.readFrames { $0.type == RawHTTP2Client.settings && $0.flags & 1 == 0 }
+        try client.write(RawHTTP2Client.frame(RawHTTP2Client.settings, 1, 0, Data()))   // ACK: the limit applies
+        var burst = Data()
+        for index in 0..<5 {
+            // Bodies never sent: each stream stays open.
+            burst.append(RawHTTP2Client.frame(RawHTTP2Client.headers, RawHTTP2Client.endHeaders, UInt32(2 * index + 1),
+                                              RawHTTP2Client.block(RawHTTP2Client.request("POST", "/upload", extra: [("content-length", "1")]))))
+        }
+        try client.write(burst)
+        let (frames, ended) = client.readFrames()
+        let goaway = frames.first { $0.type == RawHTTP2Client.goaway }
+        XCTAssertEqual(goaway?.errorCode, RawHTTP2Client.protocolError, "frames: \(frames.map(\.type))")
+        XCTAssertTrue(ended)
+        assertStillServing(relay)
+    }
 }

@@ -89,7 +89,13 @@ final class TransportFrontEnd {
 
     func http2SessionEnded(_ session: HTTP2ClientSession) {
         http2Sessions[ObjectIdentifier(session)] = nil
+        if proxy.isDraining { proxy.checkDrained() }
     }
+
+    /// HTTP/2 connections not closed yet. At shutdown they close once their last stream's frames (and
+    /// the GOAWAY) are written, which is after the exchanges have finished: their output is written once
+    /// per loop iteration, so an exit as soon as the last exchange finished would lose it.
+    var openHTTP2Connections: Int { http2Sessions.count }
 
     private func accepted(_ connection: HTTPServerConnection) {
         // A client's FIN while its answer is awaited means it left: the held or upstream request is dropped.

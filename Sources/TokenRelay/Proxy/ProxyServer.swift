@@ -204,11 +204,12 @@ final class ProxyServer {
         checkDrained()
     }
 
-    /// Drained: no exchange left, every final response written out, and no exchange with the token
+    /// Drained: no exchange left, every final response written out (HTTP/2 connections closed: they write
+    /// once per loop iteration and close after their GOAWAY and last stream), and no exchange with the token
     /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
     /// reach the token file before the process exits).
     func checkDrained() {
-        if isDraining && active.isEmpty && !coordinator.isTalkingToTokenEndpoint { onDrained?() }
+        if isDraining && active.isEmpty && !coordinator.isTalkingToTokenEndpoint && frontEnd.openHTTP2Connections == 0 { onDrained?() }
     }
 
     // MARK: - Shutdown
