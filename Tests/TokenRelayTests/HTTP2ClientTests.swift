@@ -190,4 +190,28 @@ final class HTTP2ClientTests: RelayTestCase {
         XCTAssertTrue(ended)
         XCTAssertEqual(relay.waitForExit(timeout: 20), 0)
     }
+
+    /// A body over `limits.max_body_bytes` is streamed from the HTTP/2 stream to the upstream (flow control
+    /// holds the client back), and a large response comes back whole.
+    func testALargeUploadIsStreamedAndALargeResponseRelayedWhole() throws {
+        let relay = try startH2Relay(["limits": ["max_body_bytes": 1 << 20]])
+        let body = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ ($0 >> 13)) })
+        let file = makeTemporaryDirectory(prefix: "h2-upload").appendingPathComponent("body")
+        try body.write(to: file)
+        api.responseOverride = { request in
+            request.path == "/upload" ? .json(200, ["received": request.body.count]) : nil
+        }
+        let upload = try curlH2(relay, "/upload", ["-X", "POST", "--data-binary", "@\(file.path)", "-H", "Content-Type: application/octet-stream"])
+        XCTAssertTrue(upload.stdout.contains("HTTP/2 200"), upload.stdout + upload.stderr)   // after curl's own "HTTP/2 100"
+        XCTAssertTrue(api.requests.last?.body == body, "the body arrived altered (\(api.requests.last?.body.count ?? 0) bytes)")
+
+        let big = String(repeating: "0123456789abcdef", count: (8 << 20) / 16)
+        let bigBody = Data(big.utf8)
+        api.responseOverride = { request in request.path == "/big" ? TestResponse(status: 200, headers: [("Content-Type", "text/plain")], body: bigBody) : nil }
+        let out = file.deletingLastPathComponent().appendingPathComponent("big")
+        let download = try runTool("curl", ["-sS", "--http2-prior-knowledge", "--max-time", "30", "-o", out.path, "-w", "%{http_code} %{size_download}",
+                                            "\(relay.proxyURL)/big"], timeout: 40)
+        XCTAssertEqual(download.stdout, "200 \(big.utf8.count)", download.stderr)
+        XCTAssertEqual(try Data(contentsOf: out), Data(big.utf8))
+    }
 }
