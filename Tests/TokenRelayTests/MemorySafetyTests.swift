@@ -44,6 +44,18 @@ final class MemorySafetyTests: RelayTestCase {
         let abandoned = try HTTPTestConnection(port: relay.proxyPort)
         try abandoned.writeRaw("GET /abandoned HTTP/1.1\r\nHost: x\r\n")
         abandoned.close()
+        // HTTP/2 with prior knowledge: concurrent streams, one reset before its answer, a gRPC refusal,
+        // and a connection left open into the shutdown (it gets GOAWAY).
+        if toolExists("nghttp") {
+            let streams = try runTool("nghttp", ["-n", "-m", "20", "\(relay.proxyURL)/h2"], timeout: 120)
+            XCTAssertEqual(streams.exitCode, 0, streams.stderr)
+        }
+        let h2 = try RawHTTP2Client(port: relay.proxyPort, timeout: 60)
+        try h2.sendHeaders(stream: 1, RawHTTP2Client.request("GET", "/h2-reset"), endStream: true)
+        try h2.sendReset(stream: 1)
+        try h2.sendHeaders(stream: 3, RawHTTP2Client.request("POST", "/pkg.S/M", extra: [("content-type", "application/grpc")]), endStream: true)
+        try h2.sendHeaders(stream: 5, RawHTTP2Client.request("GET", "/h2-last"), endStream: true)
+        _ = h2.readFrames { $0.stream == 5 && $0.flags & RawHTTP2Client.endStream != 0 }
         XCTAssertEqual(try admin(relay, "/metrics").status, 200)
         relay.signal(SIGTERM)
         let exitCode = relay.waitForExit(timeout: 60)
