@@ -241,6 +241,18 @@ final class ConfigSchemaTests: XCTestCase {
                                                      ("refresh.actor_token_type", "urn:x")], "refresh.actor_token_type: needs actor_token_file"),
             Self.invalid("subject token on refresh_token", [("refresh.subject_token_file", "/s")],
                          "refresh.subject_token_file: is only used by the token_exchange grant"),
+            Self.valid("routes and identities", [
+                ("routes", [["name": "hr", "match": ["path_prefix": "/hr/", "strip_prefix": true], "upstream": ["url": "https://hr.internal"], "identity": "hr"],
+                            ["name": "pay", "listen": "127.0.0.1:8091", "upstream": ["url": "http://pay.internal/v2"], "inject": ["header": "X-Token"]]]),
+                ("identities", ["hr": ["tokens": ["file": "/var/lib/tokenrelay/hr.json"],
+                                       "refresh": ["grant": "client_credentials", "token_url": "https://idp/token", "client_id": "hr",
+                                                   "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_post"]]]),
+            ]),
+            Self.invalid("route with listen and match", [("routes", [["name": "a", "listen": "127.0.0.1:8091", "match": ["host": "a"],
+                                                                       "upstream": ["url": "http://a"]]])], "routes[0].match:"),
+            Self.invalid("strip_prefix without path_prefix", [("routes", [["name": "a", "match": ["host": "a", "strip_prefix": true],
+                                                                            "upstream": ["url": "http://a"]]])], "routes[0].match.strip_prefix:"),
+            Self.invalid("identity without refresh", [("identities", ["a": ["tokens": ["file": "/a.json"]]])], "identities.a.refresh: is required"),
         ]
     }
 

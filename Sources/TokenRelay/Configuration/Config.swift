@@ -20,6 +20,10 @@ public struct Config: Sendable {
     public var accessLog = AccessLog()
     /// Which HTTP engine carries the proxied port (`data_plane`).
     public var dataPlane = DataPlane.transport
+    /// Further upstreams, each with its identity (`RouteSettings.swift`); empty: the top level is the only route.
+    public var routes: [Route] = []
+    /// Named identities, sorted by name; the top-level `tokens` and `refresh` are the default one.
+    public var identities: [Identity] = []
 
     public enum DataPlane: String, Sendable {
         /// libevent's evhttp, the engine of earlier releases. Retired: a config that names it still loads

@@ -29,34 +29,12 @@ public enum ConfigLoader {
     }
 
     private static func readRoot(_ root: JSONObjectReader) throws -> Config {
-        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane"])
+        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane", "routes", "identities"])
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
-        let upstreamObject = try root.object("upstream")
-        upstreamObject.declareKeys(["url", "tls", "passthrough_prefixes"])
-        let upstreamURL = try HTTPEndpoint.parse(upstreamObject.string("url"), field: "upstream.url")
-        var upstream = Config.Upstream(url: upstreamURL, tls: try TLSSettings.read(from: upstreamObject, for: upstreamURL))
-        if let prefixes = try upstreamObject.optionalStringArray("passthrough_prefixes") {
-            if let index = prefixes.firstIndex(where: { !$0.hasPrefix("/") }) {
-                throw ConfigError("upstream.passthrough_prefixes[\(index)]", "must start with /")
-            }
-            upstream.passthroughPrefixes = prefixes
-        }
-        try upstreamObject.rejectUnknownKeys()
+        let upstream = try readUpstream(root.object("upstream"))
 
-        let tokensObject = try root.object("tokens")
-        tokensObject.declareKeys(["file", "redis", "watch_interval_seconds"])
-        var tokens = Config.Tokens(file: try tokensObject.optionalString("file"))
-        tokens.redis = try RedisSettings.read(from: tokensObject)
-        if tokens.file == nil && tokens.redis == nil {
-            let missing = tokensObject.missing("file")
-            guard missing.description.hasSuffix("is required") else { throw missing }
-            throw ConfigError("tokens.file", "is required (or tokens.redis, for a fleet sharing tokens in Redis)")
-        }
-        if let interval = try tokensObject.optionalNumber("watch_interval_seconds", range: 0.1...3600) {
-            tokens.watchIntervalSeconds = interval
-        }
-        try tokensObject.rejectUnknownKeys()
+        let tokens = try readTokens(root.object("tokens"))
 
         let refresh = try readRefresh(root.object("refresh"))
 
@@ -104,6 +82,7 @@ public enum ConfigLoader {
             }
             try log.rejectUnknownKeys()
         }
+        try readRoutesAndIdentities(root, into: &config)
         return config
     }
 

@@ -53,7 +53,9 @@ struct ConfigReload {
     /// The loaded config was valid on its own; with restart-only values kept it may not be. The one case:
     /// the refresh lock checked against a `command_timeout_seconds` that does not apply live (a lock too
     /// short for the running command timeout would make every refresh stop short of the token endpoint).
+    /// And routes or identities, which this build checks but does not serve yet.
     func validate() throws {
+        try effective.requireServedRoutes()
         try effective.tokens.redis?.validateLock(refreshSeconds: effective.timeouts.refreshSeconds)
     }
 }

@@ -42,6 +42,7 @@ public final class Relay {
         self.logger = logger
         self.redactor = redactor
         self.reloadSource = reloadSource
+        try preflight.config.requireServedRoutes()
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys

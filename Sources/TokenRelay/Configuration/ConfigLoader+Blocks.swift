@@ -1,0 +1,33 @@
+/// The `upstream` and `tokens` blocks, read the same way at the top level and inside `routes` and
+/// `identities` (field paths come from the object, so an error names where it is).
+extension ConfigLoader {
+    static func readUpstream(_ object: JSONObjectReader) throws -> Config.Upstream {
+        object.declareKeys(["url", "tls", "passthrough_prefixes"])
+        let url = try HTTPEndpoint.parse(object.string("url"), field: object.fieldPath("url"))
+        var upstream = Config.Upstream(url: url, tls: try TLSSettings.read(from: object, for: url))
+        if let prefixes = try object.optionalStringArray("passthrough_prefixes") {
+            if let index = prefixes.firstIndex(where: { !$0.hasPrefix("/") }) {
+                throw ConfigError("\(object.fieldPath("passthrough_prefixes"))[\(index)]", "must start with /")
+            }
+            upstream.passthroughPrefixes = prefixes
+        }
+        try object.rejectUnknownKeys()
+        return upstream
+    }
+
+    static func readTokens(_ object: JSONObjectReader) throws -> Config.Tokens {
+        object.declareKeys(["file", "redis", "watch_interval_seconds"])
+        var tokens = Config.Tokens(file: try object.optionalString("file"))
+        tokens.redis = try RedisSettings.read(from: object)
+        if tokens.file == nil && tokens.redis == nil {
+            let missing = object.missing("file")
+            guard missing.description.hasSuffix("is required") else { throw missing }
+            throw ConfigError(object.fieldPath("file"), "is required (or \(object.fieldPath("redis")), for a fleet sharing tokens in Redis)")
+        }
+        if let interval = try object.optionalNumber("watch_interval_seconds", range: 0.1...3600) {
+            tokens.watchIntervalSeconds = interval
+        }
+        try object.rejectUnknownKeys()
+        return tokens
+    }
+}

@@ -1,0 +1,69 @@
+/// Reads `routes` and `identities` and checks them against each other and the top level (`RouteChecks`).
+extension ConfigLoader {
+    static func readRoutesAndIdentities(_ root: JSONObjectReader, into config: inout Config) throws {
+        if let object = try root.optionalObject("identities") {
+            config.identities = try object.keys.map { name in
+                try readIdentity(name: name, object.object(name), timeouts: config.timeouts)
+            }
+            try object.rejectUnknownKeys()
+        }
+        if let value = root.optionalValue("routes") {
+            guard let array = value as? [Any] else { throw ConfigError("routes", "must be an array of route objects") }
+            config.routes = try array.indices.map { index in
+                try readRoute(JSONObjectReader(array[index], path: "routes[\(index)]"))
+            }
+        }
+        try RouteChecks.check(config)
+    }
+
+    private static func readIdentity(name: String, _ object: JSONObjectReader, timeouts: Config.Timeouts) throws -> Config.Identity {
+        try RouteChecks.checkName(name, field: object.path, kind: "an identity name")
+        object.declareKeys(["tokens", "refresh", "login"])
+        let tokens = try readTokens(object.object("tokens"))
+        let refresh = try readRefresh(object.object("refresh"))
+        let login = try LoginSettings.read(from: object, refresh: refresh)
+        try tokens.redis?.validateLock(refreshSeconds: timeouts.refreshSeconds)
+        try object.rejectUnknownKeys()
+        return Config.Identity(name: name, tokens: tokens, refresh: refresh, login: login)
+    }
+
+    private static func readRoute(_ object: JSONObjectReader) throws -> Config.Route {
+        object.declareKeys(["name", "listen", "match", "upstream", "identity", "inject"])
+        let name = try object.string("name")
+        try RouteChecks.checkName(name, field: object.fieldPath("name"), kind: "a route name")
+        let listen = try object.optionalString("listen").map { try ListenAddress.parse($0, field: object.fieldPath("listen")) }
+        let match = try object.optionalObject("match").map(readMatch)
+        switch (listen, match) {
+        case (nil, nil): throw ConfigError(object.path, "needs listen (its own listener) or match (host and/or path_prefix on the main listener)")
+        case (_?, _?): throw ConfigError(object.fieldPath("match"), "a route with its own listen takes everything arriving there; set listen or match, not both")
+        default: break
+        }
+        let upstream = try readUpstream(object.object("upstream"))
+        let identity = try object.optionalString("identity")
+        let inject = object.has("inject") ? try InjectSettings.read(from: object) : nil
+        try object.rejectUnknownKeys()
+        return Config.Route(name: name, listen: listen, match: match, upstream: upstream, identity: identity, inject: inject)
+    }
+
+    private static func readMatch(_ object: JSONObjectReader) throws -> Config.RouteMatch {
+        object.declareKeys(["host", "path_prefix", "strip_prefix"])
+        var match = Config.RouteMatch()
+        if let host = try object.optionalString("host") {
+            guard RouteChecks.isHostPattern(host) else {
+                throw ConfigError(object.fieldPath("host"), "must be a host name or address, optionally with :port (letters, digits, . - [ ] :)")
+            }
+            match.host = host.lowercased()
+        }
+        if let prefix = try object.optionalString("path_prefix") {
+            if let problem = RouteChecks.pathPrefixProblem(prefix) { throw ConfigError(object.fieldPath("path_prefix"), problem) }
+            match.pathPrefix = prefix
+        }
+        if let strip = try object.optionalBool("strip_prefix") {
+            guard match.pathPrefix != nil || !strip else { throw ConfigError(object.fieldPath("strip_prefix"), "needs path_prefix") }
+            match.stripPrefix = strip
+        }
+        guard match.host != nil || match.pathPrefix != nil else { throw ConfigError(object.path, "needs host and/or path_prefix") }
+        try object.rejectUnknownKeys()
+        return match
+    }
+}

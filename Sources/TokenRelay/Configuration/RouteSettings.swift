@@ -1,0 +1,51 @@
+/// `routes` and `identities`: several upstreams, each with the identity whose token it carries. The
+/// top-level `upstream`, `tokens`, `refresh` and `inject` stay the default route and the default identity,
+/// so a config without these keys means exactly what it meant before.
+extension Config {
+    /// One entry of `routes`.
+    public struct Route: Sendable {
+        /// Unique among the routes; a metric label, so bounded by the config (`RouteNames`).
+        public var name: String
+        /// The route's own listener: everything arriving there is this route's.
+        public var listen: ListenAddress?
+        /// How a request on the main listener is recognised as this route's (nil with `listen`).
+        public var match: RouteMatch?
+        public var upstream: Upstream
+        /// The identity whose token this route carries; nil: the top-level one (`tokens`, `refresh`).
+        public var identity: String?
+        /// The route's own token header; nil: the top-level `inject`.
+        public var inject: InjectSettings?
+    }
+
+    /// `routes[].match`: the request's Host and/or the start of its path.
+    public struct RouteMatch: Sendable, Hashable {
+        /// Lower-cased; with no port it matches the Host field with or without one.
+        public var host: String?
+        /// Starts with `/`; the longest matching prefix wins.
+        public var pathPrefix: String?
+        /// Remove `pathPrefix` from the path before it goes upstream (keeping the leading `/`).
+        public var stripPrefix = false
+    }
+
+    /// One entry of `identities`: everything the top level has for obtaining and keeping a token.
+    public struct Identity: Sendable {
+        public var name: String
+        public var tokens: Tokens
+        public var refresh: Refresh
+        public var login: LoginSettings?
+    }
+
+    /// The identity `name` names; nil names the top-level identity, as does an unknown name (the loader
+    /// refuses unknown names, so that cannot reach here from a file).
+    public func identityTokens(_ name: String?) -> (tokens: Tokens, refresh: Refresh) {
+        guard let name, let identity = identities.first(where: { $0.name == name }) else { return (tokens, refresh) }
+        return (identity.tokens, identity.refresh)
+    }
+
+    /// Until the proxy serves routes, `run` and a reload refuse a config that has them rather than
+    /// silently sending every request to the top-level upstream with the top-level token.
+    public func requireServedRoutes() throws {
+        if !routes.isEmpty { throw ConfigError("routes", "is checked by this build but not yet served by run; remove it to run") }
+        if !identities.isEmpty { throw ConfigError("identities", "is checked by this build but not yet served by run; remove it to run") }
+    }
+}

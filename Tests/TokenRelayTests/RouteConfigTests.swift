@@ -1,0 +1,170 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+/// `routes` and `identities`: parsed with the same readers as the top level, checked against each other,
+/// every refusal one line naming the field (and both parties of a clash).
+final class RouteConfigTests: XCTestCase {
+    private func refresh(_ tokenURL: String) -> [String: Any] {
+        ["grant": "refresh_token", "token_url": tokenURL, "client_id": "legacy-app",
+         "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"]
+    }
+
+    private var base: [String: Any] {
+        [
+            "listen": "127.0.0.1:8080",
+            "upstream": ["url": "http://127.0.0.1:9000"],
+            "tokens": ["file": "/var/lib/tokenrelay/tokens.json"],
+            "refresh": refresh("http://127.0.0.1:9001/oauth/token"),
+            "admin": ["listen": "127.0.0.1:8081"],
+        ]
+    }
+
+    private var twoIdentities: [String: Any] {
+        var config = base
+        config["routes"] = [
+            ["name": "hr", "match": ["path_prefix": "/hr/", "strip_prefix": true], "upstream": ["url": "https://hr.internal"], "identity": "hr"],
+            ["name": "payments", "listen": "127.0.0.1:8091", "upstream": ["url": "https://pay.internal/v2"], "identity": "payments",
+             "inject": ["header": "X-Api-Token", "format": "{token}"]],
+            ["name": "docs", "match": ["host": "Docs.Internal"], "upstream": ["url": "http://docs.internal"]],
+        ]
+        config["identities"] = [
+            "hr": ["tokens": ["file": "/var/lib/tokenrelay/hr.json"], "refresh": refresh("https://idp.hr/token")],
+            "payments": ["tokens": ["redis": ["url": "redis://127.0.0.1:6379/0", "key": "tokenrelay:payments"]],
+                         "refresh": refresh("https://idp.pay/token")],
+        ]
+        return config
+    }
+
+    private func parse(_ object: [String: Any]) throws -> Config {
+        try ConfigLoader.parse(JSONSerialization.data(withJSONObject: object))
+    }
+
+    private func assertRefused(_ object: [String: Any], field: String, mentioning texts: [String] = [],
+                               file: StaticString = #filePath, line: UInt = #line) {
+        do {
+            _ = try parse(object)
+            XCTFail("accepted; expected an error at \(field)", file: file, line: line)
+        } catch let error as ConfigError {
+            XCTAssertEqual(error.field, field, "\(error)", file: file, line: line)
+            XCTAssertFalse(error.description.contains("\n"), "one line: \(error)", file: file, line: line)
+            for text in texts { XCTAssertTrue(error.description.contains(text), "expected \(text) in \(error)", file: file, line: line) }
+        } catch {
+            XCTFail("unexpected \(error)", file: file, line: line)
+        }
+    }
+
+    private func editing(_ config: [String: Any], route index: Int, _ edit: (inout [String: Any]) -> Void) -> [String: Any] {
+        var copy = config
+        var routes = copy["routes"] as! [[String: Any]]
+        edit(&routes[index])
+        copy["routes"] = routes
+        return copy
+    }
+
+    private func editing(_ config: [String: Any], identity name: String, _ edit: (inout [String: Any]) -> Void) -> [String: Any] {
+        var copy = config
+        var identities = copy["identities"] as! [String: Any]
+        var identity = identities[name] as! [String: Any]
+        edit(&identity)
+        identities[name] = identity
+        copy["identities"] = identities
+        return copy
+    }
+
+    func testTopLevelOnlyIsTheSingleDefaultRoute() throws {
+        let config = try parse(base)
+        XCTAssertTrue(config.routes.isEmpty)
+        XCTAssertTrue(config.identities.isEmpty)
+        XCTAssertNoThrow(try config.requireServedRoutes())
+        XCTAssertEqual(config.identityTokens(nil).tokens.file, "/var/lib/tokenrelay/tokens.json")
+    }
+
+    func testRoutesAndIdentitiesParse() throws {
+        let config = try parse(twoIdentities)
+        XCTAssertEqual(config.routes.map(\.name), ["hr", "payments", "docs"])
+        XCTAssertEqual(config.routes[0].match, Config.RouteMatch(host: nil, pathPrefix: "/hr/", stripPrefix: true))
+        XCTAssertEqual(config.routes[0].upstream.url.authority, "hr.internal")
+        XCTAssertNil(config.routes[0].inject)
+        XCTAssertEqual(config.routes[1].listen?.port, 8091)
+        XCTAssertNil(config.routes[1].match)
+        XCTAssertEqual(config.routes[1].inject?.header, "X-Api-Token")
+        XCTAssertEqual(config.routes[2].match?.host, "docs.internal", "hosts compare lower-cased")
+        XCTAssertNil(config.routes[2].identity, "no identity: the top-level one")
+        XCTAssertEqual(config.identities.map(\.name), ["hr", "payments"])
+        XCTAssertEqual(config.identities[0].tokens.file, "/var/lib/tokenrelay/hr.json")
+        XCTAssertEqual(config.identities[0].refresh.tokenURL.authority, "idp.hr")
+        XCTAssertEqual(config.identities[1].tokens.redis?.key, "tokenrelay:payments")
+        XCTAssertEqual(config.identityTokens("payments").refresh.tokenURL.authority, "idp.pay")
+        XCTAssertEqual(config.identityTokens(nil).refresh.tokenURL.authority, "127.0.0.1:9001")
+    }
+
+    func testRunRefusesRoutesUntilTheyAreServed() throws {
+        let config = try parse(twoIdentities)
+        XCTAssertThrowsError(try config.requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes") }
+    }
+
+    func testIdentityBlocksUseTheTopLevelReadersWithTheirOwnPaths() {
+        assertRefused(editing(twoIdentities, identity: "hr") { $0["refresh"] = ["grant": "refresh_token", "token_url": "https://x/t", "client_auth": "none"] },
+                      field: "identities.hr.refresh.client_id")
+        assertRefused(editing(twoIdentities, identity: "hr") { $0["tokens"] = [:] }, field: "identities.hr.tokens.file")
+        assertRefused(editing(twoIdentities, identity: "hr") { $0["tokens"] = ["file": "/x.json", "watch_interval": 1] },
+                      field: "identities.hr.tokens.watch_interval")
+        assertRefused(editing(twoIdentities, identity: "hr") { $0["upstream"] = ["url": "http://x"] }, field: "identities.hr.upstream")
+        assertRefused(editing(twoIdentities, route: 0) { $0["upstream"] = ["url": "http://x", "passthrough_prefixes": ["login"]] },
+                      field: "routes[0].upstream.passthrough_prefixes[0]")
+        assertRefused(editing(twoIdentities, route: 1) { $0["inject"] = ["format": "Bearer"] }, field: "routes[1].inject.format")
+    }
+
+    func testSharedTokenFileIsRefusedNamingBoth() {
+        let shared = editing(twoIdentities, identity: "payments") { $0["tokens"] = ["file": "/var/lib/tokenrelay/../tokenrelay//hr.json"] }
+        assertRefused(shared, field: "identities.payments.tokens.file", mentioning: ["identities.hr.tokens.file", "never share a token file"])
+        let withDefault = editing(twoIdentities, identity: "hr") { $0["tokens"] = ["file": "/var/lib/tokenrelay/tokens.json"] }
+        assertRefused(withDefault, field: "identities.hr.tokens.file", mentioning: ["tokens.file"])
+    }
+
+    func testSharedRedisKeyIsRefusedNamingBoth() {
+        let shared = editing(twoIdentities, identity: "hr") {
+            $0["tokens"] = ["redis": ["url": "redis://127.0.0.1:6379", "key": "tokenrelay:payments"]]
+        }
+        assertRefused(shared, field: "identities.payments.tokens.redis.key", mentioning: ["identities.hr.tokens.redis.key", "never share a Redis key"])
+        let otherDatabase = editing(twoIdentities, identity: "hr") {
+            $0["tokens"] = ["redis": ["url": "redis://127.0.0.1:6379/1", "key": "tokenrelay:payments"]]
+        }
+        XCTAssertNoThrow(try parse(otherDatabase), "the same key in another database is another key")
+    }
+
+    func testRouteRefusals() {
+        assertRefused(editing(twoIdentities, route: 2) { $0["identity"] = "hrr" }, field: "routes[2].identity", mentioning: ["\"hrr\"", "hr, payments"])
+        assertRefused(editing(twoIdentities, route: 2) { $0["name"] = "hr" }, field: "routes[2].name", mentioning: ["routes[0].name"])
+        assertRefused(editing(twoIdentities, route: 2) { $0["name"] = "hr route" }, field: "routes[2].name")
+        assertRefused(editing(twoIdentities, route: 2) { $0["match"] = nil }, field: "routes[2]", mentioning: ["listen", "match"])
+        assertRefused(editing(twoIdentities, route: 1) { $0["match"] = ["path_prefix": "/p/"] }, field: "routes[1].match")
+        assertRefused(editing(twoIdentities, route: 2) { $0["match"] = [:] }, field: "routes[2].match")
+        assertRefused(editing(twoIdentities, route: 2) { $0["match"] = ["host": "a b"] }, field: "routes[2].match.host")
+        assertRefused(editing(twoIdentities, route: 2) { $0["match"] = ["host": "docs", "strip_prefix": true] }, field: "routes[2].match.strip_prefix")
+        assertRefused(editing(twoIdentities, route: 2) { $0["upstream"] = nil }, field: "routes[2].upstream")
+        assertRefused(editing(twoIdentities, route: 2) { $0["mtach"] = ["host": "x"] }, field: "routes[2].mtach")
+        assertRefused(editing(twoIdentities, route: 2) { $0["match"] = ["path_prefix": "/hr/"] }, field: "routes[2].match", mentioning: ["routes[0].match"])
+        assertRefused(editing(twoIdentities, route: 1) { $0["listen"] = "127.0.0.1:8080" }, field: "routes[1].listen", mentioning: ["listen"])
+        assertRefused(editing(twoIdentities, route: 1) { $0["listen"] = "0.0.0.0:8081" }, field: "routes[1].listen", mentioning: ["admin.listen"])
+        var notArray = twoIdentities
+        notArray["routes"] = ["name": "x"]
+        assertRefused(notArray, field: "routes")
+        var badIdentityName = twoIdentities
+        badIdentityName["identities"] = ["a/b": ["tokens": ["file": "/a.json"], "refresh": refresh("https://x/t")]]
+        assertRefused(badIdentityName, field: "identities.a/b")
+    }
+
+    func testBadPathPrefixes() {
+        for (prefix, reason) in [("hr/", "start with /"), ("/hr?x", "?"), ("/h%72/", "%"), ("/a/../b", ".."), ("/a b", "spaces"), ("/a#b", "#")] {
+            assertRefused(editing(twoIdentities, route: 0) { $0["match"] = ["path_prefix": prefix] }, field: "routes[0].match.path_prefix", mentioning: [reason])
+        }
+    }
+
+    func testCanonicalPathJoinsSpellingsOfOneFile() {
+        XCTAssertEqual(RouteChecks.canonicalPath("/nonexistent-dir/a/../b//c.json"), "/nonexistent-dir/b/c.json")
+        let temporary = String(cString: realpath(NSTemporaryDirectory(), nil))
+        XCTAssertEqual(RouteChecks.canonicalPath(NSTemporaryDirectory() + "/./t.json"), temporary + "/t.json")
+    }
+}
