@@ -9,6 +9,7 @@ final class ConfigSchemaTests: XCTestCase {
     private var tokenFile: URL { workDir.appendingPathComponent("tokens.json") }
     private var secretFile: URL { workDir.appendingPathComponent("client_secret") }
     private var keyFile: URL { workDir.appendingPathComponent("client_key.pem") }
+    private var stateKeyFile: URL { workDir.appendingPathComponent("token_state_key") }
     private let secretEnvironment = ["TOKENRELAY_CLIENT_SECRET": "schema-test-secret", "TOKENRELAY_REDIS_PASSWORD": "schema-test-redis"]
 
     override func setUpWithError() throws {
@@ -17,6 +18,7 @@ final class ConfigSchemaTests: XCTestCase {
         try Data("schema-test-secret\n".utf8).write(to: secretFile)
         guard chmod(secretFile.path, 0o600) == 0 else { throw TestSupportError(errnoContext: "chmod") }
         try FileManager.default.moveItem(at: try TestKeys.make(.p256, in: workDir), to: keyFile)
+        try Data((Data((0..<32).map { _ in UInt8.random(in: 0...255) }).base64EncodedString() + "\n").utf8).write(to: stateKeyFile)
     }
 
     override func tearDownWithError() throws {
@@ -253,6 +255,12 @@ final class ConfigSchemaTests: XCTestCase {
             Self.invalid("strip_prefix without path_prefix", [("routes", [["name": "a", "match": ["host": "a", "strip_prefix": true],
                                                                             "upstream": ["url": "http://a"]]])], "routes[0].match.strip_prefix:"),
             Self.invalid("identity without refresh", [("identities", ["a": ["tokens": ["file": "/a.json"]]])], "identities.a.refresh: is required"),
+            // tokens.encryption (issue 20, sealing)
+            Self.valid("sealed token state", [("tokens.encryption", ["key_file": stateKeyFile.path, "previous_key_files": [stateKeyFile.path]])]),
+            Self.invalid("sealing with two key sources", [("tokens.encryption", ["key_file": stateKeyFile.path, "key_env": "K"])],
+                         "tokens.encryption.key_file: give either key_file or key_env"),
+            Self.invalid("sealing without a key", [("tokens.encryption", ["previous_key_files": [stateKeyFile.path]])],
+                         "tokens.encryption.key_file: is required"),
         ]
     }
 
@@ -329,7 +337,8 @@ final class ConfigSchemaTests: XCTestCase {
                                            // issue 20: a key file, or a default taken from the key or token_url
                                            "client_key_file", "client_key_id", "client_key_certificate_file", "client_assertion_alg", "client_assertion_audience",
                                            "client_assertion_file", "key_file", "key_id", "alg", "issuer", "subject",
-                                           "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type"].contains(key)
+                                           "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type",
+                                           "key_env"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

@@ -58,6 +58,8 @@ public struct Config: Sendable {
         public var file: String?
         /// Fleet mode: the token set and the refresh lock live in Redis.
         public var redis: RedisSettings?
+        /// The token state sealed at rest (`tokens.encryption`); nil: stored as plain JSON.
+        public var encryption: TokenEncryptionSettings?
 
         init(file: String?) { self.file = file }
 

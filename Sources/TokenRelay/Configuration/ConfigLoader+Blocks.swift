@@ -16,9 +16,10 @@ extension ConfigLoader {
     }
 
     static func readTokens(_ object: JSONObjectReader) throws -> Config.Tokens {
-        object.declareKeys(["file", "redis", "watch_interval_seconds"])
+        object.declareKeys(["file", "redis", "watch_interval_seconds", "encryption"])
         var tokens = Config.Tokens(file: try object.optionalString("file"))
         tokens.redis = try RedisSettings.read(from: object)
+        tokens.encryption = try TokenEncryptionSettings.read(from: object)
         if tokens.file == nil && tokens.redis == nil {
             let missing = object.missing("file")
             guard missing.description.hasSuffix("is required") else { throw missing }

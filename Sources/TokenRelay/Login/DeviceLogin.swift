@@ -29,6 +29,7 @@ public enum DeviceLogin {
                                                    tls: LoginTLS.context(for: login.tokenURL, field: "login.token_url", config: config),
                                                    timeoutSeconds: timeout)
         let redis = try RedisTokenCLI.endpoint(config)
+        let codecs = try ConfiguredTokenCodecs(config.tokens)
         let tokenFilePath = redis == nil ? try config.tokens.requireFile(for: "tokenrelay login") : ""
         if redis == nil { try LoginTokenFile.checkWritable(tokenFilePath) }
 
@@ -50,10 +51,10 @@ public enum DeviceLogin {
         }
         if let (endpoint, settings) = redis {
             let tokens = TokenSet(accessToken: "").renewed(by: grant, now: Date()).tokens
-            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings)
+            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings, codec: codecs.redis)
             return "logged in; tokens stored in Redis \(endpoint.description) key \(settings.key) version \(version) (running relays adopt them at once)"
         }
-        try LoginTokenFile.write(grant, to: tokenFilePath)
+        try LoginTokenFile.write(grant, to: TokenFile(path: tokenFilePath, codec: codecs.file))
         let watch = config.tokens.watchIntervalSeconds
         return "logged in; tokens written to \(tokenFilePath) (a running tokenrelay picks them up within \(watch == watch.rounded() ? String(Int(watch)) : String(watch)) s, no restart needed)"
     }

@@ -13,18 +13,22 @@ enum LoginTokenFile {
         }
     }
 
-    static func write(_ grant: TokenGrant, to path: String, now: Date = Date()) throws {
-        let file = TokenFile(path: path)
-        try TokenFileLock.withBlockingLock(tokenFilePath: path) {
-            try file.write(TokenSet(accessToken: "", otherFields: keptFields(of: path)).renewed(by: grant, now: now).tokens)
+    static func write(_ grant: TokenGrant, to file: TokenFile, now: Date = Date()) throws {
+        try TokenFileLock.withBlockingLock(tokenFilePath: file.path) {
+            try file.write(TokenSet(accessToken: "", otherFields: keptFields(of: file)).renewed(by: grant, now: now).tokens)
         }
     }
 
     /// Read raw rather than through `TokenFile.load`: the old file may be exactly what the login is
     /// replacing (expired, half-seeded, refused), and it must not stand in the way.
-    private static func keptFields(of path: String) -> [String: Any] {
-        guard let data = FileManager.default.contents(atPath: path),
+    /// A sealed file is opened with the configured keys; one that does not open keeps nothing.
+    private static func keptFields(of file: TokenFile) -> [String: Any] {
+        guard let data = FileManager.default.contents(atPath: file.path),
               var object = (try? JSONReader.parse(data)) as? [String: Any] else { return [:] }
+        if SealedTokenState.isSealed(object) {
+            guard let opened = try? file.codec.decode(data, name: file.path) else { return [:] }
+            object = opened.otherFields
+        }
         for key in ["access_token", "refresh_token", "expires_at"] { object[key] = nil }
         return object
     }

@@ -449,7 +449,7 @@ final class RefreshCoordinator {
         guard !cacheWrite.inFlight, let tokens = cacheWrite.pending else { return }
         cacheWrite = (true, nil)
         let path = cache.path
-        let data = try? TokenFile.encode(tokens)
+        let data = try? cache.encode(tokens)
         OffLoopWork.run(on: loop, { Result { try data.map { try TokenFile.write($0, to: path) } } }) { [weak self] outcome in
             guard let self else { return }
             self.cacheWrite.inFlight = false

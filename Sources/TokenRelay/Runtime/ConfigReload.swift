@@ -41,6 +41,10 @@ struct ConfigReload {
             $0.tokens.redis = running.tokens.redis
             if running.tokens.redis != nil && loaded.tokens.redis != nil { $0.tokens.redis?.lockSeconds = lockSeconds }
         }
+        // Switching sealing on or off changes what the stores write: a restart (which also reseals the file).
+        keep("tokens.encryption", running.tokens.encryption == nil ? "none" : "configured", loaded.tokens.encryption == nil ? "none" : "configured") {
+            $0.tokens.encryption = running.tokens.encryption
+        }
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }

@@ -10,7 +10,12 @@ public struct Preflight {
     public let clientSecret: String?
     /// The private keys `refresh` signs with (private_key_jwt, jwt_bearer), loaded and checked here.
     let credentialKeys: CredentialKeys
-    let tokens: TokenSet
+    var tokens: TokenSet
+    /// How the token file held `tokens` (nil: nothing was read); plain or with a previous key, `run`
+    /// rewrites it sealed at start when `tokens.encryption` is configured.
+    var tokenForm: StoredTokenForm?
+    /// The token state's (de)serialisation with `tokens.encryption`'s keys, loaded here.
+    let codecs: ConfiguredTokenCodecs
     /// The token file; with `tokens.redis` the optional local cache.
     let tokenFile: TokenFile?
     /// Where the Redis store is, with its password resolved (fleet mode).
@@ -29,20 +34,22 @@ public struct Preflight {
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         let keys = try CredentialKeys.load(config.refresh)
+        let codecs = try ConfiguredTokenCodecs(config.tokens)
         if let redisSettings = config.tokens.redis {
-            return try run(config: config, redis: redisSettings, secret: secret, keys: keys, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
+            return try run(config: config, redis: redisSettings, secret: secret, keys: keys, codecs: codecs, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
         }
-        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay run"))
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay run"), codec: codecs.file)
         let tokens: TokenSet
+        var form: StoredTokenForm?
         if !config.refresh.needsRefreshToken && file.isAbsentOrEmpty {
             // client_credentials (or a custom grant without {{refresh_token}}) can get its first token by
             // itself: the coordinator fetches one at start and writes the file.
             tokens = TokenSet(accessToken: "")
         } else {
             try file.checkPermissions()
-            tokens = try file.load()
+            (tokens, form) = try file.loadWithForm()
         }
-        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenFile: file, redis: nil,
+        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenForm: form, codecs: codecs, tokenFile: file, redis: nil,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
 
@@ -50,16 +57,17 @@ public struct Preflight {
     /// cache file, when configured and usable, gives the tokens to serve with until then; a cache that is
     /// missing or unusable is only a warning at start (Redis is the store), but never relaxed: a cache
     /// others can read is refused like a token file.
-    private static func run(config: Config, redis settings: RedisSettings, secret: String?, keys: CredentialKeys,
+    private static func run(config: Config, redis settings: RedisSettings, secret: String?, keys: CredentialKeys, codecs: ConfiguredTokenCodecs,
                             upstreamTLS: TLSContext?, refreshTLS: TLSContext?) throws -> Preflight {
         let endpoint = try redisEndpoint(settings)
-        let cache = config.tokens.file.map(TokenFile.init(path:))
+        let cache = config.tokens.file.map { TokenFile(path: $0, codec: codecs.file) }
         var tokens = TokenSet(accessToken: "")
+        var form: StoredTokenForm?
         if let cache, !cache.isAbsentOrEmpty {
             try cache.checkPermissions()
-            tokens = try cache.load()
+            (tokens, form) = try cache.loadWithForm()
         }
-        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenFile: cache, redis: endpoint,
+        return Preflight(config: config, clientSecret: secret, credentialKeys: keys, tokens: tokens, tokenForm: form, codecs: codecs, tokenFile: cache, redis: endpoint,
                          upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
     }
 
@@ -114,6 +122,15 @@ public struct Preflight {
         return [upstreamTLS, refreshTLS].compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
     }
 
+    /// With `tokens.encryption`: how the file is stored now and what `run` does about it (a key id, never a key).
+    private var sealingSummary: String {
+        guard let codec = tokenFile?.codec, codec.sealer != nil, let form = tokenForm else { return "" }
+        switch form {
+        case .plain: return " (plain JSON: run seals it at start)"
+        case .sealed(let keyID): return codec.needsResealing(form) ? " (sealed with the previous key \(keyID): run reseals it at start)" : " (sealed, key id \(keyID))"
+        }
+    }
+
     /// One line for `check`, with no secret in it.
     public var summary: String {
         if let redis = config.tokens.redis {
@@ -133,6 +150,6 @@ public struct Preflight {
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
         let unverified = unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
         let clamped = TokenExpiry.clampWarning(for: tokens, now: Date()).map { "; WARNING: \($0)" } ?? ""
-        return "ok: config valid; token file \(tokenFile.path): \(expiry), \(refresh)\(unverified)\(clamped)"
+        return "ok: config valid; token file \(tokenFile.path)\(sealingSummary): \(expiry), \(refresh)\(unverified)\(clamped)"
     }
 }

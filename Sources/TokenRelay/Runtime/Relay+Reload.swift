@@ -100,6 +100,8 @@ extension Relay {
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys
+        // The stores keep their sealer; a reload brings the key files' current content (a rotation).
+        if let running = tokenSealer, let loaded = preflight.codecs.sealer { running.use(loaded.keyring) }
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
         reconfigureTokenEndpoint()
         coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,

@@ -17,6 +17,8 @@ public final class Relay {
     var clientSecret: String?
     /// The keys of private_key_jwt and jwt_bearer, as the last start or reload loaded them.
     var credentialKeys: CredentialKeys
+    /// The keys the token stores seal with (`tokens.encryption`), shared with them so a reload reaches them.
+    let tokenSealer: TokenSealer?
     var secretWatch: ClientSecretWatch?
     var credentialFilesWatch: CredentialFilesWatch?
     let metrics = RelayMetrics()
@@ -46,6 +48,7 @@ public final class Relay {
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys
+        tokenSealer = preflight.codecs.sealer
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
         if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
@@ -78,7 +81,9 @@ public final class Relay {
     /// Redis when configured (fleet mode), else the token file with its lock.
     static func tokenStore(loop: EventLoop, preflight: Preflight) throws -> any TokenStore {
         if let endpoint = preflight.redis, let settings = preflight.config.tokens.redis {
-            return RedisTokenStore(loop: loop, settings: settings, endpoint: endpoint, refreshSeconds: preflight.config.timeouts.refreshSeconds)
+            let store = RedisTokenStore(loop: loop, settings: settings, endpoint: endpoint, refreshSeconds: preflight.config.timeouts.refreshSeconds)
+            store.codec = preflight.codecs.redis
+            return store
         }
         guard let tokenFile = preflight.tokenFile else { throw ConfigError("tokens.file", "is required") }
         return FileTokenStore(file: tokenFile, lock: try TokenFileLock(tokenFilePath: tokenFile.path, loop: loop), loop: loop)
@@ -91,6 +96,7 @@ public final class Relay {
     /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows. SIGHUP reloads
     /// from `reloadSource`.
     public static func run(preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
+        let preflight = StartupResealing.reseal(preflight, logger: logger)
         let loop = try EventLoop()
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()

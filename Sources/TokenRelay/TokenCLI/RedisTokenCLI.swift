@@ -10,8 +10,8 @@ enum RedisTokenCLI {
     }
 
     /// Writes `tokens` as the next version (clearing "login required"); returns the version written.
-    static func store(_ tokens: TokenSet, endpoint: RedisEndpoint, settings: RedisSettings) throws -> Int64 {
-        let data = try TokenFile.encode(tokens)
+    static func store(_ tokens: TokenSet, endpoint: RedisEndpoint, settings: RedisSettings, codec: TokenStateCodec = .plain) throws -> Int64 {
+        let data = try codec.encode(tokens)
         let timeout = settings.commandTimeoutSeconds * 2
         // An import races only with a relay's refresh; a lost compare-and-set is tried again on the newer base.
         for _ in 0..<5 {
@@ -27,7 +27,7 @@ enum RedisTokenCLI {
         throw RedisStoreError(description: "Redis key \(settings.key) kept changing; nothing written")
     }
 
-    static func show(endpoint: RedisEndpoint, settings: RedisSettings, now: Date) throws -> String {
+    static func show(endpoint: RedisEndpoint, settings: RedisSettings, codec: TokenStateCodec = .plain, now: Date) throws -> String {
         let replies = try RedisOneShot.runAll(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, [
             ["HMGET", settings.key, "version", "tokens", "login_required", "writer"].map { Data($0.utf8) },
             ["GET", settings.key + ":lock"].map { Data($0.utf8) },
@@ -40,8 +40,9 @@ enum RedisTokenCLI {
             lines.append("no token set stored yet (tokenrelay token import writes one)")
             return lines.joined(separator: "\n")
         }
-        let tokens = try TokenFile.decode(data, path: "redis:\(settings.key)")
+        let (tokens, form) = try codec.decodeWithForm(data, name: "redis:\(settings.key)")
         lines.append("version: \(version), written by \(fields[3].text ?? "unknown")")
+        lines.append("stored: \(TokenFileReport.describe(form, codec: codec))")
         lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
         lines.append("expires: \(TokenFileReport.describeExpiry(of: tokens, now: now))")
         lines.append("refresh token: \(tokens.refreshToken.map { "present (\(TokenFingerprint.of($0)))" } ?? "absent")")

@@ -6,21 +6,34 @@ import Glibc
 public enum TokenFileReport {
     public static func show(configPath: String, now: Date = Date()) throws -> String {
         let config = try ConfigLoader.load(path: configPath)
+        let codecs = try ConfiguredTokenCodecs(config.tokens)
         if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
-            return try RedisTokenCLI.show(endpoint: endpoint, settings: settings, now: now)
+            return try RedisTokenCLI.show(endpoint: endpoint, settings: settings, codec: codecs.redis, now: now)
         }
-        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token show"))
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token show"), codec: codecs.file)
         var info = stat()
         guard stat(file.path, &info) == 0 else { throw TokenFileError(file.path, String(cString: strerror(errno))) }
         let mode = info.st_mode & 0o777
         let owner = getpwuid(info.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "?"
         var lines = ["token file: \(file.path)",
                      "mode: \(cFormat("%04o", mode))\(mode & 0o077 != 0 ? " (too open: tokenrelay refuses it; chmod 600)" : ""), owner: \(owner) (uid \(info.st_uid))"]
-        let tokens = try file.load()
+        let (tokens, form) = try file.loadWithForm()
+        lines.append("stored: \(describe(form, codec: file.codec))")
         lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
         lines.append("expires: \(describeExpiry(of: tokens, now: now))")
         lines.append("refresh token: \(tokens.refreshToken.map { "present (\(TokenFingerprint.of($0)))" } ?? "absent")")
         return lines.joined(separator: "\n")
+    }
+
+    /// Plain or sealed, and with which key (an id, never the key); what `run` will do about it.
+    static func describe(_ form: StoredTokenForm, codec: TokenStateCodec) -> String {
+        switch form {
+        case .plain:
+            return codec.sealer == nil ? "plain JSON" : "plain JSON (tokenrelay seals it with tokens.encryption.key_file at its next write)"
+        case .sealed(let keyID):
+            let previous = codec.needsResealing(form) ? ", a previous key (resealed with tokens.encryption.key_file at the next write)" : ""
+            return "sealed, AES-256-GCM, key id \(keyID)\(previous)"
+        }
     }
 
     static func describeExpiry(of tokens: TokenSet, now: Date) -> String {

@@ -14,16 +14,17 @@ public enum TokenImport {
         if config.refresh.needsRefreshToken && tokens.refreshToken == nil {
             throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
         }
+        let codecs = try ConfiguredTokenCodecs(config.tokens)
         if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
-            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings)
+            let version = try RedisTokenCLI.store(tokens, endpoint: endpoint, settings: settings, codec: codecs.redis)
             return "imported: Redis \(endpoint.description) key \(settings.key) version \(version): access token \(TokenFingerprint.of(tokens.accessToken)), "
                 + "expires \(TokenFileReport.describeExpiry(of: tokens, now: now)), "
                 + "\(tokens.refreshToken == nil ? "no refresh token" : "refresh token present"). Running relays adopt it at once."
         }
-        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token import"))
+        let file = TokenFile(path: try config.tokens.requireFile(for: "tokenrelay token import"), codec: codecs.file)
         try TokenFileLock.withBlockingLock(tokenFilePath: file.path) { try file.write(tokens) }
         let refresh = tokens.refreshToken == nil ? "no refresh token" : "refresh token present"
-        return "imported: token file \(file.path) (mode 0600): access token \(TokenFingerprint.of(tokens.accessToken)), "
+        return "imported: token file \(file.path) (mode 0600\(codecs.sealer == nil ? "" : ", sealed")): access token \(TokenFingerprint.of(tokens.accessToken)), "
             + "expires \(TokenFileReport.describeExpiry(of: tokens, now: now)), \(refresh). "
             + "A running tokenrelay picks it up within tokens.watch_interval_seconds."
     }

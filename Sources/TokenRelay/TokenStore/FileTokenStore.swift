@@ -54,7 +54,7 @@ final class FileTokenStore: TokenStore {
     func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
         let data: Data
         do {
-            data = try TokenFile.encode(tokens)
+            data = try file.encode(tokens)
         } catch {
             return completion(.failed("\(error)"))
         }

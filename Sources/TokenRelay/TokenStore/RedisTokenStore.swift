@@ -21,6 +21,8 @@ import Glibc
 /// Confined to the event loop.
 final class RedisTokenStore: TokenStore {
     let settings: RedisSettings
+    /// The value's (de)serialisation: plain JSON, or sealed with `tokens.encryption` (bound to this key).
+    var codec = TokenStateCodec.plain
     let endpoint: RedisEndpoint
     /// Who holds the lock, for /status on every relay (host, pid and a random part; never a secret).
     let ownerID: String
@@ -225,7 +227,7 @@ final class RedisTokenStore: TokenStore {
         guard case .string(let data) = fields[1] else { return .unreadable("Redis key \(settings.key) has a version but no tokens") }
         let tokens: TokenSet
         do {
-            tokens = try TokenFile.decode(data, path: "redis:\(settings.key)")
+            tokens = try codec.decode(data, name: "redis:\(settings.key)")
         } catch {
             return .unreadable("\(error)")
         }
@@ -268,7 +270,7 @@ final class RedisTokenStore: TokenStore {
         guard let commands, isConnected else { return deferred { completion(.failed(self.outage ?? "Redis is not connected")) } }
         let data: Data
         do {
-            data = try TokenFile.encode(tokens)
+            data = try codec.encode(tokens)
         } catch {
             return deferred { completion(.failed("\(error)")) }
         }
@@ -384,7 +386,7 @@ final class RedisTokenStore: TokenStore {
 
     /// At exit the loop has stopped: a short loop of our own carries one compare-and-set.
     func writeAtExit(_ tokens: TokenSet) throws {
-        let data = try TokenFile.encode(tokens)
+        let data = try codec.encode(tokens)
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
                                                             loginRequired: "", writer: ownerID)
         let reply = try RedisOneShot.run(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, arguments)

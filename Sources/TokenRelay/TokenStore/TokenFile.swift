@@ -21,6 +21,8 @@ public struct TokenFileError: Error, CustomStringConvertible {
 /// rotation the old refresh token is already burnt, and a torn file would mean a new login.
 struct TokenFile {
     let path: String
+    /// Plain JSON, or sealed with `tokens.encryption` (the same document inside).
+    var codec: TokenStateCodec = .plain
 
     /// Identity of the file's current content, to notice changes made by someone else.
     typealias Signature = FileSignature
@@ -56,12 +58,22 @@ struct TokenFile {
     }
 
     func load() throws -> TokenSet {
+        try loadWithForm().tokens
+    }
+
+    /// The tokens, and whether the file holds them plain or sealed (and with which key).
+    func loadWithForm() throws -> (tokens: TokenSet, form: StoredTokenForm) {
         var info = stat()
         if stat(path, &info) == 0 { try Self.requireRegularFile(info, path: path) }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw TokenFileError(path, String(cString: strerror(errno)))
         }
-        return try TokenFile.decode(data, path: path)
+        return try codec.decodeWithForm(data, name: path)
+    }
+
+    /// The bytes `write` stores: the document, sealed when the codec seals.
+    func encode(_ tokens: TokenSet) throws -> Data {
+        try codec.encode(tokens)
     }
 
     static func decode(_ data: Data, path: String) throws -> TokenSet {
@@ -111,7 +123,7 @@ struct TokenFile {
 
     /// Atomically replaces the file with `tokens`, mode 0600. Throws without touching the old file on failure.
     func write(_ tokens: TokenSet) throws {
-        try Self.write(TokenFile.encode(tokens), to: path)
+        try Self.write(encode(tokens), to: path)
     }
 
     /// Atomically replaces the file at `path` with `data` (already encoded), mode 0600; safe on any thread.
