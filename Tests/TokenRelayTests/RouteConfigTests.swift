@@ -99,9 +99,16 @@ final class RouteConfigTests: XCTestCase {
         XCTAssertEqual(config.identityTokens(nil).refresh.tokenURL.authority, "127.0.0.1:9001")
     }
 
-    func testRunRefusesRoutesUntilTheyAreServed() throws {
-        let config = try parse(twoIdentities)
-        XCTAssertThrowsError(try config.requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes") }
+    func testRunServesRoutesOfTheTopLevelIdentityOnly() throws {
+        XCTAssertThrowsError(try parse(twoIdentities).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "identities") }
+        var routesOnly = base
+        routesOnly["routes"] = [["name": "docs", "match": ["host": "docs.internal"], "upstream": ["url": "http://docs.internal"],
+                                 "inject": ["header": "X-Token"]]]
+        XCTAssertNoThrow(try parse(routesOnly).requireServedRoutes())
+        let ownListener = editing(routesOnly, route: 0) { $0["match"] = nil; $0["listen"] = "127.0.0.1:9999" }
+        XCTAssertThrowsError(try parse(ownListener).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[0].listen") }
+        let ownFormat = editing(routesOnly, route: 0) { $0["inject"] = ["format": "Token {token}"] }
+        XCTAssertThrowsError(try parse(ownFormat).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[0].inject.format") }
     }
 
     func testIdentityBlocksUseTheTopLevelReadersWithTheirOwnPaths() {

@@ -19,7 +19,9 @@ final class RouteTableTests: XCTestCase {
     }
 
     private func stripped(_ target: String, _ strip: Int) -> String {
-        String(decoding: Array(target.utf8).withUnsafeBufferPointer { RouteTable.strippedTarget($0, strip: strip) }, as: UTF8.self)
+        var buffer: [UInt8] = []
+        RouteTable.appendStripped(Array(target.utf8)[...], strip: strip, to: &buffer)
+        return String(decoding: buffer, as: UTF8.self)
     }
 
     func testNoRoutesIsAlwaysTheDefault() {

@@ -77,7 +77,8 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
         }
         // Taken, not copied: the head's arrays move into the exchange without a retain and release each.
         guard let head = head.take() else { return }
-        let exchange = RelayedExchange(context: proxy.context, session: self, head: head, body: .kept(body))
+        let chosen = proxy.context(for: head)
+        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -86,7 +87,8 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let exchange = RelayedExchange(context: proxy.context, session: self, head: head,
+        let chosen = proxy.context(for: head)
+        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head,
                                        body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()

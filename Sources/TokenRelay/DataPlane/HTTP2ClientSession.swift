@@ -129,7 +129,8 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
             return
         }
         guard let head = head.take() else { return }
-        let exchange = RelayedExchange(context: proxy.context, session: self, head: head, body: .kept(body))
+        let chosen = proxy.context(for: head)
+        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -138,7 +139,8 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let exchange = RelayedExchange(context: proxy.context, session: self, head: head,
+        let chosen = proxy.context(for: head)
+        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head,
                                        body: .streamed(StreamedRequestBody(client: stream, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()

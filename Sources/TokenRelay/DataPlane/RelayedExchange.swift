@@ -19,6 +19,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     private var route: UpstreamRoute { context.route }
     private var proxy: ProxyServer { context.proxy }
     private let head: ReceivedRequestHead
+    /// Bytes of the target its route strips (`routes[].match.strip_prefix`); 0 for most.
+    private let strip: Int
     private let body: Body
     /// The target as sent upstream, in a buffer borrowed from the session and given back at `finish`.
     private var upstreamTarget: [UInt8] = []
@@ -62,8 +64,10 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case streamed(StreamedRequestBody)
     }
 
-    init(context: ExchangeContext, session: Session, head: ReceivedRequestHead, body: Body) {
+    /// `strip`: bytes of the target the request's route drops before it goes upstream (`strip_prefix`).
+    init(context: ExchangeContext, strip: Int = 0, session: Session, head: ReceivedRequestHead, body: Body) {
         self.context = context
+        self.strip = strip
         self.session = session
         client = session.client
         upgradeProtocol = session.client.http1Connection.flatMap { UpgradeTunnel.requestedProtocol(head, on: $0) }
@@ -100,7 +104,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         default: break
         }
         var targetBytes = session.lendTargetBuffer()
-        targetBytes.append(contentsOf: head.target)
+        if strip > 0 {
+            RouteTable.appendStripped(head.target, strip: strip, to: &targetBytes)
+        } else {
+            targetBytes.append(contentsOf: head.target)
+        }
         // Stored at once, so that every path, a refusal too, gives the buffer back.
         upstreamTarget = targetBytes
         if let refusal = targetBytes.withUnsafeBufferPointer({ RequestTarget.checkBytes($0) }) {

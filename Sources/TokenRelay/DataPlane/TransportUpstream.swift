@@ -5,7 +5,7 @@ import HTTPWire
 /// How the transport engine reaches the upstream: its pool, and how a connection's end reads as a failure
 /// of the request on it.
 enum TransportUpstream {
-    static func makePool(config: Config, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTPTransport.UpstreamPool {
+    static func makePool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
         // A response head is bounded at 256 KiB, far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
@@ -13,7 +13,7 @@ enum TransportUpstream {
                                                             maxWaiters: config.limits.maxUpstreamWaiters,
                                                             idleTimeout: config.timeouts.poolIdleSeconds)
         settings.tls = tls
-        return HTTPTransport.UpstreamPool(loop: loop.transport, host: config.upstream.url.host, port: UInt16(clamping: config.upstream.url.port),
+        return HTTPTransport.UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port),
                                           settings: settings)
     }
 

@@ -37,11 +37,12 @@ final class ExchangeContext {
         return context
     }
 
-    init(config: Config, route: UpstreamRoute, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics) {
+    /// `injection`: the route's token header (the top-level `inject` unless the route has its own).
+    init(config: Config, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics) {
         self.proxy = proxy
         self.route = route
-        injection = config.inject
-        tokenField = TokenHeaderField(header: config.inject.header)
+        self.injection = injection
+        tokenField = TokenHeaderField(header: injection.header)
         timeouts = config.timeouts
         forwarding = config.forwarding
         accessLog = config.accessLog

@@ -14,6 +14,11 @@ final class ProxyServer {
     var route: UpstreamRoute { context.route }
     /// Routes a reload replaced, kept until their last connection is back.
     private var retiredRoutes: [UpstreamRoute] = []
+    /// The contexts of `config.routes`, in route order (nil for a route with its own listener), their
+    /// names (to hand an exchange in flight to its route's next context at a reload), and the lookup.
+    private var routeContexts: [ExchangeContext?] = []
+    private var routeNames: [String] = []
+    private var routeTable = RouteTable(routes: [], hasDefaultRoute: true)
     let metrics: RelayMetrics
     let logger: Logger
     /// The proxied port (client connections, heads, bodies) on HTTPTransport.
@@ -25,24 +30,50 @@ final class ProxyServer {
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
-    init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, coordinator: RefreshCoordinator, metrics: RelayMetrics,
-         logger: Logger) throws {
+    init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = [], coordinator: RefreshCoordinator,
+         metrics: RelayMetrics, logger: Logger) throws {
         self.loop = loop
         self.config = config
         self.coordinator = coordinator
         self.metrics = metrics
         self.logger = logger
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
-        context = makeContext(config, upstreamTLS: upstreamTLS)
+        context = makeContext(config, upstream: config.upstream, injection: config.inject, upstreamTLS: upstreamTLS)
+        makeRouteContexts(config, routeTLS: routeTLS)
         coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
     }
 
-    private func makeContext(_ config: Config, upstreamTLS: TLSContext?) -> ExchangeContext {
-        ExchangeContext(config: config, route: makeRoute(config, upstreamTLS: upstreamTLS), proxy: self, coordinator: coordinator, metrics: metrics)
+    private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?) -> ExchangeContext {
+        ExchangeContext(config: config, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS), injection: injection, proxy: self,
+                        coordinator: coordinator, metrics: metrics)
     }
 
-    private func makeRoute(_ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
-        let route = UpstreamRoute(config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort)
+    private func makeRouteContexts(_ config: Config, routeTLS: [TLSContext?]) {
+        routeTable = RouteTable(routes: config.routes, hasDefaultRoute: true)
+        routeNames = config.routes.map(\.name)
+        routeContexts = config.routes.indices.map { index in
+            let route = config.routes[index]
+            guard route.listen == nil else { return nil }
+            return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
+                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil)
+        }
+    }
+
+    /// The context a request arriving with `head` takes, and how many bytes of its target its route strips.
+    /// Without routes, the running context at once: the head is not read.
+    func context(for head: ReceivedRequestHead) -> (context: ExchangeContext, strip: Int) {
+        if routeTable.isEmpty { return (context, 0) }
+        let resolution = head.bytes.withUnsafeBufferPointer { bytes in
+            let target = UnsafeBufferPointer(rebasing: bytes[head.parsed.target])
+            guard let host = head.parsed.hostField else { return routeTable.resolve(host: nil, target: target) }
+            return routeTable.resolve(host: UnsafeBufferPointer(rebasing: bytes[head.parsed.fields[host].value]), target: target)
+        }
+        if case .route(let index, let strip) = resolution, let chosen = routeContexts[index] { return (chosen, strip) }
+        return (context, 0)
+    }
+
+    private func makeRoute(_ upstream: Config.Upstream, _ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
+        let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort)
         let desynced: (Int) -> Void = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
@@ -55,20 +86,32 @@ final class ProxyServer {
     /// A reload: new requests use `config` (its listen address is the running one: binding again is a
     /// restart). Requests in flight or held keep their route, and with it their upstream and connection;
     /// the old pool is freed as its connections come back.
-    func apply(_ config: Config, upstreamTLS: TLSContext?) {
+    /// A request on a route the reload removed reads the default route's settings from then on.
+    func apply(_ config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = []) {
         self.config = config
         frontEnd.apply(config)
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
-        route.retire()
-        retiredRoutes.append(route)
         let replaced = context!
-        context = makeContext(config, upstreamTLS: upstreamTLS)
+        let replacedRoutes = zip(routeNames, routeContexts)
+        for old in [replaced] + routeContexts.compactMap({ $0 }) {
+            old.route.retire()
+            retiredRoutes.append(old.route)
+        }
+        context = makeContext(config, upstream: config.upstream, injection: config.inject, upstreamTLS: upstreamTLS)
+        makeRouteContexts(config, routeTLS: routeTLS)
         replaced.replace(with: context)
+        for (name, old) in replacedRoutes {
+            guard let old else { continue }
+            old.replace(with: routeNames.firstIndex(of: name).flatMap { routeContexts[$0] } ?? context)
+        }
     }
+
+    /// Every route's pool, the default route's first.
+    private var routePools: [HTTPTransport.UpstreamPool] { [route.pool] + routeContexts.compactMap { $0?.route.pool } }
 
     /// Frees every idle upstream connection, old routes' too; only once no request is in flight.
     func closePools() {
-        (retiredRoutes + [route]).forEach { $0.pool.closeIdle() }
+        (retiredRoutes.map(\.pool) + routePools).forEach { $0.closeIdle() }
         retiredRoutes = []
     }
 
@@ -79,7 +122,7 @@ final class ProxyServer {
     var clientConnectionCount: Int { frontEnd.openConnections }
 
     /// Requests queued for an upstream connection.
-    var upstreamWaiterCount: Int { route.pool.waitingCount }
+    var upstreamWaiterCount: Int { routePools.reduce(0) { $0 + $1.waitingCount } }
 
     /// A request on the transport front end has begun (its head and body are in).
     func began(_ exchange: any ProxiedExchange) {

@@ -20,13 +20,14 @@ final class UpstreamRoute {
     let forwardsPathsUnchanged: Bool
     var hasPassthroughPaths: Bool { !passthroughPrefixes.isEmpty }
 
-    init(config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
-        upstream = config.upstream.url
-        hostField = PreparedField(name: "Host", value: config.upstream.url.authority)
-        passthroughPrefixes = config.upstream.passthroughPrefixes
-        forwardsPathsUnchanged = config.upstream.url.path.allSatisfy { $0 == "/" }
-        pool = TransportUpstream.makePool(config: config, tls: upstreamTLS?.transport, loop: loop)
-        targets = RequestTarget(upstream: config.upstream.url, listenHost: config.listen.host, listenPort: listenPort)
+    /// `settings`: the top-level `upstream` or a route's.
+    init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
+        upstream = settings.url
+        hostField = PreparedField(name: "Host", value: settings.url.authority)
+        passthroughPrefixes = settings.passthroughPrefixes
+        forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
+        pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop)
+        targets = RequestTarget(upstream: settings.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 
     /// Requests that use this route. A reload retires the route's pool only once the last of them has

@@ -77,11 +77,12 @@ struct RouteTable {
         return hasDefaultRoute ? .defaultRoute : .none
     }
 
-    /// The target to send upstream after dropping `strip` bytes: always origin-form, `/` when nothing is left.
-    static func strippedTarget(_ target: UnsafeBufferPointer<UInt8>, strip: Int) -> [UInt8] {
-        let rest = target[min(strip, target.count)...]
-        if rest.first == UInt8(ascii: "/") { return Array(rest) }
-        return [UInt8(ascii: "/")] + rest
+    /// Appends the target to send upstream after dropping `strip` bytes: always origin-form, `/` when
+    /// nothing is left, `/?q` when only the query is.
+    static func appendStripped(_ target: ArraySlice<UInt8>, strip: Int, to buffer: inout [UInt8]) {
+        let rest = target.dropFirst(strip)
+        if rest.first != UInt8(ascii: "/") { buffer.append(UInt8(ascii: "/")) }
+        buffer.append(contentsOf: rest)
     }
 
     private static func pathMatches(_ prefix: [UInt8], _ target: UnsafeBufferPointer<UInt8>, from start: Int) -> Bool {

@@ -23,6 +23,8 @@ public struct Preflight {
     /// One TLS context per https target, built here so that a bad file fails `check` too.
     let upstreamTLS: TLSContext?
     let refreshTLS: TLSContext?
+    /// The TLS context of each `routes[]` upstream, in route order (nil for http://).
+    var routeUpstreamTLS: [TLSContext?] = []
 
     public static func run(configPath: String) throws -> Preflight {
         let config = try ConfigLoader.load(path: configPath)
@@ -30,6 +32,15 @@ public struct Preflight {
     }
 
     public static func run(config: Config) throws -> Preflight {
+        let routeTLS = try config.routes.indices.map { index in
+            try tlsContext(for: config.routes[index].upstream.url, settings: config.routes[index].upstream.tls, field: "routes[\(index)].upstream.tls")
+        }
+        var preflight = try runTopLevel(config: config)
+        preflight.routeUpstreamTLS = routeTLS
+        return preflight
+    }
+
+    private static func runTopLevel(config: Config) throws -> Preflight {
         let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
@@ -119,7 +130,7 @@ public struct Preflight {
     /// Config paths of targets whose certificates are not verified (each is logged as a warning).
     public var unverifiedTLSTargets: [String] {
         let redis = config.tokens.redis.flatMap { $0.endpoint.usesTLS && $0.tls?.insecureSkipVerify == true ? ["tokens.redis.tls.insecure_skip_verify"] : nil }
-        return [upstreamTLS, refreshTLS].compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
+        return ([upstreamTLS, refreshTLS] + routeUpstreamTLS).compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
     }
 
     /// With `tokens.encryption`: how the file is stored now and what `run` does about it (a key id, never a key).

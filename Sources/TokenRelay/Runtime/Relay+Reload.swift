@@ -102,7 +102,7 @@ extension Relay {
         credentialKeys = preflight.credentialKeys
         // The stores keep their sealer; a reload brings the key files' current content (a rotation).
         if let running = tokenSealer, let loaded = preflight.codecs.sealer { running.use(loaded.keyring) }
-        proxy.apply(next, upstreamTLS: preflight.upstreamTLS)
+        proxy.apply(next, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS)
         reconfigureTokenEndpoint()
         coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
                           lockTimeout: RefreshCoordinator.lockTimeout(for: next),

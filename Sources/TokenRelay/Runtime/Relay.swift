@@ -68,7 +68,7 @@ public final class Relay {
                                          storeWriteTimeout: preflight.config.tokens.redis?.writeTimeoutSeconds ?? 0,
                                          cache: preflight.redis == nil ? nil : preflight.tokenFile,
                                          metrics: metrics, redactor: redactor, logger: logger)
-        proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, coordinator: coordinator,
+        proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS, coordinator: coordinator,
                                 metrics: metrics, logger: logger)
         if let adminConfig = config.admin {
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)

@@ -1,0 +1,86 @@
+import Foundation
+import XCTest
+
+/// Routes on the main listener, served end to end: each request reaches its route's upstream (path
+/// prefix with strip_prefix, Host), the token of the (top-level) identity injected under the route's header,
+/// one refresh however many routes' requests find the token dead, and a reload adding a route under load.
+final class RoutesServingTests: ReloadTestCase {
+    private var hrAPI: FakeAPIServer!
+    private var docsAPI: FakeAPIServer!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        hrAPI = try secondAPI()
+        // The route changes the header's name only: its value keeps the top-level format (Bearer).
+        let tokens = tokenServer!
+        docsAPI = stoppedInTearDown(try FakeAPIServer(validateToken: { value in
+            value.hasPrefix("Bearer ") && tokens.isAccessTokenValid(String(value.dropFirst("Bearer ".count)))
+        }, tokenHeader: "X-Docs-Token"))
+    }
+
+    private var routes: [[String: Any]] {
+        [["name": "hr", "match": ["path_prefix": "/hr/", "strip_prefix": true], "upstream": ["url": hrAPI.baseURL]],
+         ["name": "docs", "match": ["host": "docs.test"], "upstream": ["url": docsAPI.baseURL], "inject": ["header": "X-Docs-Token"]]]
+    }
+
+    private func fetchVia(_ relay: TokenRelayProcess, _ path: String, host: String? = nil) throws -> TestHTTPResponse {
+        try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: path, headers: host.map { [("Host", $0)] } ?? [])
+    }
+
+    func testEachRouteReachesItsUpstream() throws {
+        let relay = try startRelay(["routes": routes])
+        XCTAssertEqual(try fetchVia(relay, "/hr/people?page=2").status, 200)
+        XCTAssertEqual(try fetchVia(relay, "/hr/").status, 200)
+        XCTAssertEqual(try fetchVia(relay, "/docs/a", host: "DOCS.test:8080").status, 200)
+        XCTAssertEqual(try fetchVia(relay, "/hrx").status, 200)
+        XCTAssertEqual(hrAPI.requests.map(\.target), ["/people?page=2", "/"])
+        XCTAssertEqual(docsAPI.requests.map(\.target), ["/docs/a"])
+        XCTAssertEqual(api.requests.map(\.target), ["/hrx"], "no match: the top-level upstream")
+        XCTAssertNil(docsAPI.requests.first?.header("authorization"), "the docs route's token goes in its own header")
+    }
+
+    func testBurstOnAllRoutesAfterTheTokenDiedRefreshesOnce() throws {
+        let relay = try startRelay(["routes": routes])
+        XCTAssertEqual(try fetchVia(relay, "/warm").status, 200)
+        tokenServer.expireAccessTokens()
+        let port = relay.proxyPort
+        let results = HTTPTestClient.concurrently(30) { index in
+            switch index % 3 {
+            case 0: try HTTPTestClient.send(port: port, method: "GET", path: "/hr/item/\(index)")
+            case 1: try HTTPTestClient.send(port: port, method: "GET", path: "/d/\(index)", headers: [("Host", "docs.test")])
+            default: try HTTPTestClient.send(port: port, method: "GET", path: "/plain/\(index)")
+            }
+        }
+        XCTAssertEqual(results.map { (try? $0.get().status) ?? -1 }, Array(repeating: 200, count: 30))
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1, "one identity, one refresh")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(hrAPI.requests.filter { $0.target.hasPrefix("/item/") }.map(\.target).count >= 10, true)
+    }
+
+    func testReloadAddingARouteUnderLoadLosesNoRequest() throws {
+        let relay = try startRelay()
+        let port = relay.proxyPort
+        // Each client keeps sending until the reload is done and then a little more (bounded either way).
+        let reloaded = Locked(false)
+        let load = HTTPTestClient.concurrentlyAsync {
+            HTTPTestClient.concurrently(6) { index -> [Int] in
+                var statuses: [Int] = [], afterReload = 0
+                for step in 0..<2000 where afterReload < 20 {
+                    statuses.append(try HTTPTestClient.send(port: port, method: "GET", path: "/hr/load/\(index)/\(step)").status)
+                    if reloaded.withLock({ $0 }) { afterReload += 1 }
+                }
+                return statuses
+            }
+        }
+        try reload(relay, ["routes": routes])
+        reloaded.withLock { $0 = true }
+        let results = try load.wait(timeout: 120)
+        let statuses = results.flatMap { (try? $0.get()) ?? [-1] }
+        XCTAssertEqual(Set(statuses), [200], "every request answered 200 across the reload")
+        XCTAssertGreaterThan(hrAPI.requests.count, 0, "requests after the reload went to the added route")
+        XCTAssertGreaterThan(api.requests.count, 0, "requests before it went to the top-level upstream")
+        XCTAssertEqual(try fetchVia(relay, "/hr/after").status, 200)
+        XCTAssertEqual(hrAPI.requests.last?.target, "/after", "the added route serves after the reload")
+        XCTAssertTrue(relay.stderrText.contains("config reloaded"))
+    }
+}
