@@ -73,7 +73,8 @@ final class ContainerfileTests: XCTestCase {
         XCTAssertTrue(build.instructions.contains { $0.keyword == "RUN" && $0.arguments.contains("swift build -c release --static-swift-stdlib") })
         XCTAssertTrue(runtime.from.hasSuffix("debian:bookworm-slim"), runtime.from)
         XCTAssertEqual(Set(installedPackages(runtime)),
-                       ["libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7", "libhiredis0.14", "libssl3", "ca-certificates"])
+                       ["libevent-2.1-7", "libevent-openssl-2.1-7", "libevent-pthreads-2.1-7", "libhiredis0.14", "libnghttp2-14", "libssl3",
+                        "ca-certificates"])
         let user = try XCTUnwrap(runtime.instructions.last { $0.keyword == "USER" }?.arguments)
         XCTAssertFalse(["root", "0", "0:0"].contains(user), "runs as root")
         XCTAssertTrue(runtime.instructions.contains { $0.keyword == "VOLUME" && $0.arguments.contains("/var/lib/tokenrelay") })
