@@ -47,6 +47,34 @@ extension SealedStateChecks {
     }
 
     /// The key id tokenrelay stores: the first 8 bytes of the key's SHA-256, in hex.
+    /// Opens a sealed state independently of the product (python3-cryptography's AES-GCM): the format is
+    /// what the README says, the associated data is the place's, and the whole document is inside.
+    func openIndependently(_ stored: Data, key: Data, associatedData: String) throws -> [String: Any] {
+        let script = """
+        import base64, json, sys
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        envelope = json.load(open(sys.argv[1]))["sealed"]
+        def b64(text): return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        plain = AESGCM(bytes.fromhex(sys.argv[2])).decrypt(b64(envelope["nonce"]), b64(envelope["ciphertext"]), sys.argv[3].encode())
+        sys.stdout.write(plain.decode())
+        """
+        let directory = makeTemporaryDirectory(prefix: "tokenrelay-open")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let input = directory.appendingPathComponent("sealed.json")
+        try stored.write(to: input)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", script, input.path, key.map { String(format: "%02x", $0) }.joined(), associatedData]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw TestSupportError("python3 could not open the sealed state") }
+        return try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+
     /// Computed independently of the product (sha256sum).
     func keyID(_ key: Data) throws -> String {
         let process = Process()
@@ -109,6 +137,8 @@ final class SealedTokenFileTests: RelayTestCase, SealedStateChecks {
         let rotated = try Data(contentsOf: tokenFileURL)
         XCTAssertNotEqual(try sealedEnvelope(rotated)["nonce"] as? String, envelope["nonce"] as? String)
         assertHoldsNone(of: currentTokens + before, in: rotated, "the token file after a refresh")
+        let opened = try openIndependently(rotated, key: key.bytes, associatedData: "tokenrelay token state v1: token file")
+        XCTAssertEqual(opened["refresh_token"] as? String, tokenServer.currentRefreshToken)
         XCTAssertEqual(tokenServer.successfulRefreshes, 1)
         relay.stop()
 
@@ -224,6 +254,34 @@ final class SealedTokenFileTests: RelayTestCase, SealedStateChecks {
         XCTAssertEqual(try get(relay).status, 200, "the relay reads what import sealed")
     }
 
+    func testLoginSealsTheFileItWritesAndKeepsTheSealedFilesOtherFields() throws {
+        // The old file: sealed, with a field tokenrelay does not interpret.
+        let input = try JSONSerialization.data(withJSONObject: ["access_token": "old-access", "refresh_token": "old-refresh", "note": "kept"])
+        XCTAssertEqual(try command(["token", "import", "--config", try writeConfig(sealing()).path], stdin: input).exitCode, 0)
+        let provider = try FakeDeviceAuthorizationServer(script: [.tokens(access: "login-access-sealed", refresh: "login-refresh-sealed", expiresIn: 3600)],
+                                                         interval: 0.05)
+        defer { provider.stop() }
+        let configURL = try writeConfig(sealing().merging([
+            "refresh": ["token_url": provider.tokenURL, "scope": "offline_access"],
+            "login": ["device_authorization_url": provider.deviceAuthorizationURL],
+        ]) { $1 })
+        let result = try TokenRelayProcess.runCommand(arguments: ["login", "--config", configURL.path, "--poll-interval-scale", "0.01"],
+                                                      environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret], timeout: 20)
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        let stored = try Data(contentsOf: tokenFileURL)
+        XCTAssertEqual(try sealedEnvelope(stored)["key_id"] as? String, try keyID(key.bytes))
+        assertHoldsNone(of: ["login-access-sealed", "login-refresh-sealed", "kept"], in: stored, "the file login wrote")
+        let opened = try openIndependently(stored, key: key.bytes, associatedData: "tokenrelay token state v1: token file")
+        XCTAssertEqual(opened["access_token"] as? String, "login-access-sealed")
+        XCTAssertEqual(opened["refresh_token"] as? String, "login-refresh-sealed")
+        XCTAssertEqual(opened["note"] as? String, "kept", "the old sealed file's other fields survive a login")
+        XCTAssertThrowsError(try openIndependently(stored, key: key.bytes, associatedData: "tokenrelay token state v1: redis key k"))
+        XCTAssertEqual(try fileMode(tokenFileURL), 0o600)
+        let shown = try command(["token", "show", "--config", configURL.path])
+        XCTAssertTrue(shown.stdout.contains("stored: sealed"), shown.stdout)
+        XCTAssertTrue(shown.stdout.contains("refresh token: present"), shown.stdout)
+    }
+
     func testKeyEnvAndBadKeysGetOneLineNamingTheField() throws {
         // key_env: base64 in the environment.
         let url = workDir.appendingPathComponent("env-config.json")
@@ -251,5 +309,97 @@ final class SealedTokenFileTests: RelayTestCase, SealedStateChecks {
         XCTAssertNotEqual(result.exitCode, 0, what, file: file, line: line)
         XCTAssertEqual(result.stderr.split(separator: "\n").count, 1, "\(what): one line: \(result.stderr)", file: file, line: line)
         XCTAssertTrue(result.stderr.contains(text), "\(what): expected \(text) in \(result.stderr)", file: file, line: line)
+    }
+}
+
+/// Fleet mode with `tokens.encryption`: the Redis value (and the local cache) sealed, against a real
+/// redis-server.
+final class SealedFleetTests: FleetTestCase, SealedStateChecks {
+    private var stateKey: (url: URL, bytes: Data)!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        stateKey = try writeKey(workDir, "fleet-state-key")
+    }
+
+    private func sealedFleetConfig(cache: Bool = false, keyFile: URL? = nil) -> [String: Any] {
+        var config = fleetConfig(cache: cache)
+        var tokens = config["tokens"] as! [String: Any]
+        tokens["encryption"] = ["key_file": (keyFile ?? stateKey.url).path]
+        config["tokens"] = tokens
+        return config
+    }
+
+    private func storedValue() throws -> Data { Data(try redis.cli(["HGET", key, "tokens"]).utf8) }
+
+    func testAPlainRedisValueIsSealedAtStartAndEveryRefreshStaysSealed() throws {
+        try importTokens()  // without encryption: the value is plain JSON, as before this feature
+        let before = [tokenServer.currentAccessToken!, tokenServer.currentRefreshToken!]
+        XCTAssertTrue(try storedValue().count > 0 && String(decoding: try storedValue(), as: UTF8.self).contains(before[1]))
+
+        let relays = try (0..<2).map { index in try startRelay(sealedFleetConfig(cache: index == 0)) }
+        for relay in relays { XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }) }
+        let resealed = try storedValue()
+        XCTAssertEqual(try sealedEnvelope(resealed)["key_id"] as? String, try keyID(stateKey.bytes))
+        assertHoldsNone(of: before, in: resealed, "the Redis value resealed at start")
+        XCTAssertTrue(relays.contains { $0.stderrText.contains("Redis token value sealed with tokens.encryption.key_file") })
+
+        tokenServer.expireAccessTokens()
+        let responses = burst(10) { index in try HTTPTestClient.send(port: relays[index % 2].proxyPort, method: "GET", path: "/b/\(index)") }
+        XCTAssertEqual(statusCounts(responses), [200: 10])
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1, "one refresh fleet-wide, read back through the sealed value")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        let after = [tokenServer.currentAccessToken!, tokenServer.currentRefreshToken!]
+        let stored = try storedValue()
+        _ = try sealedEnvelope(stored)
+        assertHoldsNone(of: before + after, in: stored, "the Redis value after a refresh")
+        XCTAssertEqual(try openIndependently(stored, key: stateKey.bytes, associatedData: "tokenrelay token state v1: redis key \(key)")["refresh_token"] as? String,
+                       tokenServer.currentRefreshToken, "bound to the Redis key")
+        // The whole hash: no other field holds a token either.
+        assertHoldsNone(of: before + after, in: Data(try redis.cli(["HGETALL", key]).utf8), "the Redis hash")
+
+        // The first relay's local cache is sealed too (bound to the Redis key it caches).
+        XCTAssertTrue(waitUntil(timeout: 10) {
+            guard let data = try? Data(contentsOf: self.tokenFileURL) else { return false }
+            return (try? JSONSerialization.jsonObject(with: data) as? [String: Any])?["sealed"] != nil
+        }, "the cache was written sealed")
+        assertHoldsNone(of: before + after, in: try Data(contentsOf: tokenFileURL), "the local cache")
+        XCTAssertNotNil(try openIndependently(try Data(contentsOf: tokenFileURL), key: stateKey.bytes,
+                                              associatedData: "tokenrelay token state v1: local cache of redis key \(key)")["access_token"])
+
+        // token show reads the sealed value with the config's key.
+        let configURL = workDir.appendingPathComponent("show-config.json")
+        try JSONSerialization.data(withJSONObject: sealedFleetConfig()).write(to: configURL)
+        let shown = try TokenRelayProcess.runCommand(arguments: ["token", "show", "--config", configURL.path],
+                                                     environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
+        XCTAssertEqual(shown.exitCode, 0, shown.stderr)
+        XCTAssertTrue(shown.stdout.contains("stored: sealed, AES-256-GCM, key id \(try keyID(stateKey.bytes))"), shown.stdout)
+        for relay in relays {
+            let outside = [relay.stderrText, try admin(relay, "/status").bodyText, try admin(relay, "/metrics").bodyText].joined()
+            XCTAssertFalse(spellings(of: stateKey.bytes).contains { outside.contains($0) }, "the key reached the outside")
+            let ciphertext = try XCTUnwrap(try sealedEnvelope(stored)["ciphertext"] as? String)
+            XCTAssertFalse(outside.contains(String(ciphertext.prefix(24))), "a sealed byte reached the outside")
+        }
+    }
+
+    func testARedisValueSealedWithAnUnknownKeyStopsRunAndIsLeftAsItIs() throws {
+        try importTokens()
+        let relay = try startRelay(sealedFleetConfig())
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+        relay.stop()
+        let sealed = try storedValue()
+        _ = try sealedEnvelope(sealed)
+        let version = try storedVersion()
+
+        let other = try writeKey(workDir, "another-key")
+        let configURL = workDir.appendingPathComponent("other-key.json")
+        try JSONSerialization.data(withJSONObject: sealedFleetConfig(keyFile: other.url)).write(to: configURL)
+        let run = try TokenRelayProcess.runCommand(arguments: ["run", "--config", configURL.path],
+                                                   environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
+        XCTAssertNotEqual(run.exitCode, 0)
+        XCTAssertEqual(run.stderr.split(separator: "\n").filter { !$0.contains("level=info") && !$0.contains("level=debug") }.count, 1, run.stderr)
+        XCTAssertTrue(run.stderr.contains("tokens.encryption.key_file"), run.stderr)
+        XCTAssertEqual(try storedValue(), sealed, "left as it is")
+        XCTAssertEqual(try storedVersion(), version)
     }
 }
