@@ -127,6 +127,12 @@ final class CheckCommandTests: RelayTestCase {
             object["tokens"] = tokens
             var refresh = object["refresh"] as! [String: Any]
             if refresh["client_secret_file"] != nil { refresh["client_secret_file"] = secretFile.path }
+            // Key files name a deployment's path (a systemd credential, a Secret volume): a key made here stands in.
+            if refresh["client_key_file"] != nil { refresh["client_key_file"] = try exampleSigningKey().path }
+            if var assertion = refresh["assertion"] as? [String: Any], assertion["key_file"] != nil {
+                assertion["key_file"] = try exampleSigningKey().path
+                refresh["assertion"] = assertion
+            }
             object["refresh"] = refresh
             for target in ["upstream", "refresh"] {
                 guard var section = object[target] as? [String: Any], let tls = section["tls"] as? [String: Any] else { continue }
@@ -137,6 +143,19 @@ final class CheckCommandTests: RelayTestCase {
                                                          "TOKENRELAY_REDIS_PASSWORD": "example-redis-password"])
             XCTAssertEqual(result.exitCode, 0, "\(name): \(result.stderr)")
         }
+    }
+
+    /// An EC P-256 private key in PEM, made once per test with the openssl command line.
+    private func exampleSigningKey() throws -> URL {
+        let keyFile = workDir.appendingPathComponent("example-signing-key.pem")
+        if FileManager.default.fileExists(atPath: keyFile.path) { return keyFile }
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        openssl.arguments = ["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", keyFile.path]
+        try openssl.run()
+        openssl.waitUntilExit()
+        XCTAssertEqual(openssl.terminationStatus, 0, "openssl genpkey")
+        return keyFile
     }
 
     private func pointingAtTestPKI(_ tls: [String: Any]) throws -> [String: Any] {
