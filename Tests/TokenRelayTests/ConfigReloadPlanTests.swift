@@ -109,4 +109,20 @@ final class ConfigReloadPlanTests: XCTestCase {
         XCTAssertEqual(plan.needsRestart, [.init(field: "admin.listen", running: "127.0.0.1:8081", requested: "none")])
         XCTAssertNotNil(plan.effective.admin)
     }
+
+    /// tokens.encryption: switching sealing on or off waits for a restart; another key file applies live.
+    func testSealingOnOrOffNeedsARestartAndAnotherKeyApplies() throws {
+        func sealed(_ keyFile: String) -> (inout [String: Any]) -> Void {
+            { $0["tokens"] = ["file": "/var/lib/tokenrelay/tokens.json", "encryption": ["key_file": keyFile]] }
+        }
+        let on = ConfigReload(running: try config(), loaded: try config(sealed("/k1")))
+        XCTAssertEqual(on.needsRestart.map(\.field), ["tokens.encryption"])
+        XCTAssertNil(on.effective.tokens.encryption)
+        let off = ConfigReload(running: try config(sealed("/k1")), loaded: try config())
+        XCTAssertEqual(off.needsRestart.map(\.field), ["tokens.encryption"])
+        XCTAssertEqual(off.effective.tokens.encryption?.key, .file("/k1"))
+        let rotated = ConfigReload(running: try config(sealed("/k1")), loaded: try config(sealed("/k2")))
+        XCTAssertEqual(rotated.needsRestart, [])
+        XCTAssertEqual(rotated.effective.tokens.encryption?.key, .file("/k2"))
+    }
 }
