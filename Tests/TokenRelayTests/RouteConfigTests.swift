@@ -99,8 +99,8 @@ final class RouteConfigTests: XCTestCase {
         XCTAssertEqual(config.identityTokens(nil).refresh.tokenURL.authority, "127.0.0.1:9001")
     }
 
-    func testRunServesRoutesOfTheTopLevelIdentityOnly() throws {
-        XCTAssertThrowsError(try parse(twoIdentities).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "identities") }
+    func testRunServesRoutesOnTheMainListener() throws {
+        XCTAssertThrowsError(try parse(twoIdentities).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[1].listen") }
         var routesOnly = base
         routesOnly["routes"] = [["name": "docs", "match": ["host": "docs.internal"], "upstream": ["url": "http://docs.internal"],
                                  "inject": ["header": "X-Token"]]]

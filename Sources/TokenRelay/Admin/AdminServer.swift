@@ -8,6 +8,8 @@ import HTTPWire
 /// Nothing here ever writes a token or a secret: `/status` reports a state, a generation and times.
 final class AdminServer {
     private let coordinator: RefreshCoordinator
+    /// `identities` by name, in config order (each reported and probed beside the top-level one).
+    private let identities: [(name: String, coordinator: RefreshCoordinator)]
     private let proxy: ProxyServer
     private let metrics: RelayMetrics
     private let startedAt = Date()
@@ -19,8 +21,10 @@ final class AdminServer {
     /// Descriptors the admin port can hold: its limit and the connections allowed to wait over it.
     static var maxDescriptors: Int { HTTPServer.Settings(maxConnections: limits.maxConnections).effectiveOverLimitAllowance + limits.maxConnections }
 
-    init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, proxy: ProxyServer, metrics: RelayMetrics) throws {
+    init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, identities: [NamedIdentity] = [], proxy: ProxyServer,
+         metrics: RelayMetrics) throws {
         self.coordinator = coordinator
+        self.identities = identities.map { ($0.name, $0.coordinator) }
         self.proxy = proxy
         self.metrics = metrics
         listener = try SmallHTTPServer(loop: loop, host: address.host, port: address.port, limits: Self.limits) { [unowned self] request, responder in
@@ -29,13 +33,33 @@ final class AdminServer {
     }
 
     private func handle(_ request: SmallRequest, _ responder: SmallResponder) {
-        switch (request.method, request.path) {
+        // `/readyz/NAME` is `/readyz?identity=NAME`.
+        var path = request.path
+        var identityName = Self.queryValue("identity", in: request.target)
+        if path.hasPrefix("/readyz/"), identityName == nil {
+            identityName = String(path.dropFirst("/readyz/".count))
+            path = "/readyz"
+        }
+        var chosen = coordinator
+        if let identityName, ["/readyz", "/refresh"].contains(path) {
+            guard let found = identities.first(where: { $0.name == identityName }) else {
+                return respond(responder, 404, json: ["error": "no identity of that name"])
+            }
+            chosen = found.coordinator
+        }
+        switch (request.method, path) {
         case (.get, "/healthz"), (.head, "/healthz"):
             respond(responder, 200, json: ["status": "alive"])
         case (.get, "/readyz"), (.head, "/readyz"):
-            let reason = notReadyReason()
-            var body: [String: Any] = ["ready": reason == nil, "state": coordinator.state.rawValue]
+            let reason = identityName == nil ? notReadyReasonOfAll() : notReadyReason(chosen)
+            var body: [String: Any] = ["ready": reason == nil, "state": chosen.state.rawValue]
             body["reason"] = reason
+            if identityName == nil, !identities.isEmpty {
+                body["identities"] = Dictionary(uniqueKeysWithValues: identities.map { named in
+                    let reason = notReadyReason(named.coordinator)
+                    return (named.name, ["ready": reason == nil, "state": named.coordinator.state.rawValue, "reason": reason ?? JSONNull()] as [String: Any])
+                })
+            }
             let ready = reason == nil
             respond(responder, ready ? 200 : 503, json: body)
         case (.get, "/status"):
@@ -43,7 +67,7 @@ final class AdminServer {
         case (.get, "/metrics"):
             respond(responder, 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.exposition())
         case (.post, "/refresh"):
-            coordinator.forceRefresh { [weak self] outcome in
+            chosen.forceRefresh { [weak self] outcome in
                 guard let self else { return }
                 switch outcome {
                 case .renewed(let generation):
@@ -61,21 +85,40 @@ final class AdminServer {
         }
     }
 
+    /// The value of `name` in the target's query, if any (identity names need no decoding: the config
+    /// allows letters, digits, `.`, `_` and `-` only).
+    private static func queryValue(_ name: String, in target: String) -> String? {
+        guard let query = target.split(separator: "?", maxSplits: 1).dropFirst().first else { return nil }
+        for pair in query.split(separator: "&") where pair.hasPrefix("\(name)=") {
+            return String(pair.dropFirst(name.count + 1))
+        }
+        return nil
+    }
+
+    /// Ready when every identity is: the first reason found, naming its identity.
+    private func notReadyReasonOfAll() -> String? {
+        if let reason = notReadyReason(coordinator) { return reason }
+        for named in identities {
+            if let reason = notReadyReason(named.coordinator) { return "identity \(named.name): \(reason)" }
+        }
+        return nil
+    }
+
     /// Why the relay is not ready, or nil: the one answer `/readyz` and `/status` both give, so the two
     /// can never disagree.
-    private func notReadyReason() -> String? {
+    private func notReadyReason(_ coordinator: RefreshCoordinator) -> String? {
         switch coordinator.state {
         case _ where proxy.isDraining: "shutting down"
         case .loginRequired: "login required"
         case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
-        default: unusableTokenReason()
+        default: unusableTokenReason(coordinator)
         }
     }
 
     /// Why requests cannot succeed with the token in hand although nothing is latched: they would only
     /// get 503 (or wait for a refresh), so the sidecar is not ready. A refresh that failed while the token
     /// still works is no reason.
-    private func unusableTokenReason() -> String? {
+    private func unusableTokenReason(_ coordinator: RefreshCoordinator) -> String? {
         let reason: String
         if coordinator.tokens.accessToken.isEmpty {
             reason = "no access token yet"
@@ -92,7 +135,18 @@ final class AdminServer {
     }
 
     private func statusReport() -> [String: Any] {
-        let notReady = notReadyReason()
+        var report = identityReport(coordinator)
+        report["ready"] = notReadyReasonOfAll() == nil
+        report["held_requests"] = proxy.heldCount
+        if !identities.isEmpty {
+            report["identities"] = Dictionary(uniqueKeysWithValues: identities.map { ($0.name, identityReport($0.coordinator)) })
+        }
+        return report
+    }
+
+    /// One identity's part of `/status`, and with the listener's figures, the whole of it for the top-level one.
+    private func identityReport(_ coordinator: RefreshCoordinator) -> [String: Any] {
+        let notReady = notReadyReason(coordinator)
         var report: [String: Any] = [
             "state": coordinator.state.rawValue,
             "ready": notReady == nil,
@@ -104,7 +158,7 @@ final class AdminServer {
             "unsaved_tokens": coordinator.unsavedTokens != nil,
             "refresh_hold_off": coordinator.refreshHoldOffReason ?? JSONNull(),
             "refresh_attempts": coordinator.refreshCount,
-            "held_requests": proxy.heldCount,
+            "held_requests": proxy.heldCount(of: coordinator),
             "active_requests": proxy.activeCount,
             "upstream_waiters": proxy.upstreamWaiterCount,
             "client_connections": proxy.clientConnectionCount,

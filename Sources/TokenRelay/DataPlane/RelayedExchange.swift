@@ -204,7 +204,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
-            switch proxy.carryOut(action, failure: list.failure, for: self) {
+            switch proxy.carryOut(action, failure: list.failure, for: self, identity: context.coordinator) {
             case .done: break
             case .holdRefused:
                 let now = EventLoop.monotonicNow

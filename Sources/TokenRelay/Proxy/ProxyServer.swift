@@ -8,6 +8,10 @@ final class ProxyServer {
     /// The running configuration; a reload swaps it (`apply`).
     private(set) var config: Config
     let coordinator: RefreshCoordinator
+    /// The coordinators of `identities` by name (routes naming one carry its token).
+    private let identityCoordinators: [String: RefreshCoordinator]
+    /// Every identity's coordinator, the top-level one first.
+    private let coordinators: [RefreshCoordinator]
     /// What new requests take at arrival (their route among it); exchanges keep the one they arrived under.
     private(set) var context: ExchangeContext!
     /// Where new requests go.
@@ -23,29 +27,36 @@ final class ProxyServer {
     let logger: Logger
     /// The proxied port (client connections, heads, bodies) on HTTPTransport.
     private(set) var frontEnd: TransportFrontEnd!
-    /// Requests waiting for a refresh, oldest first (bounded by limits.max_held_requests).
-    private var held: [any ProxiedExchange] = []
+    /// Requests waiting for a refresh, oldest first, per identity (its coordinator): a refresh releases
+    /// only its own identity's requests. Each list is bounded by limits.max_held_requests.
+    private var held: [ObjectIdentifier: [any ProxiedExchange]] = [:]
+    private(set) var heldCount = 0
     private var active = ActiveExchanges()
     private(set) var isDraining = false
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
     init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = [], coordinator: RefreshCoordinator,
-         metrics: RelayMetrics, logger: Logger) throws {
+         identities: [NamedIdentity] = [], metrics: RelayMetrics, logger: Logger) throws {
         self.loop = loop
         self.config = config
         self.coordinator = coordinator
+        identityCoordinators = Dictionary(identities.map { ($0.name, $0.coordinator) }, uniquingKeysWith: { first, _ in first })
+        coordinators = [coordinator] + identities.map(\.coordinator)
         self.metrics = metrics
         self.logger = logger
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
         context = makeContext(config, upstream: config.upstream, injection: config.inject, upstreamTLS: upstreamTLS)
         makeRouteContexts(config, routeTLS: routeTLS)
-        coordinator.onOutcome = { [unowned self] outcome in self.refreshFinished(outcome) }
+        for each in coordinators {
+            each.onOutcome = { [unowned self, unowned each] outcome in self.refreshFinished(outcome, of: each) }
+        }
     }
 
-    private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?) -> ExchangeContext {
+    private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
+                             identity: String? = nil) -> ExchangeContext {
         ExchangeContext(config: config, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS), injection: injection, proxy: self,
-                        coordinator: coordinator, metrics: metrics)
+                        coordinator: identity.flatMap { identityCoordinators[$0] } ?? coordinator, metrics: metrics)
     }
 
     private func makeRouteContexts(_ config: Config, routeTLS: [TLSContext?]) {
@@ -55,7 +66,7 @@ final class ProxyServer {
             let route = config.routes[index]
             guard route.listen == nil else { return nil }
             return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
-                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil)
+                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity)
         }
     }
 
@@ -172,15 +183,16 @@ final class ProxyServer {
     /// other action to their own transport. The driver feeds the machine itself: the machine is never
     /// lent out across a call into the proxy. `failure`: the one its action list reports, for
     /// `.upstreamFailed` and `.retrying` (actions carry no payload, see `RequestLifecycle.Action`).
+    /// `identity`: the coordinator of the exchange's route: its refresh rules are asked, its list holds it.
     func carryOut(_ action: RequestLifecycle.Action, failure: RequestLifecycle.UpstreamFailure?,
-                  for exchange: any ProxiedExchange) -> ActionOutcome {
+                  for exchange: any ProxiedExchange, identity: RefreshCoordinator) -> ActionOutcome {
         switch action {
         case .hold:
-            return hold(exchange) ? .done : .holdRefused
+            return hold(exchange, identity: identity) ? .done : .holdRefused
         case .unhold:
             unhold(exchange)
         case .consultRefreshRules(let sentGeneration):
-            return .refreshRulesDecided(coordinator.unauthorized(sentGeneration: sentGeneration))
+            return .refreshRulesDecided(identity.unauthorized(sentGeneration: sentGeneration))
         case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
         case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
         case .upstreamFailed:
@@ -195,27 +207,37 @@ final class ProxyServer {
 
     // MARK: - Held requests
 
-    func hold(_ exchange: any ProxiedExchange) -> Bool {
-        if held.contains(where: { $0 === exchange }) { return true }
-        guard held.count < config.limits.maxHeldRequests else { return false }
-        held.append(exchange)
-        metrics.heldRequests.record(Double(held.count))
+    func hold(_ exchange: any ProxiedExchange, identity: RefreshCoordinator) -> Bool {
+        let key = ObjectIdentifier(identity)
+        var list = held[key] ?? []
+        if list.contains(where: { $0 === exchange }) { return true }
+        guard list.count < config.limits.maxHeldRequests else { return false }
+        list.append(exchange)
+        held[key] = list
+        heldCount += 1
+        metrics.heldRequests.record(Double(heldCount))
         return true
     }
 
     func unhold(_ exchange: any ProxiedExchange) {
-        guard let index = held.firstIndex(where: { $0 === exchange }) else { return }
-        held.remove(at: index)
-        metrics.heldRequests.record(Double(held.count))
+        for (key, var list) in held {
+            guard let index = list.firstIndex(where: { $0 === exchange }) else { continue }
+            list.remove(at: index)
+            held[key] = list
+            heldCount -= 1
+            metrics.heldRequests.record(Double(heldCount))
+            return
+        }
     }
 
-    var heldCount: Int { held.count }
+    /// Held requests of the identity `identity`.
+    func heldCount(of identity: RefreshCoordinator) -> Int { held[ObjectIdentifier(identity)]?.count ?? 0 }
 
-    /// Releases every held request, oldest first, with the outcome of the refresh.
-    private func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
-        let waiting = held
-        held = []
-        metrics.heldRequests.record(0)
+    /// Releases every request held for `identity`, oldest first, with the outcome of its refresh.
+    private func refreshFinished(_ outcome: RefreshCoordinator.Outcome, of identity: RefreshCoordinator) {
+        let waiting = held.removeValue(forKey: ObjectIdentifier(identity)) ?? []
+        heldCount -= waiting.count
+        metrics.heldRequests.record(Double(heldCount))
         waiting.forEach { $0.refreshFinished(outcome) }
     }
 
@@ -252,15 +274,17 @@ final class ProxyServer {
     /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
     /// reach the token file before the process exits).
     func checkDrained() {
-        if isDraining && active.isEmpty && !coordinator.isTalkingToTokenEndpoint && frontEnd.openHTTP2Connections == 0 { onDrained?() }
+        if isDraining && active.isEmpty && !coordinators.contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
     }
 
     // MARK: - Shutdown
 
     func startDraining() {
         isDraining = true
-        coordinator.stopRefreshing()
-        coordinator.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
+        for each in coordinators {
+            each.stopRefreshing()
+            each.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
+        }
         frontEnd.stopAccepting()
         checkDrained()
     }

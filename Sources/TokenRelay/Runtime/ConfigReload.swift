@@ -48,6 +48,10 @@ struct ConfigReload {
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }
+        // Each identity's token store and refresh machine are made at start: identities keep running as
+        // they are (this build applies no change to them live), and a changed set is named for a restart.
+        keep("identities", Self.describe(running.identities), Self.describe(loaded.identities)) { $0.identities = running.identities }
+        effective.identities = running.identities
         keep("data_plane", running.dataPlane.rawValue, loaded.dataPlane.rawValue) { $0.dataPlane = running.dataPlane }
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
@@ -60,6 +64,20 @@ struct ConfigReload {
     /// And routes or identities, which this build checks but does not serve yet.
     func validate() throws {
         try effective.requireServedRoutes()
+        let running = Set(effective.identities.map(\.name))
+        if let index = effective.routes.firstIndex(where: { $0.identity.map { !running.contains($0) } ?? false }) {
+            throw ConfigError("routes[\(index)].identity", "names an identity that is not running (adding an identity needs a restart)")
+        }
         try effective.tokens.redis?.validateLock(refreshSeconds: effective.timeouts.refreshSeconds)
+    }
+
+    /// What identifies each identity's token state and client, for the restart notice (never a secret:
+    /// file paths, the Redis key, the grant, the token URL and the client id).
+    private static func describe(_ identities: [Config.Identity]) -> String {
+        guard !identities.isEmpty else { return "none" }
+        return identities.map { identity in
+            let store = identity.tokens.redis.map { "redis \($0.url) key \($0.key)" } ?? "file \(identity.tokens.file ?? "none")"
+            return "\(identity.name) (\(store), grant \(identity.refresh.grant.rawValue), token_url \(identity.refresh.tokenURL), client_id \(identity.refresh.clientID))"
+        }.joined(separator: "; ")
     }
 }

@@ -25,6 +25,8 @@ public struct Preflight {
     let refreshTLS: TLSContext?
     /// The TLS context of each `routes[]` upstream, in route order (nil for http://).
     var routeUpstreamTLS: [TLSContext?] = []
+    /// Each of `identities`, checked as the top level is (its token file or Redis, secret, keys, TLS).
+    var identities: [NamedPreflight] = []
 
     public static func run(configPath: String) throws -> Preflight {
         let config = try ConfigLoader.load(path: configPath)
@@ -37,6 +39,13 @@ public struct Preflight {
         }
         var preflight = try runTopLevel(config: config)
         preflight.routeUpstreamTLS = routeTLS
+        preflight.identities = try config.identities.map { identity in
+            do {
+                return NamedPreflight(name: identity.name, preflight: try runTopLevel(config: config.scoped(to: identity)))
+            } catch let error as ConfigError {
+                throw error.underIdentity(identity.name)
+            }
+        }
         return preflight
     }
 
@@ -130,7 +139,8 @@ public struct Preflight {
     /// Config paths of targets whose certificates are not verified (each is logged as a warning).
     public var unverifiedTLSTargets: [String] {
         let redis = config.tokens.redis.flatMap { $0.endpoint.usesTLS && $0.tls?.insecureSkipVerify == true ? ["tokens.redis.tls.insecure_skip_verify"] : nil }
-        return ([upstreamTLS, refreshTLS] + routeUpstreamTLS).compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
+        let named = identities.flatMap { identity in identity.preflight.unverifiedTLSTargets.filter { !$0.hasPrefix("upstream") }.map { "identities.\(identity.name).\($0)" } }
+        return named + ([upstreamTLS, refreshTLS] + routeUpstreamTLS).compactMap { $0 }.filter(\.settings.insecureSkipVerify).map { "\($0.field).insecure_skip_verify" } + (redis ?? [])
     }
 
     /// With `tokens.encryption`: how the file is stored now and what `run` does about it (a key id, never a key).
@@ -162,5 +172,16 @@ public struct Preflight {
         let unverified = unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
         let clamped = TokenExpiry.clampWarning(for: tokens, now: Date()).map { "; WARNING: \($0)" } ?? ""
         return "ok: config valid; token file \(tokenFile.path)\(sealingSummary): \(expiry), \(refresh)\(unverified)\(clamped)"
+    }
+}
+
+/// A named identity's preflight (`Preflight.identities`). A class: a struct cannot hold itself.
+final class NamedPreflight: @unchecked Sendable { // @unchecked: immutable, handed over whole like the Preflight holding it
+    let name: String
+    let preflight: Preflight
+
+    init(name: String, preflight: Preflight) {
+        self.name = name
+        self.preflight = preflight
     }
 }

@@ -23,6 +23,10 @@ public final class Relay {
     var credentialFilesWatch: CredentialFilesWatch?
     let metrics = RelayMetrics()
     let coordinator: RefreshCoordinator
+    /// `identities`, each with its own token store and refresh coordinator (the top-level one is `coordinator`).
+    let namedIdentities: [NamedIdentity]
+    /// Every identity's coordinator, the top-level one first.
+    var coordinators: [RefreshCoordinator] { [coordinator] + namedIdentities.map(\.coordinator) }
     let endpoint: TokenEndpointClient
     let proxy: ProxyServer
     private var admin: AdminServer?
@@ -57,23 +61,19 @@ public final class Relay {
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
-        endpoint = TokenEndpointClient(loop: loop, connection: Self.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
-                                       grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret, keys: preflight.credentialKeys))
-        let store = try Self.tokenStore(loop: loop, preflight: preflight)
+        endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
         redactor.add(preflight.redis?.password)
-        coordinator = RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
-                                         initialTokens: preflight.tokens,
-                                         settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),
-                                         refreshTimeout: config.timeouts.refreshSeconds,
-                                         storeWriteTimeout: preflight.config.tokens.redis?.writeTimeoutSeconds ?? 0,
-                                         cache: preflight.redis == nil ? nil : preflight.tokenFile,
-                                         metrics: metrics, redactor: redactor, logger: logger)
+        coordinator = try Self.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
+        let metrics = self.metrics
+        namedIdentities = try preflight.identities.map { try NamedIdentity($0, loop: loop, metrics: metrics, redactor: redactor, logger: logger) }
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS, coordinator: coordinator,
-                                metrics: metrics, logger: logger)
+                                identities: namedIdentities, metrics: metrics, logger: logger)
         if let adminConfig = config.admin {
-            admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, proxy: proxy, metrics: metrics)
+            admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, identities: namedIdentities,
+                                    proxy: proxy, metrics: metrics)
         }
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+        namedIdentities.forEach { $0.start() }
         watchClientSecret()
         watchCredentialFiles()
     }
@@ -107,7 +107,7 @@ public final class Relay {
         relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
-        try relay.coordinator.finishAtExit()
+        try relay.finishAtExit()
     }
 
     func announce() {
@@ -165,7 +165,7 @@ public final class Relay {
             // A refresh still talking to the token endpoint gets up to refresh_seconds: exiting before its
             // answer is saved would lose a rotated refresh token.
             self.drainTimer = LoopEvent(loop: self.loop) { [unowned self] _ in self.loop.stop() }
-            let grace = self.coordinator.isTalkingToTokenEndpoint ? max(1, self.config.timeouts.refreshSeconds) : 1
+            let grace = self.coordinators.contains(where: \.isTalkingToTokenEndpoint) ? max(1, self.config.timeouts.refreshSeconds) : 1
             self.drainTimer?.schedule(after: grace)
             self.proxy.abandonRemaining()
         }
@@ -181,5 +181,18 @@ public final class Relay {
         secretWatch = nil
         credentialFilesWatch = nil
         proxy.closePools()
+    }
+
+    /// Every identity's unfinished business at exit (tokens not saved, a refresh in flight), all of it reported.
+    func finishAtExit() throws {
+        var problems: [String] = []
+        for (name, coordinator) in [("", coordinator)] + namedIdentities.map({ ($0.name, $0.coordinator) }) {
+            do {
+                try coordinator.finishAtExit()
+            } catch {
+                problems.append(name.isEmpty ? "\(error)" : "identity \(name): \(error)")
+            }
+        }
+        guard problems.isEmpty else { throw UnfinishedBusinessAtExit(description: problems.joined(separator: "; ")) }
     }
 }

@@ -1,0 +1,54 @@
+import FoundationEssentials
+import Logging
+
+/// One entry of `identities` running: its token endpoint client, token store and refresh coordinator,
+/// made exactly as the top-level identity's are (`Relay.makeCoordinator`) from its own preflight. Nothing
+/// is shared with another identity but the loop, the metrics and the list of secrets to redact, so a
+/// storm, a latch or an outage of one changes nothing for the others.
+final class NamedIdentity {
+    let name: String
+    /// The running config seen as this identity (`Config.scoped(to:)`).
+    let config: Config
+    let endpoint: TokenEndpointClient
+    let coordinator: RefreshCoordinator
+
+    init(_ named: NamedPreflight, loop: EventLoop, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) throws {
+        name = named.name
+        let preflight = named.preflight
+        config = preflight.config
+        var logger = logger
+        logger[metadataKey: "identity"] = "\(named.name)"
+        let redactor = redactor.forIdentity(named.name)
+        redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
+        redactor.add(preflight.clientSecret)
+        redactor.add(preflight.redis?.password)
+        if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
+        endpoint = Relay.makeTokenEndpoint(loop: loop, preflight: preflight)
+        coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
+    }
+
+    func start() {
+        coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+    }
+}
+
+extension Relay {
+    static func makeTokenEndpoint(loop: EventLoop, preflight: Preflight) -> TokenEndpointClient {
+        TokenEndpointClient(loop: loop, connection: tokenEndpointConnection(config: preflight.config, tls: preflight.refreshTLS),
+                            grant: TokenGrants.make(preflight.config.refresh, clientSecret: preflight.clientSecret, keys: preflight.credentialKeys))
+    }
+
+    /// The refresh coordinator of the identity `preflight` was run for, over its token store.
+    static func makeCoordinator(loop: EventLoop, preflight: Preflight, endpoint: TokenEndpointClient, metrics: RelayMetrics,
+                                redactor: SecretRedactor, logger: Logger) throws -> RefreshCoordinator {
+        let config = preflight.config
+        let store = try tokenStore(loop: loop, preflight: preflight)
+        return RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
+                                  initialTokens: preflight.tokens,
+                                  settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),
+                                  refreshTimeout: config.timeouts.refreshSeconds,
+                                  storeWriteTimeout: config.tokens.redis?.writeTimeoutSeconds ?? 0,
+                                  cache: preflight.redis == nil ? nil : preflight.tokenFile,
+                                  metrics: metrics, redactor: redactor, logger: logger)
+    }
+}

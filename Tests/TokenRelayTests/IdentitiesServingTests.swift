@@ -1,0 +1,128 @@
+import Foundation
+import XCTest
+
+/// Two identities, each with its own token server (rotation and reuse detection) and API: the top-level
+/// one behind the default route, `b` behind `/b/`. Whatever happens to one identity's tokens, the other's
+/// requests, refreshes and readiness do not notice.
+final class IdentitiesServingTests: ReloadTestCase {
+    private var tokenServerB: FakeTokenServer!
+    private var apiB: FakeAPIServer!
+    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
+        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
+        let tokens = tokenServerB.issueInitialTokens()
+        try writeTokenFile(at: tokenFileB, access: tokens.access, refresh: tokens.refresh)
+    }
+
+    override func tearDownWithError() throws {
+        try super.tearDownWithError()
+        tokenServerB?.stop()
+    }
+
+    private var twoIdentities: [String: Any] {
+        ["routes": [["name": "b", "match": ["path_prefix": "/b/", "strip_prefix": true], "upstream": ["url": apiB.baseURL], "identity": "b"]],
+         "identities": ["b": [
+            "tokens": ["file": tokenFileB.path, "watch_interval_seconds": 0.2],
+            "refresh": ["grant": "refresh_token", "token_url": tokenServerB.tokenURL, "client_id": "legacy-app",
+                        "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic", "backoff_seconds": 0.05],
+         ]]]
+    }
+
+    private func burst(_ relay: TokenRelayProcess, count: Int) -> [Int] {
+        let port = relay.proxyPort
+        return HTTPTestClient.concurrently(count) { index in
+            try HTTPTestClient.send(port: port, method: "GET", path: index.isMultiple(of: 2) ? "/b/item/\(index)" : "/a/item/\(index)").status
+        }.map { (try? $0.get()) ?? -1 }
+    }
+
+    private func admin(_ relay: TokenRelayProcess, _ method: String, _ path: String) throws -> (status: Int, json: [String: Any]) {
+        let response = try HTTPTestClient.send(port: relay.adminPort, method: method, path: path)
+        return (response.status, (try JSONSerialization.jsonObject(with: response.body) as? [String: Any]) ?? [:])
+    }
+
+    func testBurstOnBothRoutesAfterBothTokensDiedRefreshesOncePerIdentity() throws {
+        let relay = try startRelay(twoIdentities)
+        XCTAssertEqual(burst(relay, count: 2), [200, 200])
+        tokenServer.expireAccessTokens()
+        tokenServerB.expireAccessTokens()
+        XCTAssertEqual(burst(relay, count: 40), Array(repeating: 200, count: 40))
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServerB.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections + tokenServerB.reuseDetections, 0)
+        XCTAssertEqual(Set(apiB.requests.map(\.target).filter { $0.hasPrefix("/item/") }).count, 20, "b's requests reached b's API, stripped")
+        // Each identity's rotation went to its own file.
+        XCTAssertTrue(waitUntil(timeout: 5) {
+            (try? String(contentsOf: self.tokenFileB, encoding: .utf8))?.contains(self.tokenServerB.currentRefreshToken ?? "?") ?? false
+        })
+        XCTAssertTrue(waitUntil(timeout: 5) {
+            (try? String(contentsOf: self.tokenFileURL, encoding: .utf8))?.contains(self.tokenServer.currentRefreshToken ?? "?") ?? false
+        })
+    }
+
+    func testOneTokenServerDownLeavesTheOtherRouteServing() throws {
+        let relay = try startRelay(twoIdentities)
+        tokenServerB.stop()
+        tokenServerB.expireAccessTokens()
+        tokenServer.expireAccessTokens()
+        let statuses = burst(relay, count: 20)
+        XCTAssertEqual(statuses.enumerated().filter { !$0.offset.isMultiple(of: 2) }.map(\.element), Array(repeating: 200, count: 10),
+                       "the top-level identity refreshes and serves")
+        XCTAssertFalse(statuses.enumerated().filter { $0.offset.isMultiple(of: 2) }.map(\.element).contains(200), "b cannot refresh: \(statuses)")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        let ready = try admin(relay, "GET", "/readyz")
+        XCTAssertEqual(ready.status, 503)
+        XCTAssertTrue((ready.json["reason"] as? String)?.hasPrefix("identity b:") ?? false, "\(ready.json)")
+        XCTAssertEqual((ready.json["identities"] as? [String: Any]).flatMap { $0["b"] as? [String: Any] }?["ready"] as? Bool, false)
+    }
+
+    func testLoginRequiredOnOneIdentityIsNamedByReadyzWhileTheOtherServes() throws {
+        let relay = try startRelay(twoIdentities)
+        tokenServerB.failureMode = .rejectAll
+        tokenServerB.expireAccessTokens()
+        XCTAssertNotEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/x").status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { ((try? self.admin(relay, "GET", "/readyz/b"))?.json["state"] as? String) == "login_required" })
+        let all = try admin(relay, "GET", "/readyz")
+        XCTAssertEqual(all.status, 503)
+        XCTAssertEqual(all.json["reason"] as? String, "identity b: login required")
+        XCTAssertEqual(try admin(relay, "GET", "/readyz?identity=b").status, 503)
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/a/still").status, 200)
+        XCTAssertEqual(tokenServer.refreshCalls, 0, "the top-level identity was never asked to refresh")
+        let status = try admin(relay, "GET", "/status")
+        let identities = try XCTUnwrap(status.json["identities"] as? [String: Any])
+        XCTAssertEqual((identities["b"] as? [String: Any])?["state"] as? String, "login_required")
+        XCTAssertEqual(status.json["ready"] as? Bool, false)
+        XCTAssertFalse(relay.stderrText.contains(tokenServerB.currentRefreshToken ?? "?"), "no token in the log")
+    }
+
+    func testAdminAddressesOneIdentity() throws {
+        let relay = try startRelay(twoIdentities)
+        XCTAssertEqual(try admin(relay, "GET", "/readyz/b").status, 200)
+        XCTAssertEqual(try admin(relay, "GET", "/readyz/nobody").status, 404)
+        let refreshed = try admin(relay, "POST", "/refresh?identity=b")
+        XCTAssertEqual(refreshed.status, 200, "\(refreshed.json)")
+        XCTAssertEqual(tokenServerB.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 0)
+        XCTAssertEqual(try admin(relay, "POST", "/refresh").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(try admin(relay, "GET", "/readyz").status, 200)
+    }
+
+    func testReloadKeepsIdentitiesAndRefusesARouteToANewOne() throws {
+        let relay = try startRelay(twoIdentities)
+        var next = twoIdentities
+        var routes = next["routes"] as! [[String: Any]]
+        routes.append(["name": "c", "match": ["path_prefix": "/c/"], "upstream": ["url": apiB.baseURL], "identity": "c"])
+        next["routes"] = routes
+        var identities = next["identities"] as! [String: Any]
+        identities["c"] = ["tokens": ["file": workDir.appendingPathComponent("tokens-c.json").path],
+                           "refresh": ["grant": "refresh_token", "token_url": tokenServerB.tokenURL, "client_id": "x", "client_auth": "none"]]
+        next["identities"] = identities
+        try writeTokenFile(at: workDir.appendingPathComponent("tokens-c.json"), access: "c-access", refresh: "c-refresh")
+        try reload(relay, next)
+        XCTAssertTrue(relay.stderrText.contains("routes[1].identity: names an identity that is not running"), relay.stderrText)
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/x").status, 200, "the running config stays")
+    }
+}
