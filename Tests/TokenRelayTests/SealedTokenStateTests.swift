@@ -66,19 +66,21 @@ final class SealedTokenFileTests: RelayTestCase, SealedStateChecks {
     /// Neither the key (in any spelling) nor a sealed byte reaches a log line, /status, /metrics or an
     /// error body.
     private func assertNothingSecretReachedTheOutside(_ relay: TokenRelayProcess, extra: [String]) throws {
-        let ciphertexts = extra.compactMap { text -> String? in
-            guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
-                  let sealed = object["sealed"] as? [String: Any] else { return nil }
-            return sealed["ciphertext"] as? String
-        }
-        let nonces = extra.compactMap { text -> String? in
-            ((try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]).flatMap { ($0["sealed"] as? [String: Any])?["nonce"] as? String }
-        }
         let status = try admin(relay, "/status").bodyText
         let metrics = try admin(relay, "/metrics").bodyText
-        let refused = try get(relay, "/no-token-here", headers: [("Authorization", "Bearer x")]).bodyText
-        let outside = [relay.stderrText, relay.stdoutText, status, metrics, refused].joined(separator: "\n")
-        for secret in spellings(of: key.bytes) + ciphertexts.map { String($0.prefix(24)) } + nonces {
+        // Bodies tokenrelay itself writes: a forced refresh (the store read and written again), readiness, a 404.
+        let refreshed = try admin(relay, "/refresh", method: "POST").bodyText
+        let bodies = [refreshed, try admin(relay, "/readyz").bodyText, try admin(relay, "/no-such-page").bodyText]
+        let outside = ([relay.stderrText, relay.stdoutText, status, metrics] + bodies).joined(separator: "\n")
+        // Every sealed state seen: the ones given, and the file as it is now (after the forced refresh).
+        let states = extra + [(try? String(contentsOf: tokenFileURL, encoding: .utf8)) ?? ""]
+        let sealedParts = states.flatMap { text -> [String] in
+            guard let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+                  let sealed = object["sealed"] as? [String: Any] else { return [] }
+            return [(sealed["ciphertext"] as? String).map { String($0.prefix(24)) }, sealed["nonce"] as? String].compactMap { $0 }
+        }
+        XCTAssertGreaterThanOrEqual(sealedParts.count, 4)
+        for secret in spellings(of: key.bytes) + sealedParts {
             XCTAssertFalse(outside.contains(secret), "a key or sealed byte reached the outside (\(secret.prefix(6))…)")
         }
     }
