@@ -9,6 +9,9 @@ struct Login: ParsableCommand {
 
     @OptionGroup var options: ConfigOption
 
+    @Option(help: "The entry of identities to sign in (default: the top-level refresh and login).")
+    var identity: String?
+
     /// Tests shorten the protocol's waits (5 s between polls, 5 s more per slow_down) with this.
     @Option(help: .hidden)
     var pollIntervalScale: Double = 1
@@ -19,7 +22,7 @@ struct Login: ParsableCommand {
 
     func run() throws {
         let report = try failOnError {
-            try DeviceLogin.run(configPath: options.config, intervalScale: pollIntervalScale) { line in
+            try DeviceLogin.run(configPath: options.config, identity: identity, intervalScale: pollIntervalScale) { line in
                 // Unbuffered: the operator needs the code now, not when the process exits.
                 StandardStreams.writeOut(line + "\n")
             }

@@ -18,8 +18,11 @@ struct TokenCommand: ParsableCommand {
 
         @OptionGroup var options: ConfigOption
 
+        @Option(help: "The entry of identities to work on (default: the top-level tokens).")
+        var identity: String?
+
         func run() throws {
-            print(try failOnError { try TokenFileReport.show(configPath: options.config) })
+            print(try failOnError { try TokenFileReport.show(configPath: options.config, identity: identity) })
         }
     }
 
@@ -28,6 +31,9 @@ struct TokenCommand: ParsableCommand {
             abstract: "Write the token file (atomically, mode 0600) from JSON on standard input or in a file; never from arguments.")
 
         @OptionGroup var options: ConfigOption
+
+        @Option(help: "The entry of identities to work on (default: the top-level tokens).")
+        var identity: String?
 
         @Option(help: "Read the tokens from this file instead of standard input.")
         var from: String?
@@ -42,7 +48,7 @@ struct TokenCommand: ParsableCommand {
                 }
                 return Data(StandardStreams.readAllInput())
             }
-            print(try failOnError { try TokenImport.run(configPath: options.config, input: input) })
+            print(try failOnError { try TokenImport.run(configPath: options.config, identity: identity, input: input) })
         }
     }
 }

@@ -13,8 +13,8 @@ public enum DeviceLogin {
     ///     as the server gave them everywhere else).
     ///   - say: shows a line to the operator at once (the verification URI and user code).
     /// - Returns: the final one-line report.
-    public static func run(configPath: String, intervalScale: Double = 1, say: (String) -> Void) throws -> String {
-        let config = try ConfigLoader.load(path: configPath)
+    public static func run(configPath: String, identity: String? = nil, intervalScale: Double = 1, say: (String) -> Void) throws -> String {
+        let config = try ConfigLoader.load(path: configPath).scoped(toIdentityNamed: identity)
         guard let login = config.login else {
             throw ConfigError("login", "is required by tokenrelay login: add at least login.device_authorization_url")
         }

@@ -4,8 +4,8 @@ import Glibc
 /// `tokenrelay token show`: the state of the token file without revealing a token — fingerprint, expiry,
 /// time left, whether a refresh token is present, mode and owner.
 public enum TokenFileReport {
-    public static func show(configPath: String, now: Date = Date()) throws -> String {
-        let config = try ConfigLoader.load(path: configPath)
+    public static func show(configPath: String, identity: String? = nil, now: Date = Date()) throws -> String {
+        let config = try ConfigLoader.load(path: configPath).scoped(toIdentityNamed: identity)
         let codecs = try ConfiguredTokenCodecs(config.tokens)
         if let (endpoint, settings) = try RedisTokenCLI.endpoint(config) {
             return try RedisTokenCLI.show(endpoint: endpoint, settings: settings, codec: codecs.redis, now: now)

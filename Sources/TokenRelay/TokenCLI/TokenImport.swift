@@ -8,8 +8,8 @@ import FoundationEssentials
 /// `"expires_in": <seconds>` instead of `expires_at`, so a token endpoint's answer can be piped in as is
 /// (`token_type` and other keys are kept in the file, as the proxy keeps them).
 public enum TokenImport {
-    public static func run(configPath: String, input: Data, now: Date = Date()) throws -> String {
-        let config = try ConfigLoader.load(path: configPath)
+    public static func run(configPath: String, identity: String? = nil, input: Data, now: Date = Date()) throws -> String {
+        let config = try ConfigLoader.load(path: configPath).scoped(toIdentityNamed: identity)
         let tokens = try parse(input, now: now)
         if config.refresh.needsRefreshToken && tokens.refreshToken == nil {
             throw TokenImportError("refresh_token is required: refresh.grant \(config.refresh.grant.rawValue) cannot renew tokens without one")
