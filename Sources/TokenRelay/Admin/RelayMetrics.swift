@@ -68,6 +68,10 @@ final class RelayMetrics {
     let storeConnected: Gauge
     let storeLockAcquisitions: Counter
     let storeConflicts: Counter
+    /// DPoP (`dpop`): 1 while proofs are signed; nonce challenges answered by a resend; proofs signed.
+    let dpopEnabled: Gauge
+    let dpopNonceReplays: Counter
+    let dpopProofsSigned: Counter
     /// Seconds of one exchange with the token endpoint.
     let refreshDuration: ValueHistogram
     /// Seconds from sending a request upstream to its response headers.
@@ -110,6 +114,10 @@ final class RelayMetrics {
                                         "Refresh locks this relay acquired (the token file's flock, or the Redis lock).")
         storeConflicts = counter("tokenrelay_token_store_cas_conflicts_total",
                                  "Writes to Redis that lost their compare-and-set to a newer version (the stored one was adopted instead).")
+        dpopEnabled = gauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
+        dpopNonceReplays = counter("tokenrelay_dpop_nonce_replays_total",
+                                   "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")
+        dpopProofsSigned = counter("tokenrelay_dpop_proofs_signed_total", "DPoP proofs signed (proxied requests and token requests).")
         refreshDuration = histogram("tokenrelay_refresh_duration_seconds", "Seconds of one exchange with the token endpoint.")
         upstreamLatency = histogram("tokenrelay_upstream_response_seconds", "Seconds from sending a request upstream to its response headers.")
     }
@@ -197,6 +205,15 @@ final class RelayMetrics {
         let counter = registry.makeCounter(descriptor: family.descriptor, labels: [(label, value)])
         labelled[key] = counter
         return counter
+    }
+
+    func countDPoPNonceReplay() { dpopNonceReplays.increment() }
+
+    /// The key's RFC 7638 thumbprint (public: it is what the tokens' `cnf.jkt` names), as an info series.
+    func recordDPoPKey(thumbprint: String) {
+        dpopEnabled.record(1)
+        registry.makeGauge(descriptor: Family(name: "tokenrelay_dpop_key_info", help: "The DPoP key in use: its RFC 7638 thumbprint (jkt).").descriptor,
+                           labels: [("jkt", thumbprint)]).record(1)
     }
 
     func exposition() -> String { registry.emitToString() }

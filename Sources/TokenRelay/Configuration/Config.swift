@@ -11,6 +11,8 @@ public struct Config: Sendable {
     public var login: LoginSettings?
     /// Which header carries the access token, and how (`Authorization: Bearer …` unless configured).
     public var inject = InjectSettings()
+    /// DPoP proofs for the tokens (`dpop`); nil: bearer tokens only.
+    public var dpop: DPoPSettings?
     public var limits = Limits()
     public var timeouts = Timeouts()
     public var forwarding = Forwarding()

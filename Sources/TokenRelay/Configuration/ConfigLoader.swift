@@ -29,7 +29,7 @@ public enum ConfigLoader {
     }
 
     private static func readRoot(_ root: JSONObjectReader) throws -> Config {
-        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane", "routes", "identities"])
+        root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane", "routes", "identities", "dpop"])
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
         let upstream = try readUpstream(root.object("upstream"))
@@ -52,6 +52,7 @@ public enum ConfigLoader {
 
         var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
         config.inject = try InjectSettings.read(from: root)
+        config.dpop = try DPoPSettings.read(from: root)
         config.login = try LoginSettings.read(from: root, refresh: refresh)
         if let limits = try root.optionalObject("limits") {
             config.limits = try readLimits(limits)

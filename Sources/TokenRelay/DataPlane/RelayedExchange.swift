@@ -195,6 +195,9 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         switch action {
         case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
         case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
+        case .resendWithFreshProof:
+            context.metrics.countDPoPNonceReplay()
+            acquireConnection(lane: .admitted, fresh: false)
         case .cancelConnectionWait:
             ticket?.cancel()
             ticket = nil

@@ -101,6 +101,9 @@ extension RequestLifecycle {
         /// response, never a clean end. `flushFirst`: write what is queued first.
         case abortClient(flushFirst: Bool)
         case countReplay(ReplayReason)
+        /// A DPoP nonce challenge was answered: count it and ask the pool for a connection (in the admitted
+        /// lane) to send the request again; its send carries a fresh proof with the upstream's new nonce.
+        case resendWithFreshProof
         /// Count and log the list's `failure`.
         case upstreamFailed
         /// Log that the request goes out again on a fresh connection, after the list's `failure`.

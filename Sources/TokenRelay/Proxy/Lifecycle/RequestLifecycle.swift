@@ -15,6 +15,7 @@
 ///                     ├─ login required ─▶ 401 ─▶ done
 ///                     └─ refresh on hold-off ─▶ 503 ─▶ done
 /// client gone at any point ─▶ done (the driver cancels whatever is under way)
+/// a DPoP nonce challenge (401 use_dpop_nonce) to a send ─▶ capturing ─▶ resent once with a fresh proof
 /// ```
 ///
 /// Rules that keep clients and the session safe:
@@ -31,6 +32,10 @@
 ///   upstream (`streamedBodyProgressed`), a refresh-triggering answer is the client's and a failure is
 ///   not retried. Before that byte (the driver sends such a request with `Expect: 100-continue`, so a 401
 ///   comes first) it is replayed like any other.
+/// - A DPoP nonce challenge (the upstream wants a proof with its fresh nonce) is resent at most once per
+///   request, with no refresh: a server that keeps asking for a new nonce can never make a loop, and a
+///   second challenge is the client's answer. The resend does not use up the refresh rules' one chance
+///   (a token that expired meanwhile is still refreshed once).
 ///
 /// Pure: no I/O, no clock of its own (`now` comes with each event), no transport import. The driver
 /// (`DataPlane/RelayedExchange`, on HTTPTransport) feeds it events and carries out its actions
@@ -59,6 +64,11 @@ struct RequestLifecycle {
     private(set) var attempts = 0
     private(set) var sentGeneration: UInt64 = 0
     private var retried = false
+    /// Resends after a DPoP nonce challenge (0 or 1: the loop guard). Not counted as a send for the
+    /// refresh rules' "first answer" test.
+    private(set) var nonceResends = 0
+    /// The answer being captured is a nonce challenge: its end resends instead of asking the refresh rules.
+    private var capturingNonceChallenge = false
     private var sentOnReusedConnection = false
     private var heldSince: Double?
     private var holdDeadline: Double?
@@ -192,7 +202,7 @@ struct RequestLifecycle {
     /// longer accepted (see `RefreshTrigger`).
     mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> ActionList {
         guard phase == .awaitingResponse else { return ActionList() }
-        if attempts == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
+        if attempts - nonceResends == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
             phase = .capturing
             capturedStatus = status
             // The 401's body is only needed if the refresh fails; a body that drips (never silent, so never
@@ -209,9 +219,32 @@ struct RequestLifecycle {
         return ActionList(.cancel(.responseHead), .relayResponse)
     }
 
+    /// The response head is a DPoP nonce challenge (401, `WWW-Authenticate: DPoP error="use_dpop_nonce"`, and
+    /// a usable `DPoP-Nonce`, which the driver has kept for this upstream). The first one is read to its end
+    /// (the connection stays reusable) and the request goes again with a fresh proof; any later one, or one
+    /// to a body that cannot be sent again, is the client's answer.
+    mutating func nonceChallenged(status: Int) -> ActionList {
+        guard phase == .awaitingResponse else { return ActionList() }
+        guard nonceResends == 0, !passthrough, bodyIsReplayable else { return responseHead(status: status, indicatesExpiredToken: false) }
+        phase = .capturing
+        capturingNonceChallenge = true
+        capturedStatus = status
+        return ActionList(.cancel(.connect), .schedule(.responseHead, after: settings.upstreamSeconds), .captureResponse)
+    }
+
+    /// Back to the pool for the resend after a nonce challenge.
+    private mutating func resendForNonce() -> Action {
+        capturingNonceChallenge = false
+        nonceResends += 1
+        phase = .waitingForConnection
+        return .resendWithFreshProof
+    }
+
     /// The response is complete (its body too).
     mutating func responseEnded(now: Double) -> ActionList {
         switch phase {
+        case .capturing where capturingNonceChallenge:
+            return ActionList(.cancel(.responseHead), .releaseConnection, resendForNonce())
         case .capturing:
             return ActionList(.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration))
         case .relaying:
@@ -325,6 +358,9 @@ struct RequestLifecycle {
             let failure = UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")
             return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection, .upstreamFailed).reporting(failure)
                 + respond(.gatewayTimeout, now: now)
+        case (.responseHead, .capturing) where capturingNonceChallenge:
+            // The challenge's body did not end in time: its connection is closed, the resend takes another.
+            return ActionList(.cancelUpstream, resendForNonce())
         case (.responseHead, .capturing):
             // The 401's body did not end in time: decide with what was read (the connection, with the rest
             // of that body in it, is closed, never reused).
