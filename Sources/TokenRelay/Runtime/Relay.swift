@@ -49,6 +49,7 @@ public final class Relay {
         self.redactor = redactor
         self.reloadSource = reloadSource
         try preflight.config.requireServedRoutes()
+        if preflight.config.dpop != nil { throw ConfigError("dpop", "is read but not served by this build yet (proofs are being wired in)") }
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys
