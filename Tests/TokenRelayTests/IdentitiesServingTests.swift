@@ -95,6 +95,12 @@ final class IdentitiesServingTests: ReloadTestCase {
         XCTAssertEqual((identities["b"] as? [String: Any])?["state"] as? String, "login_required")
         XCTAssertEqual(status.json["ready"] as? Bool, false)
         XCTAssertFalse(relay.stderrText.contains(tokenServerB.currentRefreshToken ?? "?"), "no token in the log")
+        let metrics = String(decoding: try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.contains(#"tokenrelay_login_required{identity="b"} 1"#), metrics)
+        XCTAssertTrue(metrics.contains(#"tokenrelay_login_required{identity="default"} 0"#), metrics)
+        XCTAssertTrue(metrics.contains(#"tokenrelay_refresh_errors_total{error="invalid_grant",identity="b"}"#)
+                      || metrics.contains(#"tokenrelay_refresh_errors_total{identity="b",error="invalid_grant"}"#), metrics)
+        XCTAssertFalse(metrics.contains(tokenServerB.currentAccessToken ?? "?"), "no token in the metrics")
     }
 
     func testAdminAddressesOneIdentity() throws {

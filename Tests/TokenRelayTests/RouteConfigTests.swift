@@ -161,6 +161,8 @@ final class RouteConfigTests: XCTestCase {
         var badIdentityName = twoIdentities
         badIdentityName["identities"] = ["a/b": ["tokens": ["file": "/a.json"], "refresh": refresh("https://x/t")]]
         assertRefused(badIdentityName, field: "identities.a/b")
+        badIdentityName["identities"] = ["default": ["tokens": ["file": "/a.json"], "refresh": refresh("https://x/t")]]
+        assertRefused(badIdentityName, field: "identities.default", mentioning: ["metrics"])
     }
 
     func testBadPathPrefixes() {

@@ -8,8 +8,14 @@ import Prometheus
 /// insists that one name keeps one help text, so each family's text lives in one place here (`Family`).
 /// Each relay has its own registry instead of the process-wide one, so a test process can run several
 /// relays side by side without them sharing counters.
-/// Labels have small fixed value sets (status codes, outcome names); nothing derived from a request
-/// path or a token ever becomes a label. Confined to the event loop, except `exposition()`.
+/// Labels have small fixed value sets (status codes, outcome names, identity names from the config);
+/// nothing derived from a request path or a token ever becomes a label. Confined to the event loop,
+/// except `exposition()`.
+///
+/// With `identities`, each identity has its own instance over the one registry: the refresh and token
+/// metrics carry `identity` (`default` for the top-level one), so one identity's gauges (login required,
+/// generation, expiry) never overwrite another's. The request and connection metrics are the process's,
+/// unlabelled as before. Without identities nothing changes: no `identity` label anywhere.
 final class RelayMetrics {
     /// A metric family: its name and the help text every series of it shares.
     struct Family {
@@ -42,7 +48,9 @@ final class RelayMetrics {
                                           help: "Configuration reloads (SIGHUP), by outcome (applied, invalid, needs_restart).")
     }
 
-    private let registry = PrometheusCollectorRegistry()
+    private let registry: PrometheusCollectorRegistry
+    /// `[("identity", name)]` on every refresh and token metric, or nothing without identities.
+    private let identityLabels: [(String, String)]
     /// The request counters by status, indexed by the status itself (100-599): a lookup on the hot path
     /// without hashing. Made on first use of each status; anything outside that range goes to `otherStatuses`.
     private var requestsByStatus = [Counter?](repeating: nil, count: 600)
@@ -80,45 +88,59 @@ final class RelayMetrics {
     private var holdDurations: [HoldOutcome: ValueHistogram] = [:]
     private let latencyBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
-    init() {
+    /// `identity`: the label value of this instance's refresh and token metrics (nil: no label, the single
+    /// identity of a config without `identities`). `sharing`: the instance whose registry this one adds to.
+    init(identity: String? = nil, sharing: RelayMetrics? = nil) {
         let latencyBuckets = self.latencyBuckets
-        let registry = self.registry
+        let registry = sharing?.registry ?? PrometheusCollectorRegistry()
+        self.registry = registry
+        let identityLabels = identity.map { [("identity", $0)] } ?? []
+        self.identityLabels = identityLabels
         func gauge(_ name: String, _ help: String) -> Gauge { registry.makeGauge(descriptor: Family(name: name, help: help).descriptor) }
         func counter(_ name: String, _ help: String) -> Counter { registry.makeCounter(descriptor: Family(name: name, help: help).descriptor) }
         func histogram(_ name: String, _ help: String) -> ValueHistogram {
             registry.makeValueHistogram(descriptor: Family(name: name, help: help).descriptor, buckets: latencyBuckets)
         }
+        // The identity's own: labelled with it when there are identities.
+        func identityGauge(_ name: String, _ help: String) -> Gauge {
+            identityLabels.isEmpty ? gauge(name, help) : registry.makeGauge(descriptor: Family(name: name, help: help).descriptor, labels: identityLabels)
+        }
+        func identityCounter(_ name: String, _ help: String) -> Counter {
+            identityLabels.isEmpty ? counter(name, help) : registry.makeCounter(descriptor: Family(name: name, help: help).descriptor, labels: identityLabels)
+        }
         heldRequests = gauge("tokenrelay_held_requests", "Requests currently held waiting for a token refresh.")
         clientConnections = gauge("tokenrelay_client_connections", "Open client connections on the proxy listener.")
         replaysAfterRefresh = registry.makeCounter(descriptor: Families.replays.descriptor, labels: [("reason", "refreshed")])
         replaysStaleGeneration = registry.makeCounter(descriptor: Families.replays.descriptor, labels: [("reason", "stale_token")])
-        tokenGeneration = gauge("tokenrelay_token_generation", "Generation of the access token in use; grows by one per new token.")
-        loginRequired = gauge("tokenrelay_login_required", "1 while the refresh credentials are refused and a new login is needed, else 0.")
-        tokenFileWriteFailures = counter("tokenrelay_token_file_write_failures_total",
+        tokenGeneration = identityGauge("tokenrelay_token_generation", "Generation of the access token in use; grows by one per new token.")
+        loginRequired = identityGauge("tokenrelay_login_required", "1 while the refresh credentials are refused and a new login is needed, else 0.")
+        tokenFileWriteFailures = identityCounter("tokenrelay_token_file_write_failures_total",
                                          "Refreshed tokens that could not be written to the token file (kept in memory only).")
-        unsavedTokens = gauge("tokenrelay_unsaved_tokens",
+        unsavedTokens = identityGauge("tokenrelay_unsaved_tokens",
                               "1 while tokens in service (a rotated refresh token) could not be written to the token file; the write is retried.")
-        accessTokenExpiresAt = gauge("tokenrelay_access_token_expiry_timestamp_seconds",
+        accessTokenExpiresAt = identityGauge("tokenrelay_access_token_expiry_timestamp_seconds",
                                      "Unix time the current access token expires; 0 when unknown.")
-        secondsUntilExpiry = gauge("tokenrelay_access_token_remaining_seconds",
+        secondsUntilExpiry = identityGauge("tokenrelay_access_token_remaining_seconds",
                                    "Seconds until the current access token expires; -1 when unknown.")
-        lockWaits = counter("tokenrelay_token_lock_waits_total", "Refresh attempts that waited for another process's lock on the token file.")
-        adoptedRotations = counter("tokenrelay_adopted_rotations_total",
+        lockWaits = identityCounter("tokenrelay_token_lock_waits_total", "Refresh attempts that waited for another process's lock on the token file.")
+        adoptedRotations = identityCounter("tokenrelay_adopted_rotations_total",
                                    "Tokens adopted from the token file (written by another process, token import, an operator).")
-        stormGuardTrips = counter("tokenrelay_storm_guard_trips_total",
+        stormGuardTrips = identityCounter("tokenrelay_storm_guard_trips_total",
                                   "Times the storm guard paused refreshing after too many 401-triggered refreshes.")
-        storeConnected = gauge("tokenrelay_token_store_connected",
+        storeConnected = identityGauge("tokenrelay_token_store_connected",
                                "1 while the token store can be reached (always 1 for a token file; Redis: connected and answering), else 0.")
         storeConnected.record(1)
-        storeLockAcquisitions = counter("tokenrelay_token_store_lock_acquisitions_total",
+        storeLockAcquisitions = identityCounter("tokenrelay_token_store_lock_acquisitions_total",
                                         "Refresh locks this relay acquired (the token file's flock, or the Redis lock).")
-        storeConflicts = counter("tokenrelay_token_store_cas_conflicts_total",
+        storeConflicts = identityCounter("tokenrelay_token_store_cas_conflicts_total",
                                  "Writes to Redis that lost their compare-and-set to a newer version (the stored one was adopted instead).")
-        dpopEnabled = gauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
-        dpopNonceReplays = counter("tokenrelay_dpop_nonce_replays_total",
-                                   "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")
-        dpopProofsSigned = counter("tokenrelay_dpop_proofs_signed_total", "DPoP proofs signed (proxied requests and token requests).")
-        refreshDuration = histogram("tokenrelay_refresh_duration_seconds", "Seconds of one exchange with the token endpoint.")
+        dpopEnabled = identityGauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
+        dpopNonceReplays = identityCounter("tokenrelay_dpop_nonce_replays_total",
+                                           "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")
+        dpopProofsSigned = identityCounter("tokenrelay_dpop_proofs_signed_total", "DPoP proofs signed (proxied requests and token requests).")
+        refreshDuration = identityLabels.isEmpty ? histogram("tokenrelay_refresh_duration_seconds", "Seconds of one exchange with the token endpoint.")
+            : registry.makeValueHistogram(descriptor: Family(name: "tokenrelay_refresh_duration_seconds", help: "Seconds of one exchange with the token endpoint.").descriptor,
+                                          labels: identityLabels, buckets: latencyBuckets)
         upstreamLatency = histogram("tokenrelay_upstream_response_seconds", "Seconds from sending a request upstream to its response headers.")
     }
 
@@ -166,17 +188,17 @@ final class RelayMetrics {
 
     /// Token refresh attempts, by outcome (success, rejected, transient_failure, invalid_response).
     func countRefresh(outcome: String) {
-        counter(Families.refreshes, "outcome", outcome).increment()
+        counter(Families.refreshes, "outcome", outcome, identity: true).increment()
     }
 
     /// Refresh cycles started, by trigger (expiring = proactive, unauthorized, forced, …).
     func countRefreshStarted(trigger: String) {
-        counter(Families.refreshCycles, "trigger", trigger).increment()
+        counter(Families.refreshCycles, "trigger", trigger, identity: true).increment()
     }
 
     /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
     func countRefreshError(code: String) {
-        counter(Families.refreshErrors, "error", code).increment()
+        counter(Families.refreshErrors, "error", code, identity: true).increment()
     }
 
     /// What `limits.max_client_connections` made us do: closed_idle, closed_slow_head (408), refused (503), paused_accepting.
@@ -191,7 +213,7 @@ final class RelayMetrics {
 
     /// Tokens adopted from a shared store, by how they reached us (publish, poll, lock, conflict, reread).
     func countStoreAdoption(source: String) {
-        counter(Families.storeAdoptions, "source", source).increment()
+        counter(Families.storeAdoptions, "source", source, identity: true).increment()
     }
 
     /// Configuration reloads, by outcome: applied, invalid (the old config keeps running), needs_restart.
@@ -199,10 +221,11 @@ final class RelayMetrics {
         counter(Families.configReloads, "outcome", outcome).increment()
     }
 
-    private func counter(_ family: Family, _ label: String, _ value: String) -> Counter {
+    /// `identity`: a refresh or token metric, which carries the identity label when there are identities.
+    private func counter(_ family: Family, _ label: String, _ value: String, identity: Bool = false) -> Counter {
         let key = "\(family.name)\u{0}\(value)"
         if let counter = labelled[key] { return counter }
-        let counter = registry.makeCounter(descriptor: family.descriptor, labels: [(label, value)])
+        let counter = registry.makeCounter(descriptor: family.descriptor, labels: [(label, value)] + (identity ? identityLabels : []))
         labelled[key] = counter
         return counter
     }

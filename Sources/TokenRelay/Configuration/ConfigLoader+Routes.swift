@@ -18,6 +18,9 @@ extension ConfigLoader {
 
     private static func readIdentity(name: String, _ object: JSONObjectReader, timeouts: Config.Timeouts) throws -> Config.Identity {
         try RouteChecks.checkName(name, field: object.path, kind: "an identity name")
+        if name == Config.defaultIdentityName {
+            throw ConfigError(object.path, "\"\(name)\" names the top-level identity (tokens, refresh) in metrics; choose another name")
+        }
         object.declareKeys(["tokens", "refresh", "login"])
         let tokens = try readTokens(object.object("tokens"))
         let refresh = try readRefresh(object.object("refresh"))

@@ -35,6 +35,9 @@ extension Config {
         public var login: LoginSettings?
     }
 
+    /// The `identity` label of the top-level identity's metrics when there are identities (so no identity may be called so).
+    public static let defaultIdentityName = "default"
+
     /// The identity `name` names; nil names the top-level identity, as does an unknown name (the loader
     /// refuses unknown names, so that cannot reach here from a file).
     public func identityTokens(_ name: String?) -> (tokens: Tokens, refresh: Refresh) {

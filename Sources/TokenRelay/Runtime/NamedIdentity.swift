@@ -24,7 +24,8 @@ final class NamedIdentity {
         redactor.add(preflight.redis?.password)
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         endpoint = Relay.makeTokenEndpoint(loop: loop, preflight: preflight)
-        coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
+        coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint,
+                                                metrics: RelayMetrics(identity: named.name, sharing: metrics), redactor: redactor, logger: logger)
     }
 
     func start() {

@@ -21,7 +21,8 @@ public final class Relay {
     let tokenSealer: TokenSealer?
     var secretWatch: ClientSecretWatch?
     var credentialFilesWatch: CredentialFilesWatch?
-    let metrics = RelayMetrics()
+    /// The process's metrics; with `identities`, the top-level identity's carry `identity="default"`.
+    let metrics: RelayMetrics
     let coordinator: RefreshCoordinator
     /// `identities`, each with its own token store and refresh coordinator (the top-level one is `coordinator`).
     let namedIdentities: [NamedIdentity]
@@ -44,6 +45,7 @@ public final class Relay {
 
     init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
         self.loop = loop
+        metrics = RelayMetrics(identity: preflight.config.identities.isEmpty ? nil : Config.defaultIdentityName)
         config = preflight.config
         self.logger = logger
         self.redactor = redactor
