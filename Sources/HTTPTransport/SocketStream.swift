@@ -322,6 +322,9 @@ final class SocketStream {
             }
             input.didFill(n)
             received += n
+            // Nothing left inside OpenSSL: another SSL_read would only be a read(2) answered EAGAIN. The
+            // read event is level-triggered, so bytes still in the socket wake this reader again.
+            if !tls.hasBufferedInput { break }
         }
         if received > 0 { owner?.streamReceived(self) }
         guard !isClosed else { return }
