@@ -36,6 +36,8 @@
 #                      reconnects (and, with UPSTREAM_TLS=1, handshakes and resumption) count
 #   SCENARIOS          which paths to time, "small large" by default; "h2" alone runs bench/h2.sh (h2load
 #                      with prior knowledge → proxy → HTTP/1.1 upstream, tokenrelay beside nginx `listen ... http2`)
+#   ROUTES=N           N routes matched by path prefix (/route-0/ ...), none matching a measured path: every request
+#                      is looked up through all of them before it goes to the top-level upstream (default 0)
 #   OLD_BIN=path       with EVHTTP=1: the `evhttp` instance runs this binary (an old build that still has the
 #                      evhttp engine, e.g. one built at a4db024) instead of this tree's
 #
@@ -56,6 +58,7 @@ CG_LARGE=${CG_LARGE:-40}
 # tokenrelay's release build always links the Swift runtime statically (Package.swift), as deployed.
 STDLIB=static
 EVHTTP=${EVHTTP:-0}
+ROUTES=${ROUTES:-0}
 BENCH_RELAY=${BENCH_RELAY:-0}
 CG_KEEP=${CG_KEEP:-0}
 IDLE_CLIENTS=${IDLE_CLIENTS:-10000}
@@ -308,6 +311,15 @@ proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
 
 printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
 chmod 0600 "$TMP/tokens.json"
+routes_json() { # ROUTES prefix routes to the same upstream
+    [[ "$ROUTES" -gt 0 ]] || return 0
+    printf '"routes": ['
+    for ((i = 0; i < ROUTES; i++)); do
+        ((i == 0)) || printf ','
+        printf '{"name":"r%d","match":{"path_prefix":"/route-%d/"},"upstream":{"url":"http://127.0.0.1:%s"}}' "$i" "$i" "$UP_PORT"
+    done
+    printf '],'
+}
 tokenrelay_conf() { # port admin-port token-file engine
     cat <<EOF
 { "listen": "127.0.0.1:$1",
@@ -320,6 +332,7 @@ tokenrelay_conf() { # port admin-port token-file engine
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$2" },
+  $(routes_json)
   "limits": { "max_client_connections": 20000 } }
 EOF
 }

@@ -145,6 +145,7 @@ final class RouteConfigTests: XCTestCase {
         assertRefused(editing(twoIdentities, route: 2) { $0["identity"] = "hrr" }, field: "routes[2].identity", mentioning: ["\"hrr\"", "hr, payments"])
         assertRefused(editing(twoIdentities, route: 2) { $0["name"] = "hr" }, field: "routes[2].name", mentioning: ["routes[0].name"])
         assertRefused(editing(twoIdentities, route: 2) { $0["name"] = "hr route" }, field: "routes[2].name")
+        assertRefused(editing(twoIdentities, route: 2) { $0["name"] = "default" }, field: "routes[2].name", mentioning: ["metrics"])
         assertRefused(editing(twoIdentities, route: 2) { $0["match"] = nil }, field: "routes[2]", mentioning: ["listen", "match"])
         assertRefused(editing(twoIdentities, route: 1) { $0["match"] = ["path_prefix": "/p/"] }, field: "routes[1].match")
         assertRefused(editing(twoIdentities, route: 2) { $0["match"] = [:] }, field: "routes[2].match")

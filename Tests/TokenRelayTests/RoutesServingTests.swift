@@ -37,6 +37,12 @@ final class RoutesServingTests: ReloadTestCase {
         XCTAssertEqual(docsAPI.requests.map(\.target), ["/docs/a"])
         XCTAssertEqual(api.requests.map(\.target), ["/hrx"], "no match: the top-level upstream")
         XCTAssertNil(docsAPI.requests.first?.header("authorization"), "the docs route's token goes in its own header")
+        let metrics = String(decoding: try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/metrics").body, as: UTF8.self)
+        let requestLines = metrics.split(separator: "\n").filter { $0.hasPrefix("tokenrelay_requests_total{") }
+        XCTAssertEqual(Set(requestLines.map { line in line.contains(#"route="hr""#) ? "hr" : line.contains(#"route="docs""#) ? "docs"
+                                                : line.contains(#"route="default""#) ? "default" : String(line) }),
+                       ["hr", "docs", "default"], "request metrics by route: \(requestLines)")
+        XCTAssertTrue(requestLines.contains { $0.contains(#"route="hr""#) && $0.hasSuffix(" 2") }, "\(requestLines)")
     }
 
     func testBurstOnAllRoutesAfterTheTokenDiedRefreshesOnce() throws {

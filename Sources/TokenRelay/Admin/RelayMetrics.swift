@@ -51,10 +51,9 @@ final class RelayMetrics {
     private let registry: PrometheusCollectorRegistry
     /// `[("identity", name)]` on every refresh and token metric, or nothing without identities.
     private let identityLabels: [(String, String)]
-    /// The request counters by status, indexed by the status itself (100-599): a lookup on the hot path
-    /// without hashing. Made on first use of each status; anything outside that range goes to `otherStatuses`.
-    private var requestsByStatus = [Counter?](repeating: nil, count: 600)
-    private var otherStatuses: [Int: Counter] = [:]
+    /// Client requests by status, without a route label (a config without routes, and answers given
+    /// before a request has a route).
+    private(set) lazy var requests = RequestCounters(registry: registry, route: nil)
     private var labelled: [String: Counter] = [:]
 
     let heldRequests: Gauge
@@ -144,24 +143,44 @@ final class RelayMetrics {
         upstreamLatency = histogram("tokenrelay_upstream_response_seconds", "Seconds from sending a request upstream to its response headers.")
     }
 
-    /// Client requests answered, by HTTP status (the hot path: counters are cached per status).
-    func countRequest(status: Int) {
-        let indexed = requestsByStatus.indices.contains(status)
-        if indexed, let counter = requestsByStatus[status] { return counter.increment() }
-        if !indexed, let counter = otherStatuses[status] { return counter.increment() }
-        let family = Families.requests
-        let counter = registry.makeCounter(descriptor: family.descriptor, labels: [("status", String(status))])
-        if indexed {
-            // Stored moved out and back (moves only): the look-up above, on every request, is then an access
-            // the compiler proves exclusive instead of one it checks at run time.
-            var counters: [Counter?] = []
-            swap(&counters, &requestsByStatus)
-            counters[status] = counter
-            swap(&counters, &requestsByStatus)
-        } else {
-            otherStatuses[status] = counter
+    /// Client requests answered, by HTTP status.
+    func countRequest(status: Int) { requests.count(status: status) }
+
+    /// The request counters of one route (`route` label), with routes configured.
+    func requestCounters(route: String) -> RequestCounters { RequestCounters(registry: registry, route: route) }
+
+    /// `tokenrelay_requests_total` of one route (or of none): the hot path, counters cached per status.
+    final class RequestCounters {
+        private let registry: PrometheusCollectorRegistry
+        private let routeLabels: [(String, String)]
+        /// Indexed by the status itself (100-599): a lookup without hashing. Made on first use of each
+        /// status; anything outside that range goes to `otherStatuses`.
+        private var requestsByStatus = [Counter?](repeating: nil, count: 600)
+        private var otherStatuses: [Int: Counter] = [:]
+
+        init(registry: PrometheusCollectorRegistry, route: String?) {
+            self.registry = registry
+            routeLabels = route.map { [("route", $0)] } ?? []
         }
-        counter.increment()
+
+        func count(status: Int) {
+            let indexed = requestsByStatus.indices.contains(status)
+            if indexed, let counter = requestsByStatus[status] { return counter.increment() }
+            if !indexed, let counter = otherStatuses[status] { return counter.increment() }
+            let family = Families.requests
+            let counter = registry.makeCounter(descriptor: family.descriptor, labels: [("status", String(status))] + routeLabels)
+            if indexed {
+                // Stored moved out and back (moves only): the look-up above, on every request, is then an access
+                // the compiler proves exclusive instead of one it checks at run time.
+                var counters: [Counter?] = []
+                swap(&counters, &requestsByStatus)
+                counters[status] = counter
+                swap(&counters, &requestsByStatus)
+            } else {
+                otherStatuses[status] = counter
+            }
+            counter.increment()
+        }
     }
 
     /// How a request that was held for a refresh ended (the label of `tokenrelay_hold_duration_seconds`).

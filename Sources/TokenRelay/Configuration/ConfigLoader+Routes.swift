@@ -34,6 +34,9 @@ extension ConfigLoader {
         object.declareKeys(["name", "listen", "match", "upstream", "identity", "inject"])
         let name = try object.string("name")
         try RouteChecks.checkName(name, field: object.fieldPath("name"), kind: "a route name")
+        if name == Config.defaultRouteName {
+            throw ConfigError(object.fieldPath("name"), "\"\(name)\" names the top-level route in metrics; choose another name")
+        }
         let listen = try object.optionalString("listen").map { try ListenAddress.parse($0, field: object.fieldPath("listen")) }
         let match = try object.optionalObject("match").map(readMatch)
         switch (listen, match) {

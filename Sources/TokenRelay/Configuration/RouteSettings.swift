@@ -37,6 +37,8 @@ extension Config {
 
     /// The `identity` label of the top-level identity's metrics when there are identities (so no identity may be called so).
     public static let defaultIdentityName = "default"
+    /// The `route` label of the top-level route's request metrics when there are routes (no route may be called so).
+    public static let defaultRouteName = "default"
 
     /// The identity `name` names; nil names the top-level identity, as does an unknown name (the loader
     /// refuses unknown names, so that cannot reach here from a file).

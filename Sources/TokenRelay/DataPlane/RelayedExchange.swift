@@ -607,7 +607,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         session.returnTargetBuffer(&target)
         session.exchangeFinished(self)
         route.requestEnded()
-        proxy.exchangeFinished(self, status: status, entry: entry, hold: summary.hold)
+        proxy.exchangeFinished(self, status: status, counters: context.requestCounters, entry: entry, hold: summary.hold)
         let retained = selfRetain
         selfRetain = nil
         retained?.release()

@@ -20,6 +20,8 @@ final class ExchangeContext {
     let triggerStatusSet: StatusCodeSet
     let coordinator: RefreshCoordinator
     let metrics: RelayMetrics
+    /// `tokenrelay_requests_total` of this context's route (labelled with it when there are routes).
+    let requestCounters: RelayMetrics.RequestCounters
     /// The proxy, for the few things a request asks of its mutable state (its lists, whether it drains).
     /// Unowned: the proxy owns the contexts it makes; a context outlives it only in an exchange that is
     /// torn down with it, and such an exchange never runs again.
@@ -38,7 +40,9 @@ final class ExchangeContext {
     }
 
     /// `injection`: the route's token header (the top-level `inject` unless the route has its own).
-    init(config: Config, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics) {
+    init(config: Config, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics,
+         requestCounters: RelayMetrics.RequestCounters) {
+        self.requestCounters = requestCounters
         self.proxy = proxy
         self.route = route
         self.injection = injection

@@ -53,10 +53,25 @@ final class ProxyServer {
         }
     }
 
+    /// `routeName`: nil for the top-level route.
     private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
-                             identity: String? = nil) -> ExchangeContext {
+                             identity: String? = nil, routeName: String? = nil) -> ExchangeContext {
         ExchangeContext(config: config, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS), injection: injection, proxy: self,
-                        coordinator: identity.flatMap { identityCoordinators[$0] } ?? coordinator, metrics: metrics)
+                        coordinator: identity.flatMap { identityCoordinators[$0] } ?? coordinator, metrics: metrics,
+                        requestCounters: requestCounters(config, routeName: routeName))
+    }
+
+    /// Request counters per route name, kept across reloads (a route's series goes on counting).
+    private var routeRequestCounters: [String: RelayMetrics.RequestCounters] = [:]
+
+    /// The `route` label only with routes configured: without, the metrics are what they always were.
+    private func requestCounters(_ config: Config, routeName: String?) -> RelayMetrics.RequestCounters {
+        guard !config.routes.isEmpty else { return metrics.requests }
+        let name = routeName ?? Config.defaultRouteName
+        if let counters = routeRequestCounters[name] { return counters }
+        let counters = metrics.requestCounters(route: name)
+        routeRequestCounters[name] = counters
+        return counters
     }
 
     private func makeRouteContexts(_ config: Config, routeTLS: [TLSContext?]) {
@@ -66,7 +81,7 @@ final class ProxyServer {
             let route = config.routes[index]
             guard route.listen == nil else { return nil }
             return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
-                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity)
+                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity, routeName: route.name)
         }
     }
 
@@ -252,13 +267,13 @@ final class ProxyServer {
 
     /// `entry`: the access-log line, made only while the access log is on (nil otherwise). `hold`: the
     /// machine's hold record for a request that was held (duration and outcome).
-    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, entry: AccessLogEntry?,
+    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, counters: RelayMetrics.RequestCounters, entry: AccessLogEntry?,
                           hold: (seconds: Double, outcome: RequestLifecycle.HoldOutcome)? = nil) {
         if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
             metrics.recordHold(seconds: hold.seconds, outcome: outcome)
         }
         changeActive { $0.remove(exchange) }
-        if status > 0 { metrics.countRequest(status: Int(status)) }
+        if status > 0 { counters.count(status: Int(status)) }
         if let entry, config.accessLog.enabled { entry.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
     }
