@@ -114,6 +114,28 @@ final class AssertionGrantTests: CredentialTestCase {
         XCTAssertEqual(endpoint.requests, 2)
     }
 
+    /// The same for a named identity: its own subject-token file, watched for it alone.
+    func testNamedIdentityRetriesWhenItsSubjectTokenFileIsReplaced() throws {
+        let endpoint = try startEndpoint(["client_auth": "none"])
+        let subjectFile = workDir.appendingPathComponent("identity-subject")
+        let good = try endpoint.mint(subject: "sa", audience: "sts")
+        let parts = good.split(separator: ".")
+        try replaceFile(subjectFile, with: "\(parts[0]).\(parts[1]).\(String(parts[2].reversed()))")
+        var config = relayConfig(refresh: ["grant": "client_credentials", "client_auth": "none"])
+        config["identities"] = ["sts": ["tokens": ["file": workDir.appendingPathComponent("sts-tokens.json").path, "watch_interval_seconds": 0.2],
+                                        "refresh": ["grant": "token_exchange", "token_url": endpoint.tokenURL, "backoff_seconds": 0.05,
+                                                    "subject_token_file": subjectFile.path]]]
+        let directory = workDir.appendingPathComponent("identity-relay")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let relay = try TokenRelayProcess.start(config: config, workDir: directory)
+        defer { relay.stop() }
+        XCTAssertTrue(waitUntil(timeout: 5) { endpoint.strings("refusals").count == 1 })
+        XCTAssertEqual(try admin(relay, "/readyz/sts").status, 503)
+        try replaceFile(subjectFile, with: good)
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz/sts").status) == 200 }, relay.stderrText)
+        XCTAssertEqual(endpoint.strings("subject_tokens").last, good)
+    }
+
     private func readTokenFile() throws -> [String: Any] {
         try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
     }

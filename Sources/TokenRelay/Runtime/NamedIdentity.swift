@@ -11,6 +11,11 @@ final class NamedIdentity {
     let config: Config
     let endpoint: TokenEndpointClient
     let coordinator: RefreshCoordinator
+    private let loop: EventLoop
+    private let logger: Logger
+    /// This identity's assertion / subject-token files (a reload keeps identities as they run, so the
+    /// watch lives as long as the identity).
+    private var credentialFilesWatch: CredentialFilesWatch?
 
     init(_ named: NamedPreflight, loop: EventLoop, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) throws {
         name = named.name
@@ -26,10 +31,15 @@ final class NamedIdentity {
         endpoint = Relay.makeTokenEndpoint(loop: loop, preflight: preflight)
         coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint,
                                                 metrics: RelayMetrics(identity: named.name, sharing: metrics), redactor: redactor, logger: logger)
+        self.loop = loop
+        self.logger = logger
     }
 
     func start() {
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+        credentialFilesWatch = CredentialFilesWatch(settings: config.refresh, loop: loop, interval: config.tokens.watchIntervalSeconds) {
+            [unowned self] field in Relay.retry(self.coordinator, afterCredentialChange: "\(field) replaced", logger: self.logger)
+        }
     }
 }
 

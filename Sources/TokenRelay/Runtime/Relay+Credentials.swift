@@ -1,3 +1,5 @@
+import Logging
+
 /// The client's credentials changing under a running relay: a key taken up by a reload, an assertion or
 /// subject-token file replaced (the kubelet's next projected token). After the token endpoint refused the
 /// client, such a change is what can make the next token request succeed, so it is tried at once instead
@@ -23,6 +25,10 @@ extension Relay {
     /// relay that is fine has nothing to retry. At most one token request per change: a credential the
     /// endpoint still refuses latches again.
     func clientCredentialChanged(_ cause: String) {
+        Self.retry(coordinator, afterCredentialChange: cause, logger: logger)
+    }
+
+    static func retry(_ coordinator: RefreshCoordinator, afterCredentialChange cause: String, logger: Logger) {
         guard coordinator.state == .loginRequired else { return }
         logger.info("client credential changed; asking the token endpoint again", metadata: ["cause": "\(cause)"])
         coordinator.forceRefresh { _ in }
