@@ -60,6 +60,14 @@ public final class HTTPServer {
         public var overLimitBody: [UInt8]
         /// Read buffer per connection (at least the head limit).
         public var inputCapacity: Int
+        /// A newcomer never waits behind a connection that says nothing: at the limit the connection quiet
+        /// the longest (idle, or trickling a head) is closed for it at once, with no grace, and at the
+        /// limit plus the allowance one is closed instead of accepting pausing. For a port whose clients
+        /// send their request the moment they connect (the admin port's probes): there, a flood of silent
+        /// or slow connections that keeps reconnecting would otherwise fill the listen backlog ahead of
+        /// the probe, and the probe would time out before it is even accepted. Only connections accepted
+        /// before the current accept batch are closed on arrival, so each has had a loop turn to send.
+        public var evictsQuietAtOnce = false
 
         public init(limits: HTTPWireLimits = HTTPWireLimits(), maxConnections: Int = 0, overLimitAllowance: Int? = nil,
                     idleGrace: Double = 1, headTimeout: Double = 10, idleTimeout: Double = 60, bodyTimeout: Double = 60,
@@ -126,6 +134,8 @@ public final class HTTPServer {
     private var nextSequence: UInt64 = 0
     /// Set while closing an idle connection for a particular newcomer, so its slot goes to that one.
     private var makingRoom = false
+    /// The sequence of the first connection of the accept batch under way (see `evictsQuietAtOnce`).
+    private var batchStart: UInt64 = .max
     private var sweepTimer: TransportTimer?
 
     /// Listens on an IP address literal ("127.0.0.1", "0.0.0.0", "::1", "[::]") or a host name (resolved
@@ -202,8 +212,12 @@ public final class HTTPServer {
     func acceptReady() {
         // Several connections may be waiting; take a bounded batch so one busy listener cannot starve the
         // connections already open.
+        batchStart = nextSequence + 1
         for _ in 0..<64 {
             guard isAccepting, acceptEvent != nil else { return }
+            // Nothing from this batch quiet enough to close: the level-triggered event fires again after
+            // this turn's reads, when this batch's connections have had their chance to send.
+            if settings.evictsQuietAtOnce, hasLimit, openConnections >= hardBound, !closeQuietest(acceptedBefore: batchStart) { return }
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let client = withUnsafeMutablePointer(to: &storage) {
@@ -276,7 +290,11 @@ public final class HTTPServer {
             return
         }
         // Those already waiting come first; an idle slot goes to them in `sweep`.
-        if withinLimit >= settings.maxConnections && waitingConnections == 0 { closeIdleConnection(grace: settings.idleGrace) }
+        if withinLimit >= settings.maxConnections && settings.evictsQuietAtOnce {
+            closeIdleConnection(grace: 0, acceptedBefore: batchStart)
+        } else if withinLimit >= settings.maxConnections && waitingConnections == 0 {
+            closeIdleConnection(grace: settings.idleGrace)
+        }
         if withinLimit < settings.maxConnections {
             withinLimit += 1
         } else {
@@ -306,7 +324,7 @@ public final class HTTPServer {
     /// way for it (the sweep that let this one in may have run a moment before others reached the grace).
     func admitRequest(on connection: HTTPServerConnection) -> Bool {
         guard connection.isOverLimit else { return true }
-        closeIdleConnection(grace: settings.idleGrace / 2)
+        closeIdleConnection(grace: settings.evictsQuietAtOnce ? 0 : settings.idleGrace / 2)
         if withinLimit < settings.maxConnections || !hasLimit {
             promote(connection)
             return true
@@ -330,14 +348,15 @@ public final class HTTPServer {
 
     /// Closes the within-limit connection idle the longest, if any, else the one whose request head has
     /// been trickling in the longest (past the grace); its slot goes to the caller's connection.
-    private func closeIdleConnection(grace: Double) {
+    private func closeIdleConnection(grace: Double, acceptedBefore batch: UInt64 = .max) {
         let now = monotonicSeconds()
-        if let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.isIdle }) {
+        let atOnce = settings.evictsQuietAtOnce
+        if let idle = longestQuiet(now: now, grace: grace, where: { !$0.isOverLimit && $0.sequence < batch && $0.isIdle && !(atOnce && $0.hasUnreadBytes) }) {
             onLimitEvent?(.closedIdle)
             makingRoom = true
             idle.close()   // reports the close synchronously: `closed` frees its slot
             makingRoom = false
-        } else if let stalled = longestStalledHead(now: now, grace: grace, overLimit: false) {
+        } else if let stalled = longestStalledHead(now: now, grace: grace, overLimit: false), stalled.sequence < batch, !(atOnce && stalled.hasUnreadBytes) {
             onLimitEvent?(.closedStalledHead)
             makingRoom = true
             stalled.closeStalledHead()   // closes at once, like `close`
@@ -416,8 +435,42 @@ public final class HTTPServer {
         sweepTimer.schedule(after: settings.idleGrace / 2)
     }
 
+    private var hardBound: Int { settings.maxConnections + settings.effectiveOverLimitAllowance }
+
+    /// At the hard bound with `evictsQuietAtOnce`: closes the connection quiet the longest (silent, or
+    /// trickling a head), waiting or in a slot, accepted before `batch`. A slot it held goes to the
+    /// longest waiting connection. False if none is quiet.
+    private func closeQuietest(acceptedBefore batch: UInt64) -> Bool {
+        let now = monotonicSeconds()
+        let idle = longestQuiet(now: now, grace: 0, where: { $0.sequence < batch && !$0.isRefusedOverLimit && $0.isIdle && !$0.hasUnreadBytes })
+        var stalled: HTTPServerConnection?
+        for overLimit in [true, false] {
+            if let candidate = longestStalledHead(now: now, grace: 0, overLimit: overLimit), candidate.sequence < batch, !candidate.hasUnreadBytes,
+               stalled.map({ candidate.headStartTime < $0.headStartTime }) ?? true {
+                stalled = candidate
+            }
+        }
+        if let idle, stalled.map({ idle.quietSince <= $0.headStartTime }) ?? true {
+            onLimitEvent?(.closedIdle)
+            idle.close()
+        } else if let stalled {
+            onLimitEvent?(.closedStalledHead)
+            stalled.closeStalledHead()
+        } else {
+            return false
+        }
+        return true
+    }
+
+    /// Whether any connection is quiet now (see `closeQuietest`).
+    private var hasQuietConnection: Bool {
+        connections.values.contains { !$0.isRefusedOverLimit && ($0.isIdle || $0.headStalled(now: .infinity, grace: 0)) }
+    }
+
     private func updateAccepting() {
-        let shouldAccept = !hasLimit || openConnections < settings.maxConnections + settings.effectiveOverLimitAllowance
+        var shouldAccept = !hasLimit || openConnections < hardBound
+        // With `evictsQuietAtOnce` a quiet connection makes room for the next arrival instead.
+        if !shouldAccept && settings.evictsQuietAtOnce { shouldAccept = hasQuietConnection }
         guard shouldAccept != isAccepting, let acceptEvent else { return }
         isAccepting = shouldAccept
         if shouldAccept {

@@ -164,6 +164,14 @@ public final class HTTPServerConnection {
         return stream.input.count == 0 && responseFraming == nil && stream.pendingOutput == 0
     }
 
+    /// Bytes have arrived that the connection has not read yet: it looks idle, but a request may be on its
+    /// way, its read event not yet run this loop turn. One non-blocking peek (only when a connection is
+    /// about to be closed at once to make room, see `HTTPServer.Settings.evictsQuietAtOnce`).
+    var hasUnreadBytes: Bool {
+        var byte: UInt8 = 0
+        return recv(stream.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
+    }
+
     /// Schedules the activity timer for the limit the current state is under. In other states (a request
     /// waiting for its response: how long the handler takes is the handler's business; reading paused by
     /// the handler) a pending expiry is left alone and ignored when it fires, which saves a timer change

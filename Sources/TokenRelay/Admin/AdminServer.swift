@@ -15,9 +15,13 @@ final class AdminServer {
     private let startedAt = Date()
     private(set) var listener: SmallHTTPServer!
 
-    /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that does not
-    /// dawdle (a slow one must not hold a connection for long).
-    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 30, maxConnections: 32)
+    /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that sends its
+    /// request the moment it connects. So a connection that says nothing, or trickles its head, gives way
+    /// at once to a newcomer at the limit, and nothing may sit idle for long: the port is often bound to
+    /// the pod network for the kubelet, and a flood of idle connections there must not time out the
+    /// liveness probe (a restart loop).
+    static let limits = SmallHTTPServer.Limits(maxHeadBytes: 16 * 1024, maxBodyBytes: 1024, timeoutSeconds: 5, maxConnections: 32,
+                                               evictsQuietAtOnce: true)
     /// Descriptors the admin port can hold: its limit and the connections allowed to wait over it.
     static var maxDescriptors: Int { HTTPServer.Settings(maxConnections: limits.maxConnections).effectiveOverLimitAllowance + limits.maxConnections }
 
@@ -29,6 +33,15 @@ final class AdminServer {
         self.metrics = metrics
         listener = try SmallHTTPServer(loop: loop, host: address.host, port: address.port, limits: Self.limits) { [unowned self] request, responder in
             self.handle(request, responder)
+        }
+        listener.onLimitEvent = { [unowned metrics] event in
+            switch event {
+            case .refused: metrics.countAdminConnectionLimit(action: "refused")
+            case .closedIdle: metrics.countAdminConnectionLimit(action: "closed_idle")
+            case .closedStalledHead: metrics.countAdminConnectionLimit(action: "closed_slow_head")
+            case .pausedAccepting: metrics.countAdminConnectionLimit(action: "paused_accepting")
+            case .acceptedOverLimit: break
+            }
         }
     }
 

@@ -36,6 +36,8 @@ final class RelayMetrics {
                                           help: "Refreshes the token endpoint refused, by OAuth error code (invalid_grant means a new login is needed).")
         static let connectionLimit = Family(name: "tokenrelay_client_connection_limit_total",
                                             help: "Actions taken at limits.max_client_connections (closed_idle, closed_slow_head, refused, paused_accepting).")
+        static let adminConnectionLimit = Family(name: "tokenrelay_admin_connection_limit_total",
+                                                 help: "Actions taken at the admin listener's connection limit (closed_idle, closed_slow_head, refused, paused_accepting).")
         static let upstreamErrors = Family(name: "tokenrelay_upstream_errors_total",
                                            help: "Upstream requests that failed without a response, by kind (connect, timeout, tls, ...).")
         static let storeAdoptions = Family(name: "tokenrelay_token_store_adoptions_total",
@@ -218,6 +220,11 @@ final class RelayMetrics {
     /// Refreshes the token endpoint refused, by OAuth `error` code (`invalid_grant` means a new login).
     func countRefreshError(code: String) {
         counter(Families.refreshErrors, "error", code, identity: true).increment()
+    }
+
+    /// What the admin listener's connection limit made it do: closed_idle, closed_slow_head (408), refused (503), paused_accepting.
+    func countAdminConnectionLimit(action: String) {
+        counter(Families.adminConnectionLimit, "action", action).increment()
     }
 
     /// What `limits.max_client_connections` made us do: closed_idle, closed_slow_head (408), refused (503), paused_accepting.

@@ -18,6 +18,9 @@ final class SmallHTTPServer {
         /// no slot gets 503: a flood of connections to this port must not take the descriptors the
         /// proxied port needs.
         var maxConnections = 0
+        /// At the limit, connections that say nothing (silent, or trickling a head) are closed at once for
+        /// a newcomer, even at the hard bound (see `HTTPServer.Settings.evictsQuietAtOnce`).
+        var evictsQuietAtOnce = false
     }
 
     private let server: HTTPServer
@@ -26,17 +29,23 @@ final class SmallHTTPServer {
     private var sessions: [ObjectIdentifier: SmallHTTPSession] = [:]
 
     var boundPort: Int { Int(server.port) }
+    /// Told of every action at the connection limit (loop thread).
+    var onLimitEvent: ((HTTPServer.LimitEvent) -> Void)? {
+        get { server.onLimitEvent }
+        set { server.onLimitEvent = newValue }
+    }
 
     /// Binds without SO_REUSEPORT, so a second tokenrelay on the same address fails at start instead of
     /// sharing the port. Throws `HTTPListener.BindError` ("cannot listen on HOST:PORT: reason").
     init(loop: EventLoop, host: String, port: Int, limits: Limits, handler: @escaping (SmallRequest, SmallResponder) -> Void) throws {
         self.handler = handler
         maxBodyBytes = limits.maxBodyBytes
-        let settings = HTTPServer.Settings(limits: HTTPWireLimits(maxHeadBytes: limits.maxHeadBytes), maxConnections: limits.maxConnections,
+        var settings = HTTPServer.Settings(limits: HTTPWireLimits(maxHeadBytes: limits.maxHeadBytes), maxConnections: limits.maxConnections,
                                            headTimeout: limits.timeoutSeconds, idleTimeout: limits.timeoutSeconds,
                                            bodyTimeout: limits.timeoutSeconds, sendTimeout: limits.timeoutSeconds,
                                            maxBodyBytes: limits.maxBodyBytes,
                                            inputCapacity: max(limits.maxHeadBytes, 4096) + limits.maxBodyBytes)
+        settings.evictsQuietAtOnce = limits.evictsQuietAtOnce
         do {
             server = try HTTPServer(loop: loop.transport, host: host, port: UInt16(clamping: port), settings: settings) { _ in }
         } catch {
