@@ -116,19 +116,90 @@ final class IdentitiesServingTests: ReloadTestCase {
         XCTAssertEqual(try admin(relay, "GET", "/readyz").status, 200)
     }
 
-    func testReloadKeepsIdentitiesAndRefusesARouteToANewOne() throws {
+    /// A reload adding identity `c` (a second token family of b's server) with its route, under load on
+    /// the others: no client error, and `c` serves right after.
+    func testReloadAddsAnIdentityAndItsRoute() throws {
         let relay = try startRelay(twoIdentities)
+        let familyC = tokenServerB.issueInitialTokens()
+        let tokenFileC = workDir.appendingPathComponent("tokens-c.json")
+        try writeTokenFile(at: tokenFileC, access: familyC.access, refresh: familyC.refresh)
         var next = twoIdentities
-        var routes = next["routes"] as! [[String: Any]]
-        routes.append(["name": "c", "match": ["path_prefix": "/c/"], "upstream": ["url": apiB.baseURL], "identity": "c"])
-        next["routes"] = routes
+        next["routes"] = (next["routes"] as! [[String: Any]])
+            + [["name": "c", "match": ["path_prefix": "/c/", "strip_prefix": true], "upstream": ["url": apiB.baseURL], "identity": "c"]]
         var identities = next["identities"] as! [String: Any]
-        identities["c"] = ["tokens": ["file": workDir.appendingPathComponent("tokens-c.json").path],
-                           "refresh": ["grant": "refresh_token", "token_url": tokenServerB.tokenURL, "client_id": "x", "client_auth": "none"]]
+        identities["c"] = ["tokens": ["file": tokenFileC.path],
+                           "refresh": ["grant": "refresh_token", "token_url": tokenServerB.tokenURL, "client_id": "legacy-app",
+                                       "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"]]
         next["identities"] = identities
-        try writeTokenFile(at: workDir.appendingPathComponent("tokens-c.json"), access: "c-access", refresh: "c-refresh")
+        let port = relay.proxyPort
+        let reloaded = Locked(false)
+        let load = HTTPTestClient.concurrentlyAsync {
+            HTTPTestClient.concurrently(4) { index -> [Int] in
+                var statuses: [Int] = [], afterReload = 0
+                for step in 0..<2000 where afterReload < 20 {
+                    let path = index.isMultiple(of: 2) ? "/b/load/\(step)" : "/a/load/\(step)"
+                    statuses.append(try HTTPTestClient.send(port: port, method: "GET", path: path).status)
+                    if reloaded.withLock({ $0 }) { afterReload += 1 }
+                }
+                return statuses
+            }
+        }
         try reload(relay, next)
-        XCTAssertTrue(relay.stderrText.contains("routes[1].identity: names an identity that is not running"), relay.stderrText)
-        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/x").status, 200, "the running config stays")
+        reloaded.withLock { $0 = true }
+        XCTAssertTrue(relay.stderrText.contains("identity added by a config reload"), relay.stderrText)
+        XCTAssertEqual(try HTTPTestClient.send(port: port, method: "GET", path: "/c/after").status, 200)
+        XCTAssertEqual(apiB.requests.last { $0.target == "/after" }?.header("authorization"), "Bearer \(familyC.access)", "c's own token")
+        let statuses = try load.wait(timeout: 120).flatMap { (try? $0.get()) ?? [-1] }
+        XCTAssertEqual(Set(statuses), [200])
+        XCTAssertEqual(try admin(relay, "GET", "/readyz/c").status, 200)
+    }
+
+    /// A reload removing b while one of b's requests is held for a refresh in flight: the held request is
+    /// answered 503 at once, the refresh still finishes and is saved (never lost, never presented again).
+    func testReloadRemovingAnIdentityAnswersItsHeldRequests() throws {
+        let relay = try startRelay(twoIdentities)
+        tokenServerB.failureMode = .gated
+        tokenServerB.expireAccessTokens()
+        let held = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/held").status }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServerB.refreshCalls == 1 })
+        var next = config()
+        next["log"] = ["level": "debug"]
+        try reload(relay, next)
+        XCTAssertEqual(try held.wait(timeout: 10), 503)
+        XCTAssertTrue(relay.stderrText.contains("identity removed by a config reload"), relay.stderrText)
+        tokenServerB.openGate()
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServerB.successfulRefreshes == 1 })
+        XCTAssertTrue(waitUntil(timeout: 5) {
+            (try? String(contentsOf: self.tokenFileB, encoding: .utf8))?.contains(self.tokenServerB.currentRefreshToken ?? "?") ?? false
+        }, "the removed identity's rotated tokens are still saved")
+        // /b/ now belongs to no route: the top-level upstream answers it (with the top-level token).
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/after").status, 200)
+        XCTAssertEqual(api.requests.last?.target, "/b/after")
+        XCTAssertEqual(try admin(relay, "GET", "/readyz/b").status, 404)
+        XCTAssertEqual(tokenServerB.reuseDetections, 0)
+    }
+
+    /// A reload that leaves b's token settings alone keeps its machine: a refresh in flight across the
+    /// reload releases b's held requests with 200, and it stays the only one.
+    func testReloadKeepingAnIdentityKeepsItsRefreshInFlight() throws {
+        let relay = try startRelay(twoIdentities)
+        tokenServerB.failureMode = .gated
+        tokenServerB.expireAccessTokens()
+        let held = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/held").status }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServerB.refreshCalls == 1 })
+        var next = twoIdentities
+        var identities = next["identities"] as! [String: Any]
+        var b = identities["b"] as! [String: Any]
+        var refresh = b["refresh"] as! [String: Any]
+        refresh["max_attempts"] = 3
+        b["refresh"] = refresh
+        identities["b"] = b
+        next["identities"] = identities
+        try reload(relay, next)
+        tokenServerB.openGate()
+        XCTAssertEqual(try held.wait(timeout: 10), 200)
+        XCTAssertEqual(tokenServerB.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServerB.reuseDetections, 0)
+        XCTAssertFalse(relay.stderrText.contains("identity added"), "b was kept, not made again")
     }
 }

@@ -166,6 +166,25 @@ final class RouteConfigTests: XCTestCase {
         assertRefused(badIdentityName, field: "identities.default", mentioning: ["metrics"])
     }
 
+    func testReloadPlanKeepsAStayingIdentitysTokenStoreAndAppliesTheRest() throws {
+        let running = try parse(twoIdentities)
+        var loadedObject = editing(twoIdentities, identity: "hr") {
+            $0["tokens"] = ["file": "/var/lib/tokenrelay/hr-new.json"]
+            $0["refresh"] = self.refresh("https://idp2.hr/token")
+        }
+        var identities = loadedObject["identities"] as! [String: Any]
+        identities["added"] = ["tokens": ["file": "/var/lib/tokenrelay/added.json"], "refresh": refresh("https://idp.added/token")]
+        identities["payments"] = nil
+        loadedObject["identities"] = identities
+        loadedObject["routes"] = (loadedObject["routes"] as! [[String: Any]]).filter { $0["name"] as? String != "payments" }
+        let plan = ConfigReload(running: running, loaded: try parse(loadedObject))
+        XCTAssertEqual(plan.needsRestart.map(\.field), ["identities.hr.tokens"])
+        XCTAssertEqual(plan.effective.identities.map(\.name), ["added", "hr"])
+        XCTAssertEqual(plan.effective.identities[1].tokens.file, "/var/lib/tokenrelay/hr.json", "the running token store stays")
+        XCTAssertEqual(plan.effective.identities[1].refresh.tokenURL.authority, "idp2.hr", "refresh settings apply")
+        XCTAssertFalse(plan.needsRestart.description.contains("secret"))
+    }
+
     func testBadPathPrefixes() {
         for (prefix, reason) in [("hr/", "start with /"), ("/hr?x", "?"), ("/h%72/", "%"), ("/a/../b", ".."), ("/a b", "spaces"), ("/a#b", "#")] {
             assertRefused(editing(twoIdentities, route: 0) { $0["match"] = ["path_prefix": prefix] }, field: "routes[0].match.path_prefix", mentioning: [reason])

@@ -9,7 +9,8 @@ import HTTPWire
 final class AdminServer {
     private let coordinator: RefreshCoordinator
     /// `identities` by name, in config order (each reported and probed beside the top-level one).
-    private let identities: [(name: String, coordinator: RefreshCoordinator)]
+    /// Replaced by a reload that adds or removes identities (`use`).
+    private var identities: [(name: String, coordinator: RefreshCoordinator)]
     private let proxy: ProxyServer
     private let metrics: RelayMetrics
     private let startedAt = Date()
@@ -43,6 +44,11 @@ final class AdminServer {
             case .acceptedOverLimit: break
             }
         }
+    }
+
+    /// The identities after a reload.
+    func use(_ identities: [NamedIdentity]) {
+        self.identities = identities.map { ($0.name, $0.coordinator) }
     }
 
     private func handle(_ request: SmallRequest, _ responder: SmallResponder) {

@@ -8,10 +8,12 @@ final class ProxyServer {
     /// The running configuration; a reload swaps it (`apply`).
     private(set) var config: Config
     let coordinator: RefreshCoordinator
-    /// The coordinators of `identities` by name (routes naming one carry its token).
-    private let identityCoordinators: [String: RefreshCoordinator]
+    /// The coordinators of `identities` by name (routes naming one carry its token); a reload changes them (`use`).
+    private var identityCoordinators: [String: RefreshCoordinator]
     /// Every identity's coordinator, the top-level one first.
-    private let coordinators: [RefreshCoordinator]
+    private var coordinators: [RefreshCoordinator]
+    /// Coordinators of identities a reload removed: a drain still waits for their exchange with the token endpoint.
+    private var retiredCoordinators: [RefreshCoordinator] = []
     /// What new requests take at arrival (their route among it); exchanges keep the one they arrived under.
     private(set) var context: ExchangeContext!
     /// Where new requests go.
@@ -48,16 +50,43 @@ final class ProxyServer {
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
         context = makeContext(config, upstream: config.upstream, injection: config.inject, upstreamTLS: upstreamTLS)
         makeRouteContexts(config, routeTLS: routeTLS)
-        for each in coordinators {
-            each.onOutcome = { [unowned self, unowned each] outcome in self.refreshFinished(outcome, of: each) }
+        coordinators.forEach(listen(to:))
+    }
+
+    private func listen(to identity: RefreshCoordinator) {
+        identity.onOutcome = { [unowned self, unowned identity] outcome in self.refreshFinished(outcome, of: identity) }
+    }
+
+    /// A reload's identities, before its routes are applied (`apply`). A removed identity's held requests
+    /// are answered at once (503: they cannot get a token from it any more) and its machine stops refreshing;
+    /// its requests in flight end with the answers they get.
+    func use(_ identities: [NamedIdentity]) {
+        let kept = Set(identities.map { ObjectIdentifier($0.coordinator) })
+        for removed in coordinators.dropFirst() where !kept.contains(ObjectIdentifier(removed)) {
+            removed.stopRefreshing()
+            removed.onOutcome = nil
+            refreshFinished(.unavailable(reason: "its identity was removed by a config reload"), of: removed)
+            retiredCoordinators.append(removed)
         }
+        identityCoordinators = Dictionary(identities.map { ($0.name, $0.coordinator) }, uniquingKeysWith: { first, _ in first })
+        coordinators = [coordinator] + identities.map(\.coordinator)
+        coordinators.dropFirst().forEach(listen(to:))
+    }
+
+    /// The coordinator of `name`; nil names the top-level identity. The config checks (at start and on
+    /// reload, with identities applied before routes) make a missing one impossible; a route must never
+    /// fall back to another identity's token.
+    private func identityCoordinator(_ name: String?) -> RefreshCoordinator {
+        guard let name else { return coordinator }
+        guard let found = identityCoordinators[name] else { preconditionFailure("route names identity \(name), which is not running") }
+        return found
     }
 
     /// `routeName`: nil for the top-level route.
     private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
                              identity: String? = nil, routeName: String? = nil) -> ExchangeContext {
         ExchangeContext(config: config, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS), injection: injection, proxy: self,
-                        coordinator: identity.flatMap { identityCoordinators[$0] } ?? coordinator, metrics: metrics,
+                        coordinator: identityCoordinator(identity), metrics: metrics,
                         requestCounters: requestCounters(config, routeName: routeName))
     }
 
@@ -289,14 +318,14 @@ final class ProxyServer {
     /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
     /// reach the token file before the process exits).
     func checkDrained() {
-        if isDraining && active.isEmpty && !coordinators.contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
+        if isDraining && active.isEmpty && !(coordinators + retiredCoordinators).contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
     }
 
     // MARK: - Shutdown
 
     func startDraining() {
         isDraining = true
-        for each in coordinators {
+        for each in coordinators + retiredCoordinators {
             each.stopRefreshing()
             each.onTokenEndpointIdle = { [unowned self] in self.checkDrained() }
         }

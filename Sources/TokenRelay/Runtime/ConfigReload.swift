@@ -48,10 +48,14 @@ struct ConfigReload {
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }
-        // Each identity's token store and refresh machine are made at start: identities keep running as
-        // they are (this build applies no change to them live), and a changed set is named for a restart.
-        keep("identities", Self.describe(running.identities), Self.describe(loaded.identities)) { $0.identities = running.identities }
-        effective.identities = running.identities
+        // Identities are added and removed live (`Relay.applyIdentities`); one that stays keeps its token
+        // store and refresh machine, so its token settings wait for a restart like the top level's.
+        for (index, identity) in loaded.identities.enumerated() {
+            guard let runningIdentity = running.identities.first(where: { $0.name == identity.name }) else { continue }
+            keep("identities.\(identity.name).tokens", Self.describe(runningIdentity.tokens), Self.describe(identity.tokens)) {
+                $0.identities[index].tokens = runningIdentity.tokens
+            }
+        }
         keep("data_plane", running.dataPlane.rawValue, loaded.dataPlane.rawValue) { $0.dataPlane = running.dataPlane }
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
@@ -61,23 +65,16 @@ struct ConfigReload {
     /// The loaded config was valid on its own; with restart-only values kept it may not be. The one case:
     /// the refresh lock checked against a `command_timeout_seconds` that does not apply live (a lock too
     /// short for the running command timeout would make every refresh stop short of the token endpoint).
-    /// And routes or identities, which this build checks but does not serve yet.
+    /// And route features this build checks but does not serve yet.
     func validate() throws {
         try effective.requireServedRoutes()
-        let running = Set(effective.identities.map(\.name))
-        if let index = effective.routes.firstIndex(where: { $0.identity.map { !running.contains($0) } ?? false }) {
-            throw ConfigError("routes[\(index)].identity", "names an identity that is not running (adding an identity needs a restart)")
-        }
         try effective.tokens.redis?.validateLock(refreshSeconds: effective.timeouts.refreshSeconds)
     }
 
-    /// What identifies each identity's token state and client, for the restart notice (never a secret:
-    /// file paths, the Redis key, the grant, the token URL and the client id).
-    private static func describe(_ identities: [Config.Identity]) -> String {
-        guard !identities.isEmpty else { return "none" }
-        return identities.map { identity in
-            let store = identity.tokens.redis.map { "redis \($0.url) key \($0.key)" } ?? "file \(identity.tokens.file ?? "none")"
-            return "\(identity.name) (\(store), grant \(identity.refresh.grant.rawValue), token_url \(identity.refresh.tokenURL), client_id \(identity.refresh.clientID))"
-        }.joined(separator: "; ")
+    /// An identity's token store as one line for the restart notice (paths and the Redis key, never a secret).
+    private static func describe(_ tokens: Config.Tokens) -> String {
+        let store = tokens.redis.map { "redis \($0.restartOnlyDescription)" } ?? "file \(tokens.file ?? "none")"
+        let cache = tokens.redis != nil ? " cache \(tokens.file ?? "none")" : ""
+        return store + cache + " watch_interval_seconds \(tokens.watchIntervalSeconds) encryption \(tokens.encryption == nil ? "off" : "on")"
     }
 }

@@ -8,7 +8,8 @@ import Logging
 final class NamedIdentity {
     let name: String
     /// The running config seen as this identity (`Config.scoped(to:)`).
-    let config: Config
+    private(set) var config: Config
+    private let redactor: SecretRedactor
     let endpoint: TokenEndpointClient
     let coordinator: RefreshCoordinator
     private let loop: EventLoop
@@ -24,6 +25,7 @@ final class NamedIdentity {
         var logger = logger
         logger[metadataKey: "identity"] = "\(named.name)"
         let redactor = redactor.forIdentity(named.name)
+        self.redactor = redactor
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
         redactor.add(preflight.redis?.password)
@@ -40,6 +42,20 @@ final class NamedIdentity {
         credentialFilesWatch = CredentialFilesWatch(settings: config.refresh, loop: loop, interval: config.tokens.watchIntervalSeconds) {
             [unowned self] field in Relay.retry(self.coordinator, afterCredentialChange: "\(field) replaced", logger: self.logger)
         }
+    }
+
+    /// A reload that keeps this identity: its refresh settings, client secret, keys and token endpoint TLS
+    /// apply from the next exchange on; the token store, the machine and a refresh in flight stay (the
+    /// reload plan keeps the running token settings).
+    func apply(_ named: NamedPreflight) {
+        let preflight = named.preflight
+        config = preflight.config
+        redactor.add(preflight.clientSecret)
+        endpoint.reconfigure(connection: Relay.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
+                             grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret, keys: preflight.credentialKeys))
+        coordinator.apply(settings: config.refresh, injection: config.inject, refreshTimeout: config.timeouts.refreshSeconds,
+                          lockTimeout: RefreshCoordinator.lockTimeout(for: config),
+                          lockLifetime: config.tokens.redis?.effectiveLockSeconds(refreshSeconds: config.timeouts.refreshSeconds))
     }
 }
 

@@ -79,6 +79,16 @@ extension Relay {
             metrics.countConfigReload(outcome: "invalid")
             return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error) (with the running values kept)"])
         }
+        let added: [NamedIdentity]
+        do {
+            // Made before anything is applied: an identity whose token store cannot be opened fails the whole
+            // reload, instead of leaving a route without its identity.
+            added = try makeAddedIdentities(preflight)
+        } catch {
+            metrics.countConfigReload(outcome: "invalid")
+            return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error)"])
+        }
+        applyIdentities(preflight, added: added)
         apply(plan.effective, preflight: preflight)
         metrics.countConfigReload(outcome: plan.needsRestart.isEmpty ? "applied" : "needs_restart")
         logger.info("config reloaded", metadata: [

@@ -25,12 +25,14 @@ public final class Relay {
     let metrics: RelayMetrics
     let coordinator: RefreshCoordinator
     /// `identities`, each with its own token store and refresh coordinator (the top-level one is `coordinator`).
-    let namedIdentities: [NamedIdentity]
+    var namedIdentities: [NamedIdentity]
+    /// Identities a reload removed, stopped but kept (`applyIdentities`).
+    var retiredIdentities: [NamedIdentity] = []
     /// Every identity's coordinator, the top-level one first.
-    var coordinators: [RefreshCoordinator] { [coordinator] + namedIdentities.map(\.coordinator) }
+    var coordinators: [RefreshCoordinator] { [coordinator] + (namedIdentities + retiredIdentities).map(\.coordinator) }
     let endpoint: TokenEndpointClient
     let proxy: ProxyServer
-    private var admin: AdminServer?
+    private(set) var admin: AdminServer?
     private var signalWatches: [TransportSignal] = []
     private var drainTimer: LoopEvent?
     private(set) var stopping = false
@@ -189,7 +191,7 @@ public final class Relay {
     /// Every identity's unfinished business at exit (tokens not saved, a refresh in flight), all of it reported.
     func finishAtExit() throws {
         var problems: [String] = []
-        for (name, coordinator) in [("", coordinator)] + namedIdentities.map({ ($0.name, $0.coordinator) }) {
+        for (name, coordinator) in [("", coordinator)] + (namedIdentities + retiredIdentities).map({ ($0.name, $0.coordinator) }) {
             do {
                 try coordinator.finishAtExit()
             } catch {
