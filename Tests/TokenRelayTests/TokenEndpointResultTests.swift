@@ -51,7 +51,7 @@ final class TokenEndpointResultTests: XCTestCase {
         let cases: [(String, TokenEndpointResult.Rotation)] = [
             (#"{"access_token":"a\r\nX: 1","refresh_token":"r2"}"#, .rotated(to: "r2")),
             (#"{"refresh_token":"r2"}"#, .rotated(to: "r2")),
-            (#"{"access_token":"a2","refresh_token":"r2","token_type":"DPoP"}"#, .rotated(to: "r2")),
+            (#"{"access_token":"a2","refresh_token":"r2","token_type":"MAC"}"#, .rotated(to: "r2")),
             (#"{"access_token":"a b"}"#, .none),
             (#"{"access_token":"a2","refresh_token":"r 2"}"#, .unknown),
             ("garbage", .unknown),
@@ -61,6 +61,16 @@ final class TokenEndpointResultTests: XCTestCase {
             XCTAssertEqual(rotation, expected, body)
         }
         guard case .rejected = classify(400, #"{"error":"invalid_grant"}"#) else { return XCTFail() }
+    }
+
+    /// A DPoP-bound answer is read as a grant marked bound: the token endpoint's client refuses it unless
+    /// `dpop` is configured (its message names the missing block; DPoPTests runs that end to end).
+    func testADPoPAnswerIsAGrantBoundToTheProofKey() {
+        guard case .granted(let grant) = classify(200, #"{"access_token":"a2","refresh_token":"r2","token_type":"DPoP"}"#) else { return XCTFail() }
+        XCTAssertTrue(grant.proofBound)
+        guard case .granted(let bearer) = classify(200, #"{"access_token":"a2","token_type":"Bearer"}"#) else { return XCTFail() }
+        XCTAssertFalse(bearer.proofBound)
+        XCTAssertTrue(TokenEndpointResult.dpopNotConfigured.contains(#"add a "dpop" block"#))
     }
 
     func testLifetimesThatAreNotPositiveAreIgnored() {

@@ -196,7 +196,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .acquireConnection(let admittedEarlier): acquireConnection(lane: admittedEarlier ? .admitted : .arriving, fresh: false)
         case .acquireFreshConnection: acquireConnection(lane: .admitted, fresh: true)
         case .resendWithFreshProof:
-            context.metrics.countDPoPNonceReplay()
+            context.dpop?.countNonceReplay()
             acquireConnection(lane: .admitted, fresh: false)
         case .cancelConnectionWait:
             ticket?.cancel()
@@ -364,6 +364,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         if let host = context.route.hostField { block.append(host) }
         if case .token = credential, let authorization = grantedAuthorization, let token = context.tokenField.field(for: authorization) {
             block.append(token)
+            // A DPoP-bound token goes with a fresh proof for this very send (a replay or resend too: new jti, iat, nonce).
+            if let dpop = context.dpop, authorization.utf8.starts(with: DPoPProofs.authorizationScheme.utf8),
+               let proof = dpop.proof(method: upstreamMethod, target: upstreamTarget, server: context.dpopOrigin, authorization: authorization) {
+                block.append(name: "DPoP", value: proof)
+            }
         }
     }
 
@@ -411,6 +416,17 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             machine.streamedBodyStarted()
             lifecycle = machine
         }
+        if let dpop = context.dpop, !passthrough, noteNonce(head, dpop), head.status == 401 {
+            var challenges: [String] = []
+            head.withFieldTable { table in
+                for index in 0..<table.count where table.nameIs(index, "www-authenticate") {
+                    challenges.append(String(decoding: table.value(index), as: UTF8.self))
+                }
+            }
+            if RefreshTrigger.isNonceChallenge(status: head.status, challenges: challenges) {
+                return step(arriving: head) { $0.nonceChallenged(status: head.status) }
+            }
+        }
         // Challenges are read only for a refresh-triggering status: most responses are not one. The running
         // configuration's statuses, as before the context existed.
         let running = context.current
@@ -426,6 +442,18 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
                                                            triggerStatuses: running.triggerStatuses)
         }
         step(arriving: head) { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }
+    }
+
+    /// Keeps the upstream's latest `DPoP-Nonce` (RFC 9449 §9: any response may bring one); whether one was accepted.
+    private func noteNonce(_ head: ReceivedResponseHead, _ dpop: DPoPProofs) -> Bool {
+        var accepted = false
+        let origin = context.dpopOrigin
+        head.withFieldTable { table in
+            for index in 0..<table.count where table.nameIs(index, "dpop-nonce") {
+                accepted = dpop.received(nonce: table.value(index), from: origin)
+            }
+        }
+        return accepted
     }
 
     func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {

@@ -22,6 +22,9 @@ final class ExchangeContext {
     let metrics: RelayMetrics
     /// `tokenrelay_requests_total` of this context's route (labelled with it when there are routes).
     let requestCounters: RelayMetrics.RequestCounters
+    /// DPoP (`dpop`), and this route's upstream as a DPoP server (its origin: the nonces it sends are its own).
+    let dpop: DPoPProofs?
+    let dpopOrigin: String
     /// The proxy, for the few things a request asks of its mutable state (its lists, whether it drains).
     /// Unowned: the proxy owns the contexts it makes; a context outlives it only in an exchange that is
     /// torn down with it, and such an exchange never runs again.
@@ -55,6 +58,8 @@ final class ExchangeContext {
         triggerStatusSet = StatusCodeSet(config.refresh.triggerStatuses)
         self.coordinator = coordinator
         self.metrics = metrics
+        dpop = coordinator.dpop
+        dpopOrigin = "\(route.upstream.scheme)://\(route.upstream.authority)"
     }
 
     /// A reload: `newer` applies from now on.

@@ -26,7 +26,8 @@ enum HeaderPolicy {
     /// Request fields tokenrelay sets itself, apart from Authorization (whose rule depends on `inject.header`).
     private static func isReplacedOnRequest(_ name: UnsafeRawBufferPointer) -> Bool {
         switch name.count {
-        case 4: return ASCII.equalIgnoringCase(name, "host")
+        // A client's own DPoP proof cannot match the token tokenrelay injects (it signs its own).
+        case 4: return ASCII.equalIgnoringCase(name, "host") || ASCII.equalIgnoringCase(name, "dpop")
         case 6: return ASCII.equalIgnoringCase(name, "expect")
         case 14: return ASCII.equalIgnoringCase(name, "content-length")
         default: return false
@@ -45,7 +46,7 @@ enum HeaderPolicy {
         let name = table.name(index)
         let isAuthorization = ASCII.equalIgnoringCase(name, "authorization")
         let isInjected = ASCII.equalIgnoringCase(name, injectedHeader)
-        if keepAuthorization && (isAuthorization || isInjected) { return true }
+        if keepAuthorization && (isAuthorization || isInjected || (name.count == 4 && ASCII.equalIgnoringCase(name, "dpop"))) { return true }
         if isInjected { return false }
         let replaced = isAuthorization ? ASCII.equalIgnoringCase(injectedHeader, "authorization") : isReplacedOnRequest(name)
         return !replaced && !isHopByHop(name) && !isListedBesidesHopByHop(name, in: table)

@@ -37,6 +37,8 @@ final class RefreshCoordinator {
     private let endpoint: TokenEndpointClient
     private let store: any TokenStore
     private var injection: InjectSettings
+    /// DPoP (`dpop`): DPoP-bound tokens go as `Authorization: DPoP <token>` (the driver adds the proof).
+    var dpop: DPoPProofs?
     private var refreshTimeout: Double
     private var lockTimeout: Double
     private let storeWriteTimeout: Double
@@ -268,7 +270,9 @@ final class RefreshCoordinator {
 
     private func authorizationValue(_ generation: UInt64) -> String {
         if let authorization, authorization.generation == generation { return authorization.value }
-        let value = injection.value(for: machine.tokens.accessToken)
+        let tokens = machine.tokens
+        let value = dpop != nil && tokens.dpopBoundThumbprint != nil
+            ? DPoPProofs.authorizationScheme + tokens.accessToken : injection.value(for: tokens.accessToken)
         authorization = (generation, value)
         return value
     }

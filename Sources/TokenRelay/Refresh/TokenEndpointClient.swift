@@ -34,6 +34,11 @@ final class TokenEndpointClient {
     private var preparation: (number: Int, startedAt: Double, deadline: LoopEvent)?
     private var preparations = 0
     private var completion: ((TokenEndpointResult, _ retryAfter: Double?) -> Void)?
+    /// DPoP (`dpop`): every token request carries a proof; nil: none, and DPoP-bound answers are refused.
+    var dpop: DPoPProofs?
+    /// The request of the exchange in flight, kept for one resend after a DPoP nonce challenge, and when
+    /// the exchange began (the resend stays within the same `refresh_seconds`).
+    private var inFlight: (request: TokenHTTPRequest, startedAt: Double, timeoutSeconds: Double, nonceResent: Bool)?
 
     init(loop: EventLoop, connection: TokenEndpointConnection, grant: TokenGrantStrategy) {
         eventLoop = loop
@@ -76,6 +81,12 @@ final class TokenEndpointClient {
         precondition(!isBusy, "one refresh at a time")
         applyPending()
         self.completion = completion
+        // A refresh token bound to another DPoP key (a new dpop.key_file, or tokens adopted from a relay with
+        // another key) would be refused, and presenting it with the wrong key is what a thief would do:
+        // nothing is sent, and only a new login can help.
+        if let dpop, let bound = current.dpopBoundThumbprint, bound != dpop.thumbprint {
+            return finish(.unusable(reason: "the tokens are bound to another DPoP key (jkt \(bound), the key is jkt \(dpop.thumbprint)): run tokenrelay login"))
+        }
         let input = TokenRequestInput(current)
         guard grant.blocksWhileMakingRequest else { return send(grant.makeRequest(for: input), timeoutSeconds: connection.timeoutSeconds) }
         // Race it prevents: a signature (a millisecond and more with RSA) or a file read on the loop would
@@ -114,9 +125,39 @@ final class TokenEndpointClient {
         case .failure(let unusable): return finish(.unusable(reason: unusable.reason))
         }
         guard timeoutSeconds > 0 else { return finish(.transient(reason: Self.preparationTooSlow, outcomeUnknown: false)) }
+        inFlight = (prepared, EventLoop.monotonicNow, timeoutSeconds, false)
+        start(prepared, timeoutSeconds: timeoutSeconds)
+    }
+
+    private func start(_ prepared: TokenHTTPRequest, timeoutSeconds: Double) {
+        var request = prepared.exchangeRequest(to: connection.endpoint, tls: connection.tls)
+        if let dpop {
+            // A fresh proof for every send, the resend after a nonce challenge too (a new jti, the new nonce).
+            let htu = ProofSigner.htu(origin: tokenEndpointOrigin, target: Array(prepared.target.utf8))
+            if let proof = dpop.proof(method: prepared.method, htu: htu, server: tokenEndpointOrigin, accessToken: nil) {
+                request.fields.append(("DPoP", proof))
+            }
+        }
         let limits = HTTPExchange.Limits(timeoutSeconds: timeoutSeconds, maxBodyBytes: Self.maxResponseBytes)
-        call = HTTPExchange(loop: loop, request: prepared.exchangeRequest(to: connection.endpoint, tls: connection.tls),
-                            limits: limits) { [weak self] result in self?.exchangeEnded(result) }
+        call = HTTPExchange(loop: loop, request: request, limits: limits) { [weak self] result in self?.exchangeEnded(result) }
+    }
+
+    /// The token endpoint as a DPoP server: its nonces are kept apart from the upstreams'.
+    private var tokenEndpointOrigin: String { "\(connection.endpoint.scheme)://\(connection.endpoint.authority)" }
+
+    /// RFC 9449 §8: `400 {"error":"use_dpop_nonce"}` with a usable `DPoP-Nonce`. The server refused the
+    /// request before looking at the grant, so the refresh token it carried was not consumed: sending the
+    /// same request again (once, with a fresh proof carrying the nonce) presents it only once as far as
+    /// the server is concerned, and this is not an attempt whose outcome is unknown.
+    private func resendsForNonce(_ response: HTTPExchange.Response, nonceAccepted: Bool) -> Bool {
+        guard nonceAccepted, response.status == 400, let inFlight, !inFlight.nonceResent,
+              let json = TokenEndpointJSON.parse(response.body) as? [String: Any], json["error"] as? String == "use_dpop_nonce" else { return false }
+        let remaining = inFlight.timeoutSeconds - (EventLoop.monotonicNow - inFlight.startedAt)
+        guard remaining > 0 else { return false }
+        self.inFlight?.nonceResent = true
+        dpop?.countNonceReplay()
+        start(inFlight.request, timeoutSeconds: remaining)
+        return true
     }
 
     /// What the helper thread made, handed back to the loop.
@@ -127,7 +168,22 @@ final class TokenEndpointClient {
     private func exchangeEnded(_ result: Result<HTTPExchange.Response, HTTPExchange.Failure>) {
         switch result {
         case .success(let response):
-            let result = grant.classify(status: response.status, body: response.body)
+            // §8.2: the latest nonce the token endpoint sent, on any answer, is the one for the next request.
+            var nonceAccepted = false
+            if let dpop, let nonce = response.field("DPoP-Nonce") {
+                nonceAccepted = dpop.received(nonce: Array(nonce.utf8), from: tokenEndpointOrigin)
+            }
+            if dpop != nil && resendsForNonce(response, nonceAccepted: nonceAccepted) { return }
+            var result = grant.classify(status: response.status, body: response.body)
+            if case .granted(var granted) = result {
+                if granted.proofBound {
+                    if let dpop { granted.boundKeyThumbprint = dpop.thumbprint } else {
+                        result = .invalidResponse(reason: TokenEndpointResult.dpopNotConfigured,
+                                                  rotation: granted.refreshToken.map { .rotated(to: $0) } ?? .none)
+                    }
+                }
+                if case .granted = result { result = .granted(granted) }
+            }
             var retryAfter: Double?
             if case .transient = result { retryAfter = RetryAfter.seconds(from: response.field("Retry-After"), now: Date()) }
             finish(result, retryAfter: retryAfter)
@@ -139,6 +195,7 @@ final class TokenEndpointClient {
 
     private func finish(_ result: TokenEndpointResult, retryAfter: Double? = nil) {
         call = nil
+        inFlight = nil
         let completion = self.completion
         self.completion = nil
         completion?(result, retryAfter)

@@ -9,6 +9,10 @@ struct TokenGrant {
     /// Parts of the answer that were ignored or clamped (an `expires_in` that is not a positive number,
     /// or one beyond `TokenExpiry.longestLifetime`), for the log.
     var warnings: [String] = []
+    /// `token_type: DPoP`: the tokens are bound to the proof key (RFC 9449 §5); usable only with `dpop`.
+    var proofBound = false
+    /// The key the tokens are bound to (its RFC 7638 thumbprint), set by the client that signed the proof.
+    var boundKeyThumbprint: String?
 
     /// Without a lifetime in the answer the JWT `exp` is used: say so when it is clamped.
     mutating func noteClampedJWTExpiry(now: Date) {
@@ -23,6 +27,9 @@ extension TokenSet {
         next.accessToken = grant.accessToken
         // RFC 6749 §6: without a new refresh token in the response, the old one stays valid.
         if let refresh = grant.refreshToken { next.refreshToken = refresh }
+        // Which key the stored tokens are bound to: a start with another key asks for a new login instead of
+        // presenting a bound refresh token with the wrong key.
+        if let jkt = grant.boundKeyThumbprint { next.otherFields[TokenSet.dpopThumbprintField] = jkt } else { next.otherFields[TokenSet.dpopThumbprintField] = nil }
         let expiry = TokenExpiry.forGrant(accessToken: grant.accessToken, expiresIn: grant.expiresIn, now: now)
         next.expiresAt = expiry.expiresAt
         return (next, expiry.lifetime)
@@ -79,6 +86,8 @@ enum TokenEndpointResult {
         }
     }
 
+    static let dpopNotConfigured = "token_type DPoP needs a proof with every request: add a \"dpop\" block to the config (tokenrelay then signs them)"
+
     private static func parseGrant(_ json: [String: Any]) -> TokenEndpointResult {
         var rotation = Rotation.none
         if let refresh = json["refresh_token"], !(refresh is JSONNull) {
@@ -94,13 +103,18 @@ enum TokenEndpointResult {
         if let reason = TokenSet.unusableReason(access) {
             return .invalidResponse(reason: "access_token \(reason)", rotation: rotation)
         }
-        // RFC 6749 §7.1: a client must not use a token whose type it does not understand. Bearer is the
-        // only kind a header can carry as is; DPoP and MAC tokens need a proof per request.
-        if let type = json["token_type"] as? String, ["dpop", "mac"].contains(type.lowercased()) {
-            return .invalidResponse(reason: "token_type \(OAuthErrorCode.sanitized(type)) needs proof of possession, which tokenrelay does not do",
-                                    rotation: rotation)
+        // RFC 6749 §7.1: a client must not use a token whose type it does not understand. Bearer goes in a
+        // header as is; DPoP needs a proof per request (usable with `dpop`, which the client checks); MAC
+        // tokens are not supported.
+        var proofBound = false
+        if let type = json["token_type"] as? String {
+            if type.lowercased() == "mac" {
+                return .invalidResponse(reason: "token_type MAC needs proof of possession, which tokenrelay does not do", rotation: rotation)
+            }
+            proofBound = type.lowercased() == "dpop"
         }
         var grant = TokenGrant(accessToken: access)
+        grant.proofBound = proofBound
         if case .rotated(let refresh) = rotation { grant.refreshToken = refresh }
         grant.expiresIn = expiresIn(json["expires_in"], field: "expires_in", warnings: &grant.warnings)
         grant.noteClampedJWTExpiry(now: Date())

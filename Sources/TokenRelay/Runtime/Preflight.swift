@@ -55,6 +55,11 @@ public struct Preflight {
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         let keys = try CredentialKeys.load(config.refresh)
         let codecs = try ConfiguredTokenCodecs(config.tokens)
+        if let dpop = config.dpop, dpop.keyFile != nil {
+            // A key of the wrong type for dpop.alg, or an unreadable one, fails check (the file read is before the loop).
+            var none = TokenSet(accessToken: "")
+            _ = try DPoPKeySource.load(dpop, tokens: &none, generate: false)
+        }
         if let redisSettings = config.tokens.redis {
             return try run(config: config, redis: redisSettings, secret: secret, keys: keys, codecs: codecs, upstreamTLS: upstreamTLS, refreshTLS: refreshTLS)
         }

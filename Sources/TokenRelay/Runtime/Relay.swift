@@ -33,6 +33,8 @@ public final class Relay {
     let endpoint: TokenEndpointClient
     let proxy: ProxyServer
     private(set) var admin: AdminServer?
+    /// DPoP proofs (`dpop`; the top-level identity's), nil without.
+    let dpop: DPoPProofs?
     private var signalWatches: [TransportSignal] = []
     private var drainTimer: LoopEvent?
     private(set) var stopping = false
@@ -45,7 +47,8 @@ public final class Relay {
     public var adminPort: Int? { admin?.listener.boundPort }
 
 
-    init(loop: EventLoop, preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
+    init(loop: EventLoop, preflight started: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
+        var preflight = started
         self.loop = loop
         metrics = RelayMetrics(identity: preflight.config.identities.isEmpty ? nil : Config.defaultIdentityName)
         config = preflight.config
@@ -53,7 +56,6 @@ public final class Relay {
         self.redactor = redactor
         self.reloadSource = reloadSource
         try preflight.config.requireServedRoutes()
-        if preflight.config.dpop != nil { throw ConfigError("dpop", "is read but not served by this build yet (proofs are being wired in)") }
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys
@@ -66,9 +68,12 @@ public final class Relay {
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
+        dpop = try Self.dpopProofs(config: preflight.config, tokens: &preflight.tokens, metrics: metrics, logger: logger)
         endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
+        endpoint.dpop = dpop
         redactor.add(preflight.redis?.password)
         coordinator = try Self.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
+        coordinator.dpop = dpop
         let metrics = self.metrics
         namedIdentities = try preflight.identities.map { try NamedIdentity($0, loop: loop, metrics: metrics, redactor: redactor, logger: logger) }
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS, coordinator: coordinator,

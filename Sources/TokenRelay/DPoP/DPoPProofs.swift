@@ -1,0 +1,75 @@
+import FoundationEssentials
+import JOSE
+import Logging
+
+/// DPoP at run time, one per relay: the proof signer, the nonces each server sent, and the counting and
+/// logging around them. The token endpoint's client and every proxied request ask it for a `DPoP` header
+/// value. Confined to the event loop.
+final class DPoPProofs {
+    let signer: ProofSigner
+    let nonces = DPoPNonceStore()
+    private let metrics: RelayMetrics
+    private let logger: Logger
+    /// Refused nonces are logged once per server and cause until another is accepted: a server that
+    /// sends a bad one on every response must not flood the log.
+    private var loggedRefusals: Set<String> = []
+
+    init(signer: ProofSigner, metrics: RelayMetrics, logger: Logger) {
+        self.signer = signer
+        self.metrics = metrics
+        self.logger = logger
+        let signed = metrics.dpopProofsSigned
+        signer.onSigned = { signed.increment() }
+        metrics.recordDPoPKey(thumbprint: signer.thumbprint)
+    }
+
+    var thumbprint: String { signer.thumbprint }
+
+    /// The scheme prefix of a DPoP-bound token's Authorization value.
+    static let authorizationScheme = "DPoP "
+
+    /// A proof for `method` on `htu` for `server` (its origin), with that server's latest nonce. nil when
+    /// signing failed (logged; the request goes without a proof and the server says what it thinks).
+    /// The last Authorization value a proxied request brought, and its token: every request under one token
+    /// brings the same String, so `ath` (cached by the signer per token) is found without slicing it again.
+    private var lastAuthorization: (value: String, token: String)?
+
+    /// A proof for a proxied request: `target` as sent upstream (query and fragment dropped for `htu`),
+    /// `authorization` the `DPoP <token>` value it carries.
+    func proof(method: String, target: [UInt8], server: String, authorization: String) -> String? {
+        let token: String
+        if let lastAuthorization, lastAuthorization.value == authorization {
+            token = lastAuthorization.token
+        } else {
+            token = String(authorization.utf8.dropFirst(Self.authorizationScheme.utf8.count))!
+            lastAuthorization = (authorization, token)
+        }
+        return proof(method: method, htu: ProofSigner.htu(origin: server, target: target), server: server, accessToken: token)
+    }
+
+    func proof(method: String, htu: String, server: String, accessToken: String?) -> String? {
+        do {
+            return try signer.proof(method: method, htu: htu, accessToken: accessToken, nonce: nonces.nonce(for: server),
+                                    now: Date().timeIntervalSince1970)
+        } catch {
+            logger.error("dpop: signing a proof failed: \(error)")
+            return nil
+        }
+    }
+
+    /// A `DPoP-Nonce` field from `server`: kept, or refused with one log line (the value never repeated).
+    /// Returns whether it was accepted.
+    @discardableResult
+    func received(nonce value: some Collection<UInt8>, from server: String) -> Bool {
+        guard let refusal = nonces.received(value, from: server) else {
+            loggedRefusals.remove(server)
+            return true
+        }
+        if loggedRefusals.insert(server).inserted {
+            logger.warning("dpop: refused a DPoP-Nonce from \(server): \(refusal) (not used, not repeated)")
+        }
+        return false
+    }
+
+    func countNonceReplay() { metrics.countDPoPNonceReplay() }
+}
