@@ -110,6 +110,7 @@ public final class HTTPServerConnection {
     /// Seconds from the first byte of a request head to its last; 0 = no bound.
     private let headTimeout: Double
     private var headTimer: OpaquePointer?
+    private let loopBase: OpaquePointer
     private var headTimerArmed = false
     /// When the incomplete request head now arriving sent its first byte (`.infinity` while none is).
     private var headStartedAt = Double.infinity
@@ -130,6 +131,7 @@ public final class HTTPServerConnection {
         self.limits = settings.limits
         self.sequence = sequence
         headTimeout = settings.headTimeout
+        loopBase = loop.base
         idleTimeout = settings.idleTimeout
         bodyTimeout = settings.bodyTimeout
         maxBodyBytes = max(0, settings.maxBodyBytes)
@@ -142,9 +144,8 @@ public final class HTTPServerConnection {
         stream.owner = self
         stream.sendStallLimit = max(0, settings.sendTimeout)
         let context = Unmanaged.passUnretained(self).toOpaque()
-        if headTimeout > 0 {
-            headTimer = event_new(loop.base, -1, 0, headTimerTrampoline, context)
-        }
+        // The head timer is made with the first byte of a head (`armHeadTimer`): a client that connects
+        // and stays silent holds one timer, not two.
         if idleTimeout > 0 || bodyTimeout > 0 {
             activityTimer = event_new(loop.base, -1, 0, activityTimerTrampoline, context)
         }
@@ -230,7 +231,11 @@ public final class HTTPServerConnection {
     /// client sending one byte a second would otherwise hold a connection (and a slot) for as long as it
     /// likes. A timer is a heap entry in libevent, not an epoll change, so arming it per request is cheap.
     private func armHeadTimer() {
-        guard let headTimer, !headTimerArmed else { return }
+        guard headTimeout > 0, !headTimerArmed else { return }
+        if headTimer == nil {
+            headTimer = event_new(loopBase, -1, 0, headTimerTrampoline, Unmanaged.passUnretained(self).toOpaque())
+        }
+        guard let headTimer else { return }
         headTimerArmed = true
         headStartedAt = monotonicSeconds()
         let whole = headTimeout.rounded(.down)

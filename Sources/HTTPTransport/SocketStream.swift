@@ -121,7 +121,9 @@ final class SocketStream {
     private func createEvents() {
         let context = Unmanaged.passUnretained(self).toOpaque()
         readEvent = event_new(loopBase, fd, Int16(EV_READ | EV_PERSIST), socketReadTrampoline, context)
-        writeEvent = event_new(loopBase, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+        // The write event is made by the first `armWrite`: most sockets never find the kernel's buffer
+        // full, and an idle keep-alive client should hold no event it does not use (bench/README.md,
+        // "Idle clients").
     }
 
     /// Called by an owner's deinit: the stream stops reporting to it (unless it reports to another by now,
@@ -535,7 +537,12 @@ final class SocketStream {
     }
 
     func armWrite() {
-        guard !writeArmed, !isClosed, !tlsWriteWaitsForRead, let writeEvent else { return }
+        guard !writeArmed, !isClosed, !tlsWriteWaitsForRead, readEvent != nil else { return }
+        if writeEvent == nil {
+            let context = Unmanaged.passUnretained(self).toOpaque()
+            writeEvent = event_new(loopBase, fd, Int16(EV_WRITE | EV_PERSIST), socketWriteTrampoline, context)
+        }
+        guard let writeEvent else { return }
         writeArmed = true
         if sendStallLimit > 0 && phase == .open {
             var tv = clampedTimeval(sendStallLimit)
@@ -713,18 +720,40 @@ final class BufferPool {
     private var freeOther: [UnsafeMutableRawPointer] = []
     private let maxFreeOther = 8
 
+    /// Buffers taken since the owner last asked (`takenSinceLastAsked`): how it tells a quiet loop from a busy one.
+    private var taken = 0
+    /// Called when a buffer is kept free while none was: the owner schedules `releaseFree` for a quiet moment.
+    var onFirstKept: (() -> Void)?
+
     init(size: Int = 64 * 1024, maxFree: Int = 64) {
         self.size = size
         self.maxFree = maxFree
     }
 
+    var keepsFreeBuffers: Bool { !free.isEmpty || !freeOther.isEmpty }
+
+    func takenSinceLastAsked() -> Int {
+        defer { taken = 0 }
+        return taken
+    }
+
+    /// Gives every kept buffer back to malloc (after a burst, so that a quiet relay does not keep its peak).
+    func releaseFree() {
+        for buffer in free { buffer.deallocate() }
+        for buffer in freeOther { buffer.deallocate() }
+        free.removeAll()
+        freeOther.removeAll()
+    }
+
     func take(_ capacity: Int) -> UnsafeMutableRawPointer {
+        taken &+= 1
         if capacity == size, let buffer = free.popLast() { return buffer }
         if capacity == otherSize, let buffer = freeOther.popLast() { return buffer }
         return UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
     }
 
     func give(_ buffer: UnsafeMutableRawPointer, _ capacity: Int) {
+        if !keepsFreeBuffers { onFirstKept?() }
         if capacity == size && free.count < maxFree {
             free.append(buffer)
             return

@@ -16,6 +16,8 @@ public final class TransportLoop {
     let bufferPool = BufferPool()
     /// Empty pipes for spliced bodies (loop thread only).
     let splicePipes = SplicePipePool()
+    /// Gives a burst's free read buffers back once the loop is quiet (made at the first kept buffer).
+    private var bufferTrim: BufferTrim?
     private var wakeEvent: OpaquePointer?
     private var wakeHandler: (() -> Void)?
 
@@ -37,6 +39,10 @@ public final class TransportLoop {
         }
         self.base = base
         self.dnsBase = dns
+        bufferPool.onFirstKept = { [unowned self] in
+            if bufferTrim == nil { bufferTrim = BufferTrim(loop: self, pool: bufferPool) }
+            bufferTrim?.poolStartedKeeping()
+        }
     }
 
     /// Runs until `stop()`, also while nothing is registered (a loop waiting for work posted via `wake`).

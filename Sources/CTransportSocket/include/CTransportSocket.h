@@ -33,4 +33,7 @@ int transport_tls_set_server_name(struct ssl_st *ssl, const char *name);
 /// SHA-256 of `count` bytes into `digest` (32 bytes) without OpenSSL's provider machinery; 1 on success.
 int transport_sha256(const unsigned char *data, size_t count, unsigned char *digest);
 
+/// Gives malloc's whole free pages back to the kernel (after a burst's buffers were freed).
+void transport_release_free_memory(void);
+
 #endif
