@@ -751,6 +751,32 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(presentations, 0)
     }
 
+    /// Persist before release, fleet form: a failed write keeps the cycle open and the requests held
+    /// (their hold timeout answers them), and the same tokens are written again until acknowledged.
+    func testHeldRequestsWaitForTheSharedStoresAcknowledgement() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        XCTAssertEqual(writes.map(\.refreshToken), ["r2"])
+        record(machine.persistFailed("Redis did not answer", now: now))
+        XCTAssertEqual(releases, [], "nothing released before the store acknowledged")
+        XCTAssertEqual(machine.state, .refreshing)
+        XCTAssertEqual(unauthorized(1), .hold, "a new 401 joins the held requests")
+        advance(5)
+        XCTAssertEqual(writes.map(\.refreshToken), ["r2", "r2"], "the same write is sent again after the backoff")
+        record(machine.persistFailed("Redis did not answer", now: now))
+        record(machine.storeUnreachable("timed out", now: now))
+        record(machine.storeReachable(now: now))
+        XCTAssertEqual(writes.map(\.refreshToken), ["r2", "r2", "r2"], "and at once when the store is back")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(presentations, 1)
+        XCTAssertNil(machine.unsaved)
+        advance(60)
+        XCTAssertEqual(writes.count, 3, "no write after the acknowledgement")
+    }
+
     func testAnUnreadableSharedStoreUnderTheLockStopsThePresentation() {
         makeFleetMachine()
         XCTAssertEqual(unauthorized(1), .hold)
@@ -825,11 +851,13 @@ final class RefreshMachineTests: XCTestCase {
         answer(grant("a-ours", "r-ours"))
         // The store holds our own old tokens (r1, presented already): nothing newer than what we got.
         record(machine.persistConflicted(.tokens(TokenSet(accessToken: "a1", refreshToken: "r1")), now: now))
-        XCTAssertEqual(machine.tokens.refreshToken, "r-ours", "the only live refresh token is kept")
-        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(releases, [], "held until the store acknowledges")
         XCTAssertNotNil(machine.unsaved, "visible, and the write is retried")
         advance(1)
-        XCTAssertEqual(writes.last?.refreshToken, "r-ours")
+        XCTAssertEqual(writes.last?.refreshToken, "r-ours", "the only live refresh token is kept and written again")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(machine.tokens.refreshToken, "r-ours")
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
     }
 
     func testUnsavedTokensAreWrittenTheMomentTheStoreIsBack() {
@@ -839,11 +867,13 @@ final class RefreshMachineTests: XCTestCase {
         answer(grant("a2", "r2"))
         record(machine.storeUnreachable("connection reset", now: now))
         record(machine.persistFailed("Redis is not connected", now: now))
-        XCTAssertEqual(releases, [.renewed(generation: 2)], "serving with the new tokens")
+        XCTAssertEqual(releases, [], "held until the store acknowledges")
         let writesBefore = writes.count
         advance(0.01)
         record(machine.storeReachable(now: now))
         XCTAssertEqual(writes.count, writesBefore + 1, "written at once, not after the backoff")
         XCTAssertEqual(writes.last?.refreshToken, "r2")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
     }
 }

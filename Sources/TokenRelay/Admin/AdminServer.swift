@@ -130,6 +130,7 @@ final class AdminServer {
         case _ where proxy.isDraining: "shutting down"
         case .loginRequired: "login required"
         case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
+        case _ where coordinator.storeNotWritableReason != nil: "token store not writable (\(coordinator.storeNotWritableReason ?? ""))"
         default: unusableTokenReason(coordinator)
         }
     }

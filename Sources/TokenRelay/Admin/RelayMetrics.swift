@@ -77,6 +77,8 @@ final class RelayMetrics {
     let storeConnected: Gauge
     let storeLockAcquisitions: Counter
     let storeConflicts: Counter
+    /// Fleet mode across a failover: READONLY replies (a node turned replica under us).
+    let storeReadOnlyReplies: Counter
     /// DPoP (`dpop`): 1 while proofs are signed; nonce challenges answered by a resend; proofs signed.
     let dpopEnabled: Gauge
     let dpopNonceReplays: Counter
@@ -135,6 +137,8 @@ final class RelayMetrics {
                                         "Refresh locks this relay acquired (the token file's flock, or the Redis lock).")
         storeConflicts = identityCounter("tokenrelay_token_store_cas_conflicts_total",
                                  "Writes to Redis that lost their compare-and-set to a newer version (the stored one was adopted instead).")
+        storeReadOnlyReplies = identityCounter("tokenrelay_token_store_readonly_replies_total",
+                                               "Redis writes answered READONLY (the node had become a replica); the store is unavailable until a master answers.")
         dpopEnabled = identityGauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
         dpopNonceReplays = identityCounter("tokenrelay_dpop_nonce_replays_total",
                                            "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")

@@ -118,6 +118,13 @@ final class RefreshCoordinator {
             self.metrics.storeConnected.record(outage == nil ? 1 : 0)
             self.execute(outage.map { self.machine.storeUnreachable($0, now: self.now()) } ?? self.machine.storeReachable(now: self.now()))
         }
+        if let redis = store as? RedisTokenStore {
+            redis.onCount = { [weak self] event in
+                switch event {
+                case .readOnlyReply: self?.metrics.storeReadOnlyReplies.increment()
+                }
+            }
+        }
         store.start()
         execute(machine.start(now: self.now(), inFlight: store.readInFlightRecord()))
         let timer = LoopEvent.repeating(loop: loop) { [weak self] in
@@ -207,6 +214,8 @@ final class RefreshCoordinator {
     var isAccessTokenKnownDead: Bool { machine.isAccessTokenKnownDead }
     /// Why the shared store cannot be reached, or nil.
     var storeOutage: String? { machine.storeOutage }
+    /// Why the shared store's node takes no writes (a replica), or nil: not ready while so.
+    var storeNotWritableReason: String? { (store as? RedisTokenStore)?.notWritableReason }
 
     /// For /status: which store, whether it answers, the version in service, who holds the lock, and the
     /// last adoption of someone else's tokens. Never a token.

@@ -39,6 +39,9 @@ struct RefreshMachine {
     private var proactiveMode = Mode.proactive
     /// A write of unsaved tokens (not a cycle's) is under way.
     private var retryWriteInFlight = false
+    /// A shared store's cycle write failed and waits for `saveRetry` (or the store coming back) to be
+    /// sent again; the cycle stays open meanwhile (`writeFinished`).
+    private var cycleWriteAwaitingRetry = false
     /// The store is being re-read because the hold-off ended (not because the watch saw a change).
     private var readingStoreAfterHoldOff = false
     /// The store is being re-read because it is reachable again.
@@ -607,6 +610,19 @@ struct RefreshMachine {
             return
         }
         guard case .refreshing(let cycle) = phase, case .persisting(let next, let lifetime, let purpose, false) = cycle.step else { return }
+        cycleWriteAwaitingRetry = false
+        if let error, settings.sharedStore, !stopped {
+            // Persist before release, fleet form. Race it prevents: the fleet's other relays read the
+            // store, not our memory; serving the new tokens before the store holds them lets another
+            // relay (or this one restarted) present the refresh token this answer just burnt. So the
+            // cycle stays open: held requests stay held until the store acknowledges (or their hold
+            // timeout answers them 503 with Retry-After), and the same write is sent again with backoff
+            // and at once when the store is back.
+            markUnsaved(error, now)
+            cycleWriteAwaitingRetry = true
+            log(.warning, "held requests wait until the shared token store acknowledges the refreshed tokens", ["error": error])
+            return
+        }
         // Serving beats failing: the new tokens are used even if they could not be written, but the
         // state is loud (`markUnsaved`). The in-flight record goes once the answer is saved; while the
         // token file still holds the presented (burnt) refresh token, it keeps holding a restart off.
@@ -850,7 +866,7 @@ struct RefreshMachine {
     }
 
     private mutating func markSaved() {
-        if let unsaved { log(.warning, "tokens saved to the token file after failed writes", ["failed_writes": "\(unsaved.failedWrites)"]) }
+        if let unsaved { log(.warning, settings.sharedStore ? "tokens saved to the shared token store after failed writes" : "tokens saved to the token file after failed writes", ["failed_writes": "\(unsaved.failedWrites)"]) }
         unsaved = nil
         emit(.cancel(.saveRetry))
         emit(.publish)
@@ -859,11 +875,18 @@ struct RefreshMachine {
     /// A cycle under way writes newer tokens itself; otherwise the tokens in service are written again.
     private mutating func retrySave(_ now: Instant) {
         guard let unsaved, !retryWriteInFlight else { return }
+        if cycleWriteAwaitingRetry, case .refreshing(let cycle) = phase, case .persisting(let next, _, _, false) = cycle.step {
+            cycleWriteAwaitingRetry = false
+            log(.info, "retrying the shared token store write", ["failed_writes": "\(unsaved.failedWrites)"])
+            emit(.persist(next))
+            return
+        }
         if case .refreshing = phase {
             emit(.schedule(.saveRetry, at: now.monotonic + max(settings.backoffSeconds, 0.05)))
             return
         }
-        log(.info, "retrying the token file write", ["failed_writes": "\(unsaved.failedWrites)"])
+        log(.info, settings.sharedStore ? "retrying the shared token store write" : "retrying the token file write",
+            ["failed_writes": "\(unsaved.failedWrites)"])
         retryWriteInFlight = true
         emit(.persist(tokens))
     }
@@ -931,8 +954,8 @@ struct RefreshMachine {
         }
         if case .unreadable(let error) = read {
             let place = settings.sharedStore ? "the shared token store" : "the token file"
-            log(.error, afterHoldOff ? "could not re-read \(place) after the refresh hold-off" : "ignoring changed \(place)",
-                ["error": error])
+            log(.error, afterHoldOff ? "could not re-read \(place) after the refresh hold-off"
+                    : "could not read \(place); keeping the tokens in service", ["error": error])
         }
         if let inFlight { consider(inFlight, lockHeld: false, now) }
         // Nothing new after the hold-off: the proactive timer (at expiry while in doubt) takes over again.

@@ -62,6 +62,9 @@ final class RedisTokenStore: TokenStore {
     }
 
     var onChange: (() -> Void)?
+    /// Counted events for /metrics (wired by the coordinator).
+    var onCount: ((RedisStoreCount) -> Void)?
+    private(set) var readOnlyReplies = 0
     var onReachability: ((String?) -> Void)?
 
     /// How often a contended lock is tried again: well below the adoption goal, cheap for Redis.
@@ -98,12 +101,51 @@ final class RedisTokenStore: TokenStore {
         connection.open { [weak self, weak connection] error in
             guard let self, let connection, self.commands === connection else { return }
             if let error { return self.lost(error) }
+            self.confirmMaster(connection)
+        }
+    }
+
+    /// `ROLE` before the store counts as connected. Race it prevents: a `url` that names a node turned
+    /// replica (the old master back after a failover) reads fine, so the relay would report ready and
+    /// serve until the first write, then fail every refresh with nothing saying why.
+    private func confirmMaster(_ connection: RedisConnection) {
+        connection.send(["ROLE"]) { [weak self, weak connection] result in
+            guard let self, let connection, self.commands === connection else { return }
+            switch result {
+            case .failure(let error): return self.lost(error.description)
+            case .success(let reply):
+                if case .notMaster(let role) = RedisRole.parse(reply) {
+                    return self.notWritable("the node is a \(role), not the master (ROLE); writes cannot land there")
+                }
+            }
             self.isConnected = true
+            self.notWritableReason = nil
             self.reconnectDelay = 0.1
             self.outage = nil
             self.subscribe()
             self.onReachability?(nil)
         }
+    }
+
+    /// `READONLY` to a write: the node became a replica under us (a failover). Unavailable with that
+    /// reason, and reconnect (with `ROLE` at connect) until it, or the one the configuration leads to, is
+    /// the master again.
+    private func noticedReadOnly(_ reply: RedisReply) -> Bool {
+        guard RedisRole.isReadOnlyError(reply) else { return false }
+        readOnlyReplies += 1
+        onCount?(.readOnlyReply)
+        notWritable("the node answered READONLY: it is a replica now; writes cannot land there")
+        return true
+    }
+
+    /// Why the node reached is no master, while that is why the store is unavailable: unlike an
+    /// unreachable Redis, not ready even while the token in hand works (`url` leads nowhere writable
+    /// until an operator or a failover changes that).
+    private(set) var notWritableReason: String?
+
+    private func notWritable(_ reason: String) {
+        lost(reason)
+        notWritableReason = outage
     }
 
     /// The command connection failed: unreachable until a new one answers. A lock we held expires by
@@ -184,6 +226,12 @@ final class RedisTokenStore: TokenStore {
     }
 
     private func pollVersion() {
+        // The role rides along: a master demoted under us (the old master rejoining after a failover, an
+        // operator's REPLICAOF) shows up within a poll, not at the next write.
+        commands?.send(["ROLE"]) { [weak self] result in
+            guard let self, case .success(let reply) = result, case .notMaster(let role) = RedisRole.parse(reply) else { return }
+            self.notWritable("the node is a \(role) now, not the master (ROLE); writes cannot land there")
+        }
         commands?.send(["HGET", settings.key, "version"]) { [weak self] result in
             guard let self, case .success(let reply) = result, let version = reply.integer else { return }
             self.announced(version)
@@ -281,6 +329,7 @@ final class RedisTokenStore: TokenStore {
             switch result {
             case .failure(let error): completion(.failed(error.description))
             case .success(let reply):
+                if self.noticedReadOnly(reply) { return completion(.failed(self.outage ?? "READONLY")) }
                 switch RedisScripts.compareAndSetOutcome(reply) {
                 case .written(let version):
                     self.dataLossNoticedAt = nil
@@ -348,6 +397,8 @@ final class RedisTokenStore: TokenStore {
                 retry.schedule(after: Self.lockRetryInterval)
                 pending.retry = retry
                 self.acquisition = pending
+            case .success(let reply) where self.noticedReadOnly(reply):
+                break  // `lost` has answered the acquisition
             case .success, .failure:
                 // An error reply, or the connection failed (`lost` has answered already if so).
                 self.acquisition = nil
@@ -414,6 +465,10 @@ final class RedisTokenStore: TokenStore {
 
     private var deferredWork: [() -> Void] = []
     private var deferredEvent: LoopEvent?
+}
+
+enum RedisStoreCount {
+    case readOnlyReply
 }
 
 struct RedisStoreError: Error, CustomStringConvertible {
