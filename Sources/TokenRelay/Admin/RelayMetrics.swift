@@ -79,6 +79,8 @@ final class RelayMetrics {
     let storeConflicts: Counter
     /// Fleet mode across a failover: READONLY replies (a node turned replica under us).
     let storeReadOnlyReplies: Counter
+    /// Token sets written back over a lower stored version (a write lost in a failover).
+    let storeWritesPutBack: Counter
     /// DPoP (`dpop`): 1 while proofs are signed; nonce challenges answered by a resend; proofs signed.
     let dpopEnabled: Gauge
     let dpopNonceReplays: Counter
@@ -139,6 +141,8 @@ final class RelayMetrics {
                                  "Writes to Redis that lost their compare-and-set to a newer version (the stored one was adopted instead).")
         storeReadOnlyReplies = identityCounter("tokenrelay_token_store_readonly_replies_total",
                                                "Redis writes answered READONLY (the node had become a replica); the store is unavailable until a master answers.")
+        storeWritesPutBack = identityCounter("tokenrelay_token_store_writes_put_back_total",
+                                             "Token sets written back to Redis because it held a lower version than this relay had seen (a write lost in a failover).")
         dpopEnabled = identityGauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
         dpopNonceReplays = identityCounter("tokenrelay_dpop_nonce_replays_total",
                                            "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")

@@ -122,8 +122,10 @@ final class RefreshCoordinator {
             redis.onCount = { [weak self] event in
                 switch event {
                 case .readOnlyReply: self?.metrics.storeReadOnlyReplies.increment()
+                case .writePutBack: self?.metrics.storeWritesPutBack.increment()
                 }
             }
+            redis.onPutBack = { [weak self] message in self?.logger.warning("put a token set lost by Redis back", metadata: ["detail": "\(message)"]) }
         }
         store.start()
         execute(machine.start(now: self.now(), inFlight: store.readInFlightRecord()))

@@ -45,6 +45,12 @@ final class RedisTokenStore: TokenStore {
     private(set) var baseVersion: Int64 = 0
     private var lastReadVersion: Int64 = 0
     private var announcedVersion: Int64 = 0
+    /// The stored value (as encoded) of the highest version this relay wrote or adopted: what is put back
+    /// when Redis turns out to hold a lower version (`putBack`).
+    private var held: (version: Int64, value: Data, loginRequired: String)?
+    private var lastRead: (value: Data, loginRequired: String)?
+    private var puttingBack = false
+    private(set) var writesPutBack = 0
     /// When a read first found the key gone after this relay had seen a version (`emptyStore`).
     private var dataLossNoticedAt: Double?
     /// The lock's holder as last seen (a read also looks at the lock).
@@ -64,6 +70,8 @@ final class RedisTokenStore: TokenStore {
     var onChange: (() -> Void)?
     /// Counted events for /metrics (wired by the coordinator).
     var onCount: ((RedisStoreCount) -> Void)?
+    /// A write put back (for the log; never a token).
+    var onPutBack: ((String) -> Void)?
     private(set) var readOnlyReplies = 0
     var onReachability: ((String?) -> Void)?
 
@@ -239,6 +247,7 @@ final class RedisTokenStore: TokenStore {
     }
 
     private func announced(_ version: Int64) {
+        if let held, held.loginRequired.isEmpty, version < held.version { return putBack(over: version) }
         announcedVersion = max(announcedVersion, version)
         if changeSinceLastLook() { onChange?() }
     }
@@ -269,10 +278,16 @@ final class RedisTokenStore: TokenStore {
             return .unreadable("unexpected reply from Redis")
         }
         guard let version = fields[0].integer else { return emptyStore() }
+        if let held, held.loginRequired.isEmpty, version < held.version {
+            putBack(over: version)
+            return .unreadable("Redis key \(settings.key) holds version \(version), lower than version \(held.version) this relay "
+                + "wrote or adopted (a write lost in a failover); writing the newer token set back before anyone refreshes")
+        }
         dataLossNoticedAt = nil
         lastReadVersion = version
         announcedVersion = max(announcedVersion, version)
         guard case .string(let data) = fields[1] else { return .unreadable("Redis key \(settings.key) has a version but no tokens") }
+        lastRead = (data, fields[2].text ?? "")
         let tokens: TokenSet
         do {
             tokens = try codec.decode(data, name: "redis:\(settings.key)")
@@ -301,7 +316,37 @@ final class RedisTokenStore: TokenStore {
             + "may still be in progress, so no refresh token is presented for \(cFormat("%.1f", left)) s")
     }
 
-    func noteAdopted() { baseVersion = lastReadVersion }
+    func noteAdopted() {
+        baseVersion = lastReadVersion
+        if let lastRead, lastReadVersion >= (held?.version ?? 0) { held = (lastReadVersion, lastRead.value, lastRead.loginRequired) }
+    }
+
+    /// Rule (the race it prevents: a failover promoted a replica that never received our last write, or
+    /// one we adopted; the next relay to refresh would present the refresh token that write's rotation
+    /// burnt, and a rotation server revokes the fleet's session): Redis holding a lower version than one
+    /// this relay wrote or adopted gets that newer token set back, by the compare-and-set on the version it
+    /// holds now. Until then reads answer unreadable, so nothing is presented or adopted. A latched set
+    /// ("login required") is never put back: it holds nothing worth saving, and an operator's import after
+    /// a flush (a fresh, low version) must win.
+    private func putBack(over stored: Int64) {
+        guard let held, !puttingBack, let commands, isConnected else { return }
+        puttingBack = true
+        let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: stored, tokens: held.value,
+                                                            loginRequired: held.loginRequired, writer: ownerID)
+        commands.send(arguments) { [weak self] result in
+            guard let self else { return }
+            self.puttingBack = false
+            guard case .success(let reply) = result, !self.noticedReadOnly(reply),
+                  case .written(let version) = RedisScripts.compareAndSetOutcome(reply) else { return }
+            self.writesPutBack += 1
+            self.onCount?(.writePutBack)
+            self.onPutBack?("Redis held version \(stored), lower than version \(held.version) this relay had seen; wrote it back as version \(version)")
+            self.baseVersion = version
+            self.lastReadVersion = version
+            self.announcedVersion = version
+            self.held = (version, held.value, held.loginRequired)
+        }
+    }
 
     var version: Int64 { baseVersion }
 
@@ -332,6 +377,7 @@ final class RedisTokenStore: TokenStore {
                 if self.noticedReadOnly(reply) { return completion(.failed(self.outage ?? "READONLY")) }
                 switch RedisScripts.compareAndSetOutcome(reply) {
                 case .written(let version):
+                    self.held = (version, data, loginRequired ?? "")
                     self.dataLossNoticedAt = nil
                     self.baseVersion = version
                     self.lastReadVersion = version
@@ -469,6 +515,7 @@ final class RedisTokenStore: TokenStore {
 
 enum RedisStoreCount {
     case readOnlyReply
+    case writePutBack
 }
 
 struct RedisStoreError: Error, CustomStringConvertible {
