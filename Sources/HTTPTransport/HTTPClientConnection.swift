@@ -514,9 +514,11 @@ public final class HTTPClientConnection {
         closeNow()
     }
 
-    /// The upstream answered 101 Switching Protocols: the socket leaves HTTP. It is never pooled again;
-    /// it counts for its pool until the tunnel closes it. Bytes that came behind the 101 (a first frame)
-    /// travel with the endpoint. nil in any other state.
+    /// The upstream answered 101 Switching Protocols: the socket leaves HTTP. It is never pooled again,
+    /// and its pool hears of it now, as of a close: a tunnel may stay open for hours, and were it counted
+    /// for the pool, open WebSockets would take the connections ordinary requests need (the owner bounds
+    /// tunnels on its own). Bytes that came behind the 101 (a first frame) travel with the endpoint. nil in
+    /// any other state.
     public func detachForTunnel() -> TunnelEndpoint? {
         guard !hasEnded, case .switched = state else { return nil }
         hasEnded = true
@@ -525,11 +527,11 @@ public final class HTTPClientConnection {
         continueTimer?.cancel()
         connectTimer?.cancel()
         handler = nil
-        return TunnelEndpoint(stream: stream) { [self] in
-            let closed = onClosed
-            onClosed = nil
-            closed?()
-        }
+        let leftPool = onClosed
+        onClosed = nil
+        leftPool?()
+        // The endpoint keeps the connection (the stream's owner) alive until the socket closes.
+        return TunnelEndpoint(stream: stream) { [self] in withExtendedLifetime(self) {} }
     }
 
     /// Response bytes read from the socket and not yet handed on (checked right after a head: whether its

@@ -158,6 +158,9 @@ public struct Config: Sendable {
         /// Open client connections; see `ClientConnections` for what happens at the limit.
         public var maxClientConnections = 4096
         public var maxUpstreamConnections = 128
+        /// Upgraded connections (WebSockets) open at once. A tunnel's upstream connection leaves the pool
+        /// at its 101, so tunnels never take `maxUpstreamConnections`; this bounds their descriptors.
+        public var maxTunnels = 512
         /// Requests that may wait for a busy pool; beyond it 503.
         public var maxUpstreamWaiters = 4096
         /// Streams one HTTP/2 client connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).

@@ -98,6 +98,7 @@ public enum ConfigLoader {
         if let value = try object.optionalInteger("max_held_requests", range: 1...1_000_000) { limits.maxHeldRequests = value }
         if let value = try object.optionalInteger("max_client_connections", range: 1...100_000) { limits.maxClientConnections = value }
         if let value = try object.optionalInteger("max_upstream_connections", range: 1...100_000) { limits.maxUpstreamConnections = value }
+        if let value = try object.optionalInteger("max_tunnels", range: 1...100_000) { limits.maxTunnels = value }
         if let value = try object.optionalInteger("max_upstream_waiters", range: 0...1_000_000) { limits.maxUpstreamWaiters = value }
         if let value = try object.optionalInteger("listen_backlog", range: 1...65535) { limits.listenBacklog = value }
         if let value = try object.optionalInteger("max_concurrent_streams", range: 1...10_000) { limits.maxConcurrentStreams = value }

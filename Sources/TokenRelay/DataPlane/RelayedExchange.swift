@@ -28,6 +28,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     private var passthrough = false
     /// The protocol a WebSocket-style handshake asks for (see `UpgradeTunnel`); nil for other requests.
     private let upgradeProtocol: String?
+    /// A slot of `limits.max_tunnels` taken for this handshake; it passes to the tunnel at the 101.
+    private var holdsTunnelSlot = false
 
     private var lifecycle: RequestLifecycle
     private var queue = LifecycleActionQueue()
@@ -102,6 +104,10 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         // RFC 9110 §9.3.8: no credentials in a TRACE; an upstream that echoes it would hand out the token.
         case .trace: return refuse(.traceRefused, log: "TRACE")
         default: break
+        }
+        if upgradeProtocol != nil {
+            guard proxy.takeTunnelSlot() else { return refuse(.tooManyTunnels, log: "upgrade over limits.max_tunnels") }
+            holdsTunnelSlot = true
         }
         var targetBytes = session.lendTargetBuffer()
         if strip > 0 {
@@ -582,6 +588,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
                                                            description: "connection lost while switching protocols")
             return step { $0.upstreamFailed(failure, now: now) }
         }
+        holdsTunnelSlot = false   // the tunnel's now: it gives it back when it closes
         step { $0.responseEnded(now: now) }
     }
 
@@ -624,6 +631,10 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         holdTimer = nil
         // A connection still held at the end is mid-request (the client went away, or shutdown): closed.
         closeUpstream()
+        if holdsTunnelSlot {
+            holdsTunnelSlot = false
+            proxy.giveBackTunnelSlot()
+        }
         let status = Int32(clamping: summary.status)
         // The method and target are decoded for the access log only (a String each per request otherwise).
         let entry = context.current.accessLog.enabled

@@ -9,7 +9,8 @@ import Logging
 /// and replayed). From the 101 on, the tunnel is what the proxy counts as in flight: a graceful shutdown
 /// waits for it until the drain deadline and then cuts it (`abandon`). The client connection stays
 /// counted against `limits.max_client_connections` until the tunnel closes it; the upstream connection
-/// counts for its pool and is never returned to it. `timeouts.stream_idle_seconds` bounds a tunnel with
+/// leaves its pool at the 101 (open WebSockets must never take the connections ordinary requests need)
+/// and counts against `limits.max_tunnels` instead, from the handshake's arrival until the tunnel closes. `timeouts.stream_idle_seconds` bounds a tunnel with
 /// no byte in either direction, as it bounds a silent response stream.
 final class UpgradeTunnel: ProxiedExchange {
     /// Weak: at exit the proxy's front end closes its connections while the proxy is being freed, and the

@@ -57,6 +57,10 @@ struct LocalResponse {
         status: 503, reason: "Service Unavailable", error: "overloaded",
         message: "too many client connections are busy (limits.max_client_connections)", extraHeaders: [("Retry-After", "1")])
 
+    static let tooManyTunnels = LocalResponse(
+        status: 503, reason: "Service Unavailable", error: "overloaded",
+        message: "too many upgraded connections are open (limits.max_tunnels)", extraHeaders: [("Retry-After", "1")])
+
     static let traceRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "TRACE is not forwarded (it would echo the injected token)")
 

@@ -307,8 +307,25 @@ final class ProxyServer {
         checkDrained()
     }
 
-    /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain.
+    /// Tunnel slots (`limits.max_tunnels`) taken: by an upgrade handshake from its arrival, then by its
+    /// tunnel until it closes. Taken at arrival, not at the 101, so that handshakes racing each other can
+    /// never open more tunnels than the limit (and the descriptor budget) allows.
+    private(set) var tunnelSlotsTaken = 0
+
+    /// False at the limit: the handshake is answered 503 before it goes upstream.
+    func takeTunnelSlot() -> Bool {
+        guard tunnelSlotsTaken < config.limits.maxTunnels else { return false }
+        tunnelSlotsTaken += 1
+        return true
+    }
+
+    func giveBackTunnelSlot() {
+        tunnelSlotsTaken = max(0, tunnelSlotsTaken - 1)
+    }
+
+    /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain, and its slot is free.
     func tunnelEnded(_ tunnel: any ProxiedExchange) {
+        giveBackTunnelSlot()
         changeActive { $0.remove(tunnel) }
         checkDrained()
     }

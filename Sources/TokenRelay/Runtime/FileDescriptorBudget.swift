@@ -13,7 +13,7 @@ enum FileDescriptorBudget {
 
     static func needed(for limits: Config.Limits) -> Int {
         limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance
-            + limits.maxUpstreamConnections + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
+            + limits.maxUpstreamConnections + limits.maxTunnels /* their upstream sides */ + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
     }
 
     /// Raises the soft limit towards `needed` (never above the hard limit). Returns a warning when even
@@ -27,8 +27,8 @@ enum FileDescriptorBudget {
         var wanted = rlimit(rlim_cur: raised, rlim_max: limit.rlim_max)
         if setrlimit(openFiles, &wanted) == 0 { limit.rlim_cur = raised }
         guard limit.rlim_cur < needed else { return nil }
-        return "the open-file limit (\(limit.rlim_cur)) is below the \(needed) descriptors that limits.max_client_connections and "
-            + "limits.max_upstream_connections can use; raise LimitNOFILE or lower the limits"
+        return "the open-file limit (\(limit.rlim_cur)) is below the \(needed) descriptors that limits.max_client_connections, "
+            + "limits.max_upstream_connections and limits.max_tunnels can use; raise LimitNOFILE or lower the limits"
     }
 
     private static let openFiles = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
