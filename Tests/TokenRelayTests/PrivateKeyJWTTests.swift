@@ -144,6 +144,30 @@ final class PrivateKeyJWTTests: CredentialTestCase {
         XCTAssertTrue(relay.stderrText.contains("client credential changed; asking the token endpoint again"))
     }
 
+    /// The same for a named identity: a reload that gives it another key asks again at once.
+    func testNamedIdentityRefusedKeyIsTriedAgainAfterAReload() throws {
+        let unregistered = try TestKeys.make(.ed25519, in: workDir), registered = try TestKeys.make(.ed25519, in: workDir)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": registered.path])
+        func config(key: URL) -> [String: Any] {
+            var config = relayConfig(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": registered.path])
+            config["identities"] = ["svc": ["tokens": ["file": workDir.appendingPathComponent("svc-tokens.json").path],
+                                            "refresh": ["grant": "client_credentials", "token_url": endpoint.tokenURL, "client_id": Self.clientID,
+                                                        "client_auth": "private_key_jwt", "client_key_file": key.path, "backoff_seconds": 0.05]]]
+            return config
+        }
+        let directory = workDir.appendingPathComponent("identity-relay")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let relay = try TokenRelayProcess.start(config: config(key: unregistered), workDir: directory)
+        defer { relay.stop() }
+        XCTAssertTrue(waitUntil(timeout: 5) { endpoint.strings("refusals") == ["signature does not verify"] })
+        XCTAssertEqual(try admin(relay, "/readyz/svc").status, 503)
+
+        try JSONSerialization.data(withJSONObject: config(key: registered)).write(to: relay.configURL, options: .atomic)
+        relay.signal(SIGHUP)
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz/svc").status) == 200 }, relay.stderrText)
+        XCTAssertEqual(endpoint.strings("refusals").count, 1)
+    }
+
     /// A stale or foreign assertion in the file (refused: invalid_client) is tried again as soon as the
     /// file is replaced — the kubelet's next projected token — without a signal.
     func testRefusedAssertionFileIsTriedAgainWhenReplaced() throws {

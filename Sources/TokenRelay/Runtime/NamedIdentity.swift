@@ -14,8 +14,9 @@ final class NamedIdentity {
     let coordinator: RefreshCoordinator
     private let loop: EventLoop
     private let logger: Logger
-    /// This identity's assertion / subject-token files (a reload keeps identities as they run, so the
-    /// watch lives as long as the identity).
+    /// The keys this identity signs with, as its last start or reload loaded them.
+    private var credentialKeys: CredentialKeys
+    /// This identity's assertion / subject-token files, for its running settings.
     private var credentialFilesWatch: CredentialFilesWatch?
 
     init(_ named: NamedPreflight, loop: EventLoop, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) throws {
@@ -35,10 +36,15 @@ final class NamedIdentity {
                                                 metrics: RelayMetrics(identity: named.name, sharing: metrics), redactor: redactor, logger: logger)
         self.loop = loop
         self.logger = logger
+        credentialKeys = preflight.credentialKeys
     }
 
     func start() {
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+        watchCredentialFiles()
+    }
+
+    private func watchCredentialFiles() {
         credentialFilesWatch = CredentialFilesWatch(settings: config.refresh, loop: loop, interval: config.tokens.watchIntervalSeconds) {
             [unowned self] field in Relay.retry(self.coordinator, afterCredentialChange: "\(field) replaced", logger: self.logger)
         }
@@ -49,6 +55,8 @@ final class NamedIdentity {
     /// reload plan keeps the running token settings).
     func apply(_ named: NamedPreflight) {
         let preflight = named.preflight
+        let credentialChange = Relay.credentialChange(from: (config.refresh, credentialKeys), to: (preflight.config.refresh, preflight.credentialKeys))
+        credentialKeys = preflight.credentialKeys
         config = preflight.config
         redactor.add(preflight.clientSecret)
         endpoint.reconfigure(connection: Relay.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
@@ -56,6 +64,8 @@ final class NamedIdentity {
         coordinator.apply(settings: config.refresh, injection: config.inject, refreshTimeout: config.timeouts.refreshSeconds,
                           lockTimeout: RefreshCoordinator.lockTimeout(for: config),
                           lockLifetime: config.tokens.redis?.effectiveLockSeconds(refreshSeconds: config.timeouts.refreshSeconds))
+        watchCredentialFiles()
+        if let credentialChange { Relay.retry(coordinator, afterCredentialChange: "reload: \(credentialChange)", logger: logger) }
     }
 }
 
