@@ -165,6 +165,40 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(next - (1000 + 89), Machine.minimumCycleSpacing - 0.0001)
     }
 
+    /// POST /refresh in a loop: a forced refresh within `forcedRefreshReuseSeconds` of a renewal gets that
+    /// renewal's result (no second rotation); later, or once the new token is refused, one starts again.
+    func testForcedRefreshesRightAfterARenewalShareIt() {
+        makeMachine(expiresIn: 3600)
+        record(machine.forceRefresh(now: now).1)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(presentations, 1)
+        let renewed = machine.generation
+        for _ in 0..<29 {
+            advance(0.1)
+            let (immediate, new) = machine.forceRefresh(now: now)
+            record(new)
+            XCTAssertEqual(immediate, .renewed(generation: renewed))
+        }
+        advance(0.5)
+        XCTAssertEqual(presentations, 1, "29 more calls within the window rotated nothing")
+
+        advance(Machine.forcedRefreshReuseSeconds)
+        let (later, new) = machine.forceRefresh(now: now)
+        record(new)
+        XCTAssertNil(later, "after the window a forced refresh refreshes")
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 2)
+        answer(grant("a3", "r3"))
+        record(machine.persisted(now: now))
+
+        XCTAssertEqual(unauthorized(machine.generation), .hold, "the renewed token refused at once")
+        let (afterRefusal, more) = machine.forceRefresh(now: now)
+        record(more)
+        XCTAssertNil(afterRefusal, "a token known dead is no result to share")
+    }
+
     func testWhileTheRefreshTokenIsInDoubtTheProactiveRefreshWaitsForExpiry() {
         makeMachine(expiresIn: 3600)
         let (_, new) = machine.forceRefresh(now: now)

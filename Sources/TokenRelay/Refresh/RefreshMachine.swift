@@ -58,6 +58,12 @@ struct RefreshMachine {
 
     /// A token endpoint that hands out tokens due at once must not turn the proactive timer into a loop.
     static let minimumCycleSpacing = 1.0
+    /// A forced refresh (`POST /refresh`) this soon after a renewal gets that renewal's result instead of
+    /// a rotation of its own. Race it prevents: a script, or several operators, calling it in a loop would
+    /// rotate the refresh token once per call.
+    static let forcedRefreshReuseSeconds = 5.0
+    /// When the last cycle ended with new tokens (monotonic).
+    private var lastRenewalAt = -Double.infinity
     static let maximumHoldOffBackoff = 300.0
     static let maximumSaveRetryDelay = 30.0
 
@@ -223,6 +229,11 @@ struct RefreshMachine {
         if let holdOff, state != .refreshing { return (.unavailable(reason: holdOff.reason), drain()) }
         // Shutting down: nothing new starts, so nothing would ever answer the caller.
         if stopped, state != .refreshing { return (.unavailable(reason: "shutting down"), drain()) }
+        // Tokens renewed a moment ago and nobody refused them since: that renewal is the answer.
+        if case .idle = phase, !isAccessTokenKnownDead, now.monotonic - lastRenewalAt < Self.forcedRefreshReuseSeconds {
+            log(.info, "forced refresh joined the renewal just made", ["generation": "\(generation)"])
+            return (.renewed(generation: generation), drain())
+        }
         switch phase {
         case .loginRequired, .stormPaused: clearLatches(now)
         default: break
@@ -648,6 +659,7 @@ struct RefreshMachine {
     private mutating func endCycle(_ outcome: Outcome, description: String, _ now: Instant) {
         emit(.cancel(.attempt))
         if case .refreshing = phase { phase = .idle }
+        if case .renewed = outcome { lastRenewalAt = now.monotonic }
         lastOutcome = (description, now.wall)
         emit(.publish)
         emit(.release(outcome))
