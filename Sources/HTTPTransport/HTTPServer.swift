@@ -120,8 +120,13 @@ public final class HTTPServer {
     /// Assign on the loop thread (a reload): the connection limit applies at once, the rest to
     /// connections accepted afterwards.
     public var settings: Settings {
-        didSet { limitsChanged() }
+        didSet {
+            connectionSettings = nil
+            limitsChanged()
+        }
     }
+    /// What connections accepted under the current `settings` keep, one object shared by all of them.
+    private var connectionSettings: HTTPServerConnection.FixedSettings?
 
     private let loop: TransportLoop
     private let fd: Int32
@@ -237,7 +242,9 @@ public final class HTTPServer {
                 continue
             }
             nextSequence += 1
-            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, settings: settings, sequence: nextSequence)
+            let fixed = connectionSettings ?? HTTPServerConnection.FixedSettings(settings)
+            connectionSettings = fixed
+            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, settings: settings, fixed: fixed, sequence: nextSequence)
             let id = ObjectIdentifier(connection)
             connections[id] = connection
             connection.server = self

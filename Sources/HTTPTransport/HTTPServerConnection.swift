@@ -63,7 +63,10 @@ public final class HTTPServerConnection {
     /// The last request head's bytes, handed to the handler (see `refillHeadBytes`).
     private var headBytes: [UInt8] = []
     private var chunked: ChunkedDecoder
-    private let limits: HTTPWireLimits
+    /// The server's settings when this connection was accepted, shared with the others accepted under
+    /// them: an idle client connection should not carry its own copy of the limits and the refusal.
+    private let fixed: FixedSettings
+    private var limits: HTTPWireLimits { fixed.limits }
     /// The server's connection-limit bookkeeping (see `HTTPServer`), told once when the socket is closed.
     /// `unowned` rather than weak (no side table on the server): the server lets go of the connection
     /// (`detachFromServer`) when the socket closes and when the server closes, deinit included, so this
@@ -108,17 +111,15 @@ public final class HTTPServerConnection {
     private var upgradeRequested = false
 
     /// Seconds from the first byte of a request head to its last; 0 = no bound.
-    private let headTimeout: Double
+    private var headTimeout: Double { fixed.headTimeout }
     private var headTimer: OpaquePointer?
     private let loopBase: OpaquePointer
     private var headTimerArmed = false
     /// When the incomplete request head now arriving sent its first byte (`.infinity` while none is).
     private var headStartedAt = Double.infinity
-    private let idleTimeout: Double
-    private let bodyTimeout: Double
-    private let maxBodyBytes: Int
-    private let overLimitResponse: HTTPResponseHead
-    private let overLimitBody: [UInt8]
+    private var idleTimeout: Double { fixed.idleTimeout }
+    private var bodyTimeout: Double { fixed.bodyTimeout }
+    private var maxBodyBytes: Int { fixed.maxBodyBytes }
     /// One timer for the idle keep-alive limit and the body stall limit. Reads only store `quietSince`;
     /// the timer checks it when it fires and re-arms for the rest, so a busy connection costs no timer
     /// change per read.
@@ -126,21 +127,37 @@ public final class HTTPServerConnection {
     /// When the pending expiry of `activityTimer` comes (monotonic seconds); infinity when none is pending.
     private var activityExpiry = Double.infinity
 
-    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, settings: HTTPServer.Settings, sequence: UInt64) {
+    /// The settings a connection keeps for its whole life (`HTTPServer.settings` changes apply to later
+    /// connections).
+    final class FixedSettings {
+        let limits: HTTPWireLimits
+        let headTimeout: Double
+        let idleTimeout: Double
+        let bodyTimeout: Double
+        let maxBodyBytes: Int
+        let overLimitResponse: HTTPResponseHead
+        let overLimitBody: [UInt8]
+
+        init(_ settings: HTTPServer.Settings) {
+            limits = settings.limits
+            headTimeout = settings.headTimeout
+            idleTimeout = settings.idleTimeout
+            bodyTimeout = settings.bodyTimeout
+            maxBodyBytes = max(0, settings.maxBodyBytes)
+            overLimitResponse = settings.overLimitResponse
+            overLimitBody = settings.overLimitBody
+        }
+    }
+
+    init(loop: TransportLoop, fd: Int32, peer: PeerAddress, settings: HTTPServer.Settings, fixed: FixedSettings, sequence: UInt64) {
         self.peer = peer
-        self.limits = settings.limits
-        self.sequence = sequence
-        headTimeout = settings.headTimeout
+        self.fixed = fixed
         loopBase = loop.base
-        idleTimeout = settings.idleTimeout
-        bodyTimeout = settings.bodyTimeout
-        maxBodyBytes = max(0, settings.maxBodyBytes)
-        overLimitResponse = settings.overLimitResponse
-        overLimitBody = settings.overLimitBody
+        self.sequence = sequence
         quietSince = monotonicSeconds()
-        parser = HeadParser(limits: limits)
-        chunked = ChunkedDecoder(limits: limits)
-        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(settings.inputCapacity, limits.maxHeadBytes))
+        parser = HeadParser(limits: fixed.limits)
+        chunked = ChunkedDecoder(limits: fixed.limits)
+        stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(settings.inputCapacity, fixed.limits.maxHeadBytes))
         stream.owner = self
         stream.sendStallLimit = max(0, settings.sendTimeout)
         let context = Unmanaged.passUnretained(self).toOpaque()
@@ -226,6 +243,9 @@ public final class HTTPServerConnection {
             return
         }
     }
+
+    /// For tests: the head timer has been made (with the first byte of a head that came in parts).
+    var holdsHeadTimer: Bool { headTimer != nil }
 
     /// The whole head must arrive within `headTimeout` of its first byte, however the bytes trickle in: a
     /// client sending one byte a second would otherwise hold a connection (and a slot) for as long as it
@@ -665,8 +685,8 @@ public final class HTTPServerConnection {
     private func refuseOverLimit() {
         readState = .ended
         disarmHeadTimer()
-        var bytes = serializeResponseHead(overLimitResponse, version: .http11, framing: .length(overLimitBody.count), close: true)
-        bytes.append(contentsOf: overLimitBody)
+        var bytes = serializeResponseHead(fixed.overLimitResponse, version: .http11, framing: .length(fixed.overLimitBody.count), close: true)
+        bytes.append(contentsOf: fixed.overLimitBody)
         stream.write(bytes)
         end(.refusedOverLimit)   // before the lingering close, which may see the client's close at once
         stream.closeAfterFlush()

@@ -134,6 +134,8 @@ final class SocketStream {
     }
 
     var pendingOutput: Int { output.count - outputStart }
+    /// For tests: the write event has been made (the first time output had to wait, or the connect).
+    var holdsWriteEvent: Bool { writeEvent != nil }
 
     var isOpen: Bool { phase == .open && !isClosed }
     var usesTLS: Bool { tls != nil }

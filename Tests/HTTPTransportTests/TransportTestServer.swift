@@ -99,10 +99,15 @@ final class TransportTestServer: @unchecked Sendable {
 
     func keep(_ handler: EchoHandler, for connection: HTTPServerConnection) {
         handlers[ObjectIdentifier(connection)] = handler
+        connections[ObjectIdentifier(connection)] = connection
     }
+
+    /// The open connections (loop thread: inside `sync`).
+    private(set) var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
 
     func connectionEnded(_ connection: HTTPServerConnection, _ end: ConnectionEnd) {
         handlers[ObjectIdentifier(connection)] = nil
+        connections[ObjectIdentifier(connection)] = nil
         lock.withLock { _ends.append(end) }
     }
 
@@ -114,6 +119,7 @@ final class TransportTestServer: @unchecked Sendable {
         _ = stopped.wait(timeout: .now() + 10)
         server.close()
         handlers.removeAll()
+        connections.removeAll()
         server = nil
     }
 }
