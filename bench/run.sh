@@ -38,6 +38,9 @@
 #                      with prior knowledge → proxy → HTTP/1.1 upstream, tokenrelay beside nginx `listen ... http2`)
 #   ROUTES=N           N routes matched by path prefix (/route-0/ ...), none matching a measured path: every request
 #                      is looked up through all of them before it goes to the top-level upstream (default 0)
+#   DPOP=ES256|EdDSA   tokenrelay signs a DPoP proof for every request (`dpop` with a key made by openssl, the token
+#                      file's tokens bound to it), nginx stays plain bearer; the report adds `openssl speed` of one
+#                      signature of that alg, measured in the same run, and the goal CPU <= nginx + 1.3 x signature
 #   OLD_BIN=path       with EVHTTP=1: the `evhttp` instance runs this binary (an old build that still has the
 #                      evhttp engine, e.g. one built at a4db024) instead of this tree's
 #
@@ -309,7 +312,27 @@ proxy_nginx_conf "$TMP/ngx" "$NGX_PORT" on >"$TMP/ngx/nginx.conf"
 # Under valgrind nginx runs as one process (no master), which is then the worker.
 proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
 
+DPOP=${DPOP:-}
+DPOP_JSON=""
+if [[ -n "$DPOP" ]]; then
+    case "$DPOP" in
+        ES256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/dpop.pem" 2>/dev/null ;;
+        EdDSA) openssl genpkey -algorithm ED25519 -out "$TMP/dpop.pem" 2>/dev/null ;;
+        *) die "DPOP must be ES256 or EdDSA" ;;
+    esac
+    chmod 0644 "$TMP/dpop.pem"
+    # The key's RFC 7638 thumbprint, so that the bench tokens are bound to it (DPoP-bound: a proof per request).
+    DPOP_JKT=$(openssl pkey -in "$TMP/dpop.pem" -pubout -outform DER 2>/dev/null | python3 -c '
+import base64, hashlib, json, sys
+der = sys.stdin.buffer.read()
+b = lambda x: base64.urlsafe_b64encode(x).rstrip(b"=").decode()
+jwk = {"crv": "P-256", "kty": "EC", "x": b(der[-64:-32]), "y": b(der[-32:])} if sys.argv[1] == "ES256" else {"crv": "Ed25519", "kty": "OKP", "x": b(der[-32:])}
+print(b(hashlib.sha256(json.dumps(jwk, separators=(",", ":"), sort_keys=True).encode()).digest()))' "$DPOP")
+    DPOP_JSON="\"dpop\": { \"alg\": \"$DPOP\", \"key_file\": \"$TMP/dpop.pem\" },"
+    printf '{"access_token":"%s","refresh_token":"bench-refresh-123456","dpop_jkt":"%s"}\n' "$TOKEN" "$DPOP_JKT" >"$TMP/tokens.json"
+else
 printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
+fi
 chmod 0600 "$TMP/tokens.json"
 routes_json() { # ROUTES prefix routes to the same upstream
     [[ "$ROUTES" -gt 0 ]] || return 0
@@ -332,6 +355,7 @@ tokenrelay_conf() { # port admin-port token-file engine
   "tokens": { "file": "$3" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$2" },
+  $DPOP_JSON
   $(routes_json)
   "limits": { "max_client_connections": 20000 } }
 EOF
@@ -707,6 +731,19 @@ REPORT=$RESULTS_DIR/latest.txt
         done
     fi
     echo "errors = wrk non-2xx/3xx responses + socket errors over all timed rounds; raw: bench/results/latest-wrk.txt"
+    if [[ -n "$DPOP" ]]; then
+        # One signature's cost on this machine now (openssl's own loop, one core), beside the proxies' figures.
+        speed_alg=$([[ "$DPOP" == ES256 ]] && echo ecdsap256 || echo ed25519)
+        sig_per_s=$(openssl speed -seconds 1 "$speed_alg" 2>/dev/null | awk -v a="$speed_alg" '
+            a == "ecdsap256" && $1 == "256" && $3 == "ecdsa" {print $(NF-1)}
+            a == "ed25519" && $3 == "EdDSA" {print $(NF-1)}' | head -n 1)
+        sig_us=$(awk -v r="${sig_per_s:-0}" 'BEGIN { if (r > 0) printf "%.1f", 1e6 / r; else print "-" }')
+        nginx_cpu=$(median <<<"${V_CPU[nginx.small]:-}")
+        tr_cpu=$(median <<<"${V_CPU[transport.small]:-}")
+        echo "DPoP $DPOP: tokenrelay signs a proof per request (jkt $DPOP_JKT); openssl speed $speed_alg: ${sig_per_s:-?} sign/s = $sig_us us/signature"
+        awk -v t="$tr_cpu" -v n="$nginx_cpu" -v s="$sig_us" 'BEGIN { if (s == "-" || t == "" || n == "") exit;
+            printf "goal /small CPU <= nginx + 1.3 x signature: %.1f <= %.1f + %.1f = %.1f us/req: %s (tokenrelay - nginx = %.2f signatures)\n", t, n, 1.3 * s, n + 1.3 * s, (t <= n + 1.3 * s ? "met" : "NOT met"), (t - n) / s }'
+    fi
 } | tee "$RESULTS_DIR/latest.txt"
 
 for e in "${ENGINES[@]}"; do

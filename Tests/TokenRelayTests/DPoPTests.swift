@@ -113,6 +113,47 @@ final class DPoPTests: XCTestCase {
         for secret in [pemBody, "rt-seed", String(jkt.prefix(0))].filter({ !$0.isEmpty }) { XCTAssertFalse(log.contains(secret), "logged: \(secret.prefix(8))") }
         XCTAssertFalse(log.contains("eyJ0eXAiOiJkcG9wK2p3dCIs"), "a proof was logged")
         XCTAssertFalse(log.contains("at-"), "an access token was logged")
+        // /status names DPoP and the thumbprint; token show prints the jkt, never the key.
+        let status = try XCTUnwrap(try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/status").json())
+        let dpopStatus = try XCTUnwrap(status["dpop"] as? [String: Any])
+        XCTAssertEqual(dpopStatus["enabled"] as? Bool, true)
+        XCTAssertEqual(dpopStatus["jkt"] as? String, jkt)
+        XCTAssertGreaterThan(dpopStatus["proofs_signed"] as? Int ?? 0, 100)
+        XCTAssertFalse("\(status)".contains(pemBody))
+        let show = try TokenRelayProcess.runCommand(arguments: ["token", "show", "--config", relay.configURL.path])
+        XCTAssertTrue(show.stdout.contains("jkt \(jkt) (kept with the token state), tokens bound to jkt \(jkt)"), show.stdout + show.stderr)
+        XCTAssertFalse((show.stdout + show.stderr).contains(pemBody))
+    }
+
+    /// Bad nonces from either server (huge, non-ASCII, a quote): refused with one log line per server, never
+    /// echoed in a proof or a log line. The API's challenge is then the client's answer; the token endpoint's is
+    /// a transient failure (not a refused refresh token: no login is asked for).
+    func testBadNoncesAreRefusedAndNeverEchoed() throws {
+        let bad = [String(repeating: "N", count: 600), "caf\u{e9}-nonce", "quo\"te-nonce"]
+        for (index, nonce) in bad.enumerated() {
+            for side in ["api", "token"] {
+                try startServer(["\(side)_nonce_value": nonce])
+                let relay = try startRelay()
+                let statuses = load(relay, count: 3, concurrency: 1)
+                let log = { relay.stderrText + relay.stdoutText }
+                if side == "api" {
+                    XCTAssertEqual(statuses, [401, 401, 401], "case \(index): the challenge is the client's answer")
+                    XCTAssertEqual(try server.count("granted"), 1)
+                } else {
+                    XCTAssertEqual(try server.count("granted"), 0, "case \(index)")
+                    XCTAssertTrue(waitUntil(timeout: 5) { log().contains("without a usable DPoP-Nonce") }, "case \(index): \(log())")
+                    XCTAssertFalse(log().contains("login required"), "case \(index): a nonce problem is not a refused refresh token")
+                }
+                XCTAssertEqual(log().components(separatedBy: "refused a DPoP-Nonce").count - 1, 1, "\(side) case \(index): one line: \(log())")
+                XCTAssertFalse(log().contains(nonce), "\(side) case \(index): the nonce was echoed")
+                // Only the token endpoint's good nonce (api case) was ever resent for; a refused one never.
+                XCTAssertEqual(try metric(relay, "tokenrelay_dpop_nonce_replays_total"), side == "api" ? Double(try server.count("token_nonce_challenges")) : 0)
+                try assertProofsClean()
+                relay.stop()
+                relays.removeAll()
+                server.stop()
+            }
+        }
     }
 
     /// A burst after the access tokens expired: one refresh (bound refresh token, rotated, never reused), all 200.

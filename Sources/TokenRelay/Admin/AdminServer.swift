@@ -175,6 +175,7 @@ final class AdminServer {
             "expires_at": coordinator.expiresAt.map(Timestamp.format) ?? JSONNull(),
             "degraded_reason": coordinator.degradedReason ?? notReady ?? JSONNull(),
             "has_refresh_token": coordinator.tokens.refreshToken != nil,
+            "dpop": coordinator.dpop?.statusReport ?? ["enabled": false],
             "unsaved_tokens": coordinator.unsavedTokens != nil,
             "refresh_hold_off": coordinator.refreshHoldOffReason ?? JSONNull(),
             "refresh_attempts": coordinator.refreshCount,

@@ -71,5 +71,15 @@ final class DPoPProofs {
         return false
     }
 
-    func countNonceReplay() { metrics.countDPoPNonceReplay() }
+    private(set) var nonceReplays = 0
+
+    func countNonceReplay() {
+        nonceReplays &+= 1
+        metrics.countDPoPNonceReplay()
+    }
+
+    /// `/status`'s part: on, the thumbprint (public), what was signed and resent. Never the key or a proof.
+    var statusReport: [String: Any] {
+        ["enabled": true, "alg": signer.alg.rawValue, "jkt": thumbprint, "proofs_signed": signer.proofsSigned, "nonce_replays": nonceReplays]
+    }
 }

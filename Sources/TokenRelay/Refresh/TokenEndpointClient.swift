@@ -174,6 +174,13 @@ final class TokenEndpointClient {
                 nonceAccepted = dpop.received(nonce: Array(nonce.utf8), from: tokenEndpointOrigin)
             }
             if dpop != nil && resendsForNonce(response, nonceAccepted: nonceAccepted) { return }
+            if dpop != nil && response.status == 400, (TokenEndpointJSON.parse(response.body) as? [String: Any])?["error"] as? String == "use_dpop_nonce" {
+                // Refused before the grant was looked at: not a refusal of the refresh token (no login is
+                // needed), but a nonce we could not use, or a second challenge after the resend.
+                return finish(.transient(reason: "the token endpoint asked for a DPoP nonce (use_dpop_nonce) "
+                                         + (nonceAccepted ? "again after the resend with its nonce" : "without a usable DPoP-Nonce"),
+                                         outcomeUnknown: false))
+            }
             var result = grant.classify(status: response.status, body: response.body)
             if case .granted(var granted) = result {
                 if granted.proofBound {

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import JOSE
 
 /// `tokenrelay token show`: the state of the token file without revealing a token — fingerprint, expiry,
 /// time left, whether a refresh token is present, mode and owner.
@@ -22,7 +23,22 @@ public enum TokenFileReport {
         lines.append("access token: \(TokenFingerprint.of(tokens.accessToken))")
         lines.append("expires: \(describeExpiry(of: tokens, now: now))")
         lines.append("refresh token: \(tokens.refreshToken.map { "present (\(TokenFingerprint.of($0)))" } ?? "absent")")
+        if let dpop = config.dpop { lines.append(describeDPoP(dpop, tokens: tokens)) }
         return lines.joined(separator: "\n")
+    }
+
+    /// The DPoP key's thumbprint (RFC 7638 `jkt`, public), never the key, and which key the tokens are bound to.
+    static func describeDPoP(_ settings: DPoPSettings, tokens: TokenSet) -> String {
+        var key: String
+        if let path = settings.keyFile {
+            key = (try? SigningKey.load(pemFile: path)).map { "jkt \($0.thumbprint) (dpop.key_file)" } ?? "dpop.key_file cannot be read (tokenrelay check says why)"
+        } else if let pem = tokens.otherFields[TokenSet.dpopKeyField] as? String {
+            key = (try? SigningKey.load(pem: Array(pem.utf8))).map { "jkt \($0.thumbprint) (kept with the token state)" } ?? "the kept key cannot be read"
+        } else {
+            key = "none yet (generated at the first start)"
+        }
+        key += tokens.dpopBoundThumbprint.map { ", tokens bound to jkt \($0)" } ?? ", tokens not DPoP-bound"
+        return "dpop: \(settings.alg.rawValue), key \(key)"
     }
 
     /// Plain or sealed, and with which key (an id, never the key); what `run` will do about it.

@@ -13,6 +13,8 @@ Prints "TOKEN_PORT API_PORT CONTROL_PORT" as the first line on stdout. Configure
                          API requests (default 0: only by POST /rotate-api-nonce). The current and the previous
                          nonce are accepted (a request in flight while it rotates is not refused twice).
   token_type             what the token endpoint answers (default "DPoP")
+  token_nonce_value / api_nonce_value   a fixed nonce (never rotated): a bad one (huge, non-ASCII, a quote) tests
+                         that tokenrelay refuses it and never repeats it
   require_proof          false: a token request without a DPoP proof still gets token_type DPoP (a server
                          tokenrelay must refuse when `dpop` is not configured)
 
@@ -51,8 +53,8 @@ seen_jti = set()
 refresh_tokens = {settings["refresh_token"]: {"jkt": None, "used": False, "family": "f0"}}
 revoked_families = set()
 access_tokens = {}   # token -> {"jkt", "expires"}
-token_nonce = {"current": secrets.token_urlsafe(12), "count": 0}
-api_nonce = {"current": secrets.token_urlsafe(12), "previous": None, "count": 0}
+token_nonce = {"current": settings.get("token_nonce_value") or secrets.token_urlsafe(12), "count": 0}
+api_nonce = {"current": settings.get("api_nonce_value") or secrets.token_urlsafe(12), "previous": None, "count": 0}
 ports = {}
 
 
@@ -186,7 +188,7 @@ class Handler(BaseHTTPRequestHandler):
                 stats["token_nonce_challenges"] += 1
                 return self.reply(400, {"error": "use_dpop_nonce"}, [("DPoP-Nonce", token_nonce["current"])])
             token_nonce["count"] += 1
-            if token_nonce["count"] % settings.get("token_nonce_every", 2) == 0:
+            if token_nonce["count"] % settings.get("token_nonce_every", 2) == 0 and not settings.get("token_nonce_value"):
                 token_nonce["current"] = secrets.token_urlsafe(12)
             presented = (form.get("refresh_token") or [""])[0]
             record = refresh_tokens.get(presented)
@@ -231,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
             self.fail("api: %s" % error)
             return self.reply(401, {"error": "invalid_dpop_proof"}, [("WWW-Authenticate", 'DPoP error="invalid_dpop_proof"')])
         with lock:
-            if settings.get("api_nonce", True) and claims.get("nonce") not in (api_nonce["current"], api_nonce["previous"]):
+            if settings.get("api_nonce", True) and claims.get("nonce") not in [n for n in (api_nonce["current"], api_nonce["previous"]) if n]:
                 stats["api_nonce_challenges"] += 1
                 return self.reply(401, {"error": "use_dpop_nonce"},
                                   [("WWW-Authenticate", 'DPoP error="use_dpop_nonce", algs="ES256 EdDSA"'), ("DPoP-Nonce", api_nonce["current"])])
@@ -247,7 +249,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(401, {"error": "invalid_dpop_proof"}, [("WWW-Authenticate", 'DPoP error="invalid_dpop_proof"')])
             api_nonce["count"] += 1
             every = settings.get("api_nonce_every", 0)
-            if every and api_nonce["count"] % every == 0:
+            if every and api_nonce["count"] % every == 0 and not settings.get("api_nonce_value"):
                 api_nonce["previous"], api_nonce["current"] = api_nonce["current"], secrets.token_urlsafe(12)
             stats["api_ok"] += 1
         self.reply(200, {"ok": True, "path": path, "method": method})
