@@ -21,9 +21,10 @@ extension Relay {
         return nil
     }
 
-    /// Tries the token endpoint again when the last answer refused it ("login required" latched); a
-    /// relay that is fine has nothing to retry. At most one token request per change: a credential the
-    /// endpoint still refuses latches again.
+    /// Tries the token endpoint again when the last answer refused it (latched: today "login required",
+    /// which a refused client credential also ends in until a latch of its own exists — that latch must be
+    /// accepted here too); a relay that is fine has nothing to retry. At most one token request per change:
+    /// a credential the endpoint still refuses latches again.
     func clientCredentialChanged(_ cause: String) {
         Self.retry(coordinator, afterCredentialChange: cause, logger: logger)
     }
