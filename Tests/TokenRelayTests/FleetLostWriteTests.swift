@@ -35,4 +35,23 @@ final class FleetLostWriteTests: FleetTestCase {
         let line = try admin(relay, "/metrics").bodyText.split(separator: "\n").first { $0.hasPrefix(name + " ") }
         return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { Int($0) } ?? 0
     }
+
+    /// The in-flight record: in Redis before the refresh token leaves, naming it by fingerprint only, and
+    /// gone once the answer is stored.
+    func testTheInFlightRecordIsInRedisWhileTheRefreshTokenIsAtTheServer() throws {
+        try importTokens()
+        let relay = try startFleet(1)[0]
+        let presented = try XCTUnwrap(tokenServer.currentRefreshToken)
+        tokenServer.failureMode = .gated
+        tokenServer.expireAccessTokens()
+        let request = HTTPTestClient.concurrentlyAsync { try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/gated") }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls == 1 })
+        let record = try redis.cli(["GET", key + ":inflight"])
+        XCTAssertFalse(record.isEmpty, "written before the refresh token left")
+        XCTAssertFalse(record.contains(presented), "a fingerprint, never the token")
+        tokenServer.openGate()
+        XCTAssertEqual(try request.wait(timeout: 10).status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.redis.cli(["EXISTS", self.key + ":inflight"])) == "0" }, "removed once the answer is stored")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
 }

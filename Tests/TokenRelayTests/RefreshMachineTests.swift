@@ -751,6 +751,8 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertTrue(actions.contains(.releaseLock))
         advance(2)
         record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 11, now: now))
+        XCTAssertEqual(presentations, 0, "a shared store's in-flight record is written before the refresh token leaves")
+        record(machine.inFlightRecorded(now: now))
         XCTAssertEqual(presentations, 1)
     }
 
@@ -768,6 +770,8 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertTrue(actions.contains(.releaseLock))
         advance(2)
         record(machine.lockAcquired(store: .tokens(machine.tokens), lockValidUntil: monotonic + 31, now: now))
+        XCTAssertEqual(presentations, 0, "a shared store's in-flight record is written before the refresh token leaves")
+        record(machine.inFlightRecorded(now: now))
         XCTAssertEqual(presentations, 1, "a lock with the reloaded life is enough")
     }
 

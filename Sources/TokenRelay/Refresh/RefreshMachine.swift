@@ -343,9 +343,9 @@ struct RefreshMachine {
             return drain()
         }
         cycle.attempt += 1
-        // A shared store's lock is its in-flight record: it outlives the exchange (checked above), so a
-        // relay killed mid-refresh keeps everyone, itself restarted included, from presenting again.
-        guard cycle.settings.needsRefreshToken, !cycle.settings.sharedStore, let refreshToken = tokens.refreshToken else {
+        // A shared store keeps its record beside the lock (the lock expires; the record stays until the
+        // answer is stored), so a relay that died with an answer it could not write holds the fleet off.
+        guard cycle.settings.needsRefreshToken, let refreshToken = tokens.refreshToken else {
             phase = .refreshing(cycle)
             present(now)
             return drain()
@@ -568,7 +568,7 @@ struct RefreshMachine {
         if case .refreshing(let cycle) = phase {
             switch cycle.step {
             case .waiting, .acquiringLock, .recordingInFlight:
-                // Nothing has left yet (a shared store keeps no in-flight record: its lock is the record).
+                // Nothing has left yet (a record being written only holds the fleet off a while).
                 emit(.releaseLock)
                 giveUp(reason: "token store unreachable (\(reason)); no relay may refresh without it", now)
             case .exchanging, .persisting: break
