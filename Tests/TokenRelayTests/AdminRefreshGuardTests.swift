@@ -15,4 +15,42 @@ final class AdminRefreshGuardTests: RelayTestCase {
         XCTAssertLessThanOrEqual(tokenServer.successfulRefreshes, 2, "30 calls, at most a couple of rotations")
         XCTAssertEqual(tokenServer.reuseDetections, 0)
     }
+
+    /// `admin.token_file`: POST /refresh and /status need the bearer token (compared in constant time);
+    /// /healthz, /readyz and /metrics stay open for probes and scrapers; the token is never logged.
+    func testAdminTokenProtectsRefreshAndStatusOnly() throws {
+        let token = "admin-\(UUID().uuidString)"
+        let tokenFile = workDir.appendingPathComponent("admin-token")
+        try Data((token + "\n").utf8).write(to: tokenFile)
+        let relay = try startRelay(["admin": ["listen": "127.0.0.1:0", "token_file": tokenFile.path]])
+        let port = relay.adminPort
+        func call(_ method: String, _ path: String, _ authorization: String?) throws -> Int {
+            try HTTPTestClient.send(port: port, method: method, path: path, headers: authorization.map { [("Authorization", $0)] } ?? []).status
+        }
+        XCTAssertEqual(try call("GET", "/status", nil), 401)
+        XCTAssertEqual(try call("GET", "/status", "Bearer wrong"), 401)
+        XCTAssertEqual(try call("GET", "/status", "Bearer \(token)x"), 401, "a longer token is not the token")
+        XCTAssertEqual(try call("GET", "/status", "Basic \(token)"), 401)
+        XCTAssertEqual(try call("POST", "/refresh", nil), 401)
+        XCTAssertEqual(try call("POST", "/refresh", "Bearer \(String(token.dropLast()))"), 401)
+        XCTAssertEqual(tokenServer.refreshCalls, 0, "an unauthorised POST /refresh starts nothing")
+        let refused = try HTTPTestClient.send(port: port, method: "GET", path: "/status")
+        XCTAssertEqual(refused.headers.first { $0.0.lowercased() == "www-authenticate" }?.1, "Bearer realm=\"tokenrelay-admin\"")
+
+        XCTAssertEqual(try call("GET", "/status", "Bearer \(token)"), 200)
+        XCTAssertEqual(try call("POST", "/refresh", "bearer \(token)"), 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            XCTAssertEqual(try call("GET", path, nil), 200, "\(path) stays open")
+        }
+        XCTAssertFalse(relay.stderrText.contains(token), "the admin token is never logged")
+        XCTAssertFalse(try HTTPTestClient.send(port: port, method: "GET", path: "/metrics").bodyText.contains(token))
+    }
+
+    func testAnUnreadableAdminTokenFileIsOneLineNamingTheField() throws {
+        XCTAssertThrowsError(try startRelay(["admin": ["listen": "127.0.0.1:0", "token_file": workDir.appendingPathComponent("missing").path]],
+                                            startupTimeout: 5)) { error in
+            XCTAssertTrue("\(error)".contains("admin.token_file"), "\(error)")
+        }
+    }
 }

@@ -338,7 +338,9 @@ final class ConfigSchemaTests: XCTestCase {
                                            "client_key_file", "client_key_id", "client_key_certificate_file", "client_assertion_alg", "client_assertion_audience",
                                            "client_assertion_file", "key_file", "key_id", "alg", "issuer", "subject",
                                            "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type",
-                                           "key_env"].contains(key)
+                                           "key_env",
+                                           // issue 25: admin.token_file (absent: the admin endpoints are open)
+                                           "token_file"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

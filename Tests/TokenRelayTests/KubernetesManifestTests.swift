@@ -115,6 +115,13 @@ final class KubernetesManifestTests: XCTestCase {
         let claim = try XCTUnwrap((tokenVolume["persistentVolumeClaim"] as? [String: Any])?["claimName"] as? String)
         XCTAssertEqual(claim, name(try manifests.one("PersistentVolumeClaim")))
 
+        // The admin bearer token from its own Secret, mounted where admin.token_file says.
+        let adminTokenFile = try XCTUnwrap((config["admin"] as? [String: Any])?["token_file"] as? String, "admin.token_file")
+        let adminTokenVolume = try XCTUnwrap(volume(holding: adminTokenFile, container: relay, pod: pod), "no mount holds \(adminTokenFile)")
+        let adminSecretName = try XCTUnwrap((adminTokenVolume["secret"] as? [String: Any])?["secretName"] as? String)
+        let adminSecret = try XCTUnwrap(manifests.all("Secret").first { name($0) == adminSecretName }, adminSecretName)
+        XCTAssertNotNil((adminSecret["stringData"] as? [String: Any])?[URL(fileURLWithPath: adminTokenFile).lastPathComponent])
+
         // Client secret from the Secret, under the variable the config names.
         let secretEnv = try XCTUnwrap(refresh["client_secret_env"] as? String)
         let envEntry = try XCTUnwrap((relay["env"] as? [[String: Any]])?.first { $0["name"] as? String == secretEnv }, secretEnv)

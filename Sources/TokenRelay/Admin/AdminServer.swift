@@ -14,6 +14,9 @@ final class AdminServer {
     private let proxy: ProxyServer
     private let metrics: RelayMetrics
     private let startedAt = Date()
+    /// With `admin.token_file`: what `POST /refresh` and `/status` require. The probes and `/metrics`
+    /// stay open (a kubelet or a scraper carries no token).
+    private let bearerToken: AdminBearerToken?
     private(set) var listener: SmallHTTPServer!
 
     /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that sends its
@@ -27,7 +30,8 @@ final class AdminServer {
     static var maxDescriptors: Int { HTTPServer.Settings(maxConnections: limits.maxConnections).effectiveOverLimitAllowance + limits.maxConnections }
 
     init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, identities: [NamedIdentity] = [], proxy: ProxyServer,
-         metrics: RelayMetrics) throws {
+         metrics: RelayMetrics, bearerToken: AdminBearerToken? = nil) throws {
+        self.bearerToken = bearerToken
         self.coordinator = coordinator
         self.identities = identities.map { ($0.name, $0.coordinator) }
         self.proxy = proxy
@@ -65,6 +69,10 @@ final class AdminServer {
                 return respond(responder, 404, json: ["error": "no identity of that name"])
             }
             chosen = found.coordinator
+        }
+        if let bearerToken, path == "/status" || path == "/refresh", !bearerToken.accepts(request.field("authorization")) {
+            return respond(responder, 401, json: ["error": "unauthorized"],
+                           extraFields: [("WWW-Authenticate", "Bearer realm=\"tokenrelay-admin\"")])
         }
         switch (request.method, path) {
         case (.get, "/healthz"), (.head, "/healthz"):
@@ -193,19 +201,21 @@ final class AdminServer {
         return report
     }
 
-    private func respond(_ responder: SmallResponder, _ status: Int, json: [String: Any]) {
+    private func respond(_ responder: SmallResponder, _ status: Int, json: [String: Any], extraFields: [(name: String, value: String)] = []) {
         let data = (try? JSONWriter.data(json, options: [.sortedKeys])) ?? Array("{}".utf8)
-        respond(responder, status, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n")
+        respond(responder, status, contentType: "application/json", body: String(decoding: data, as: UTF8.self) + "\n", extraFields: extraFields)
     }
 
-    private func respond(_ responder: SmallResponder, _ status: Int, contentType: String, body: String) {
+    private func respond(_ responder: SmallResponder, _ status: Int, contentType: String, body: String,
+                         extraFields: [(name: String, value: String)] = []) {
         responder.respond(status: status, reason: Self.reasonPhrase(status),
-                          fields: [("Content-Type", contentType), ("Cache-Control", "no-store")], body: Array(body.utf8))
+                          fields: [("Content-Type", contentType), ("Cache-Control", "no-store")] + extraFields, body: Array(body.utf8))
     }
 
     private static func reasonPhrase(_ status: Int) -> String {
         switch status {
         case 200: return "OK"
+        case 401: return "Unauthorized"
         case 404: return "Not Found"
         case 405: return "Method Not Allowed"
         case 409: return "Conflict"

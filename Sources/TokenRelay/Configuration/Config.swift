@@ -149,6 +149,8 @@ public struct Config: Sendable {
 
     public struct Admin: Sendable {
         public var listen: ListenAddress
+        /// `admin.token_file`: a bearer token that `POST /refresh` and `/status` require (read at start).
+        public var tokenFile: String? = nil
     }
 
     public struct Limits: Sendable {

@@ -40,13 +40,17 @@ public enum ConfigLoader {
 
         var admin: Config.Admin?
         if let adminObject = try root.optionalObject("admin") {
-            adminObject.declareKeys(["listen"])
+            adminObject.declareKeys(["listen", "token_file"])
             let adminListen = try ListenAddress.parse(adminObject.string("listen"), field: "admin.listen")
             // Both listeners bind at start; the second would fail with "Address already in use", after check said ok.
             if adminListen.overlaps(listen) {
                 throw ConfigError("admin.listen", "must differ from listen (\(adminListen) and \(listen) cannot both be bound)")
             }
             admin = Config.Admin(listen: adminListen)
+            if let tokenFile = try adminObject.optionalString("token_file") {
+                guard !tokenFile.isEmpty else { throw ConfigError("admin.token_file", "must not be empty") }
+                admin?.tokenFile = tokenFile
+            }
             try adminObject.rejectUnknownKeys()
         }
 

@@ -34,6 +34,9 @@ struct ConfigReload {
         keep("admin.listen", running.admin?.listen.description ?? "none", loaded.admin?.listen.description ?? "none") {
             $0.admin = running.admin
         }
+        keep("admin.token_file", running.admin?.tokenFile ?? "none", loaded.admin?.tokenFile ?? "none") {
+            $0.admin?.tokenFile = running.admin?.tokenFile
+        }
         keep("tokens.file", running.tokens.file ?? "none", loaded.tokens.file ?? "none") { $0.tokens.file = running.tokens.file }
         keep("tokens.redis", running.tokens.redis?.restartOnlyDescription ?? "none", loaded.tokens.redis?.restartOnlyDescription ?? "none") {
             // lock_seconds still applies when both configs use Redis: the next lock taken lives that long.

@@ -79,8 +79,11 @@ public final class Relay {
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS, coordinator: coordinator,
                                 identities: namedIdentities, metrics: metrics, logger: logger)
         if let adminConfig = config.admin {
+            // Read before the loop serves, like the client secret; never logged.
+            let bearer = try adminConfig.tokenFile.map { try AdminBearerToken.load(path: $0) }
+            redactor.add(bearer?.text)
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, identities: namedIdentities,
-                                    proxy: proxy, metrics: metrics)
+                                    proxy: proxy, metrics: metrics, bearerToken: bearer)
         }
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
         namedIdentities.forEach { $0.start() }
