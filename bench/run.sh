@@ -479,7 +479,10 @@ for p in "${PROXIES[@]}"; do RSS_IDLE[$p]=$(rss_kb "${PID_OF[$p]}"); done
 for p in "${PROXIES[@]}"; do
     port=${PORT_OF[$p]}
     got=$(curl -sS --max-time 5 "http://127.0.0.1:$port/check") || die "$p: /check failed"
-    [[ "$got" == "Bearer $TOKEN" ]] || die "$p: upstream saw Authorization '$got'"
+    want="Bearer $TOKEN"
+    # With DPOP tokenrelay's tokens are DPoP-bound (nginx stays bearer).
+    if [[ -n "$DPOP" && "$p" != nginx ]]; then want="DPoP $TOKEN"; fi
+    [[ "$got" == "$want" ]] || die "$p: upstream saw Authorization '$got'"
     got=$(curl -sS --max-time 5 "http://127.0.0.1:$port/small") || die "$p: /small failed"
     [[ "$got" == "$SMALL_BODY" ]] || die "$p: /small returned '$got'"
     got=$(curl -sS --max-time 10 "http://127.0.0.1:$port/large" | sha256sum | cut -d' ' -f1)

@@ -1,3 +1,4 @@
+import Foundation
 import JOSE
 import XCTest
 @testable import TokenRelay
@@ -196,6 +197,32 @@ final class DPoPUnitTests: XCTestCase {
 
     func testAKeyOfTheWrongTypeForTheAlgIsRefused() throws {
         XCTAssertThrowsError(try ProofSigner(key: try SigningKey.generate(for: .EdDSA), alg: .ES256))
+    }
+
+    /// A key file of the wrong type for `alg` is a check error naming dpop.key_file (never the key bytes).
+    func testAKeyFileOfTheWrongTypeNamesTheField() throws {
+        let pem = try SigningKey.generate(for: .EdDSA).privateKeyPEM()
+        let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("dpop-\(UUID().uuidString).pem")
+        try Data(pem).write(to: url)
+        defer { try? FileManager.default.removeItem(at: url) }
+        var tokens = TokenSet(accessToken: "")
+        XCTAssertThrowsError(try DPoPKeySource.load(DPoPSettings(alg: .ES256, keyFile: url.path), tokens: &tokens, generate: false)) { error in
+            let text = "\(error)"
+            XCTAssertTrue(text.hasPrefix("dpop.key_file"), text)
+            XCTAssertTrue(text.contains("ES256 needs an EC P-256 key"), text)
+            let body = String(decoding: pem, as: UTF8.self).split(separator: "\n")[1]
+            XCTAssertFalse(text.contains(body.prefix(12)))
+        }
+        XCTAssertNoThrow(try DPoPKeySource.load(DPoPSettings(alg: .EdDSA, keyFile: url.path), tokens: &tokens, generate: false))
+        // Without key_file, run generates one into the token state; tokens bound to another key say so in one line.
+        let generated = try DPoPKeySource.load(DPoPSettings(), tokens: &tokens, generate: true)
+        XCTAssertTrue(generated.generated)
+        XCTAssertNotNil(tokens.otherFields[TokenSet.dpopKeyField] as? String)
+        XCTAssertFalse(try DPoPKeySource.load(DPoPSettings(), tokens: &tokens, generate: true).generated, "the kept key is reused")
+        tokens.otherFields[TokenSet.dpopThumbprintField] = "another-jkt"
+        XCTAssertNotNil(DPoPKeySource.keyChange(tokens: tokens, key: generated.key))
+        tokens.otherFields[TokenSet.dpopThumbprintField] = generated.key.thumbprint
+        XCTAssertNil(DPoPKeySource.keyChange(tokens: tokens, key: generated.key))
     }
 
     // MARK: - Config

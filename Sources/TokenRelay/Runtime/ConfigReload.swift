@@ -22,6 +22,11 @@ struct ConfigReload {
     let effective: Config
     let needsRestart: [Deferred]
 
+    private static func describe(_ dpop: DPoPSettings?) -> String {
+        guard let dpop else { return "none" }
+        return "alg \(dpop.alg.rawValue), key_file \(dpop.keyFile ?? "none (kept with the token state)")"
+    }
+
     init(running: Config, loaded: Config) {
         var effective = loaded
         var deferred: [Deferred] = []
@@ -59,6 +64,8 @@ struct ConfigReload {
                 $0.identities[index].tokens = runningIdentity.tokens
             }
         }
+        // The DPoP key and alg are loaded at start (a key file read, or the state's key) and the tokens are bound to it.
+        keep("dpop", Self.describe(running.dpop), Self.describe(loaded.dpop)) { $0.dpop = running.dpop }
         keep("data_plane", running.dataPlane.rawValue, loaded.dataPlane.rawValue) { $0.dataPlane = running.dataPlane }
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
