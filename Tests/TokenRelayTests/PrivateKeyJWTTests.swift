@@ -94,6 +94,25 @@ final class PrivateKeyJWTTests: CredentialTestCase {
         }
     }
 
+    /// With DPoP, a token endpoint's `use_dpop_nonce` challenge is answered with a new request: a new client
+    /// assertion (new jti), not the first one again, which an endpoint that remembers jtis refuses as a replay.
+    func testDPoPNonceResendCarriesAFreshAssertion() throws {
+        let key = try TestKeys.make(.p256, in: workDir)
+        let endpoint = try startEndpoint(["client_auth": "private_key_jwt", "client_key": key.path, "dpop_nonce": "nonce-1"])
+        var config = relayConfig(refresh: ["grant": "client_credentials", "client_auth": "private_key_jwt", "client_key_file": key.path])
+        config["dpop"] = ["alg": "ES256"]
+        let directory = workDir.appendingPathComponent("dpop-relay")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let relay = try TokenRelayProcess.start(config: config, workDir: directory)
+        defer { relay.stop() }
+        XCTAssertTrue(waitUntil(timeout: 10) { endpoint.granted == 1 }, relay.stderrText)
+        XCTAssertEqual(try endpoint.stats()["nonce_challenges"] as? Int, 1)
+        XCTAssertEqual(endpoint.strings("refusals"), [], "the resend was not a replay")
+        let assertions = endpoint.strings("client_assertions")
+        XCTAssertEqual(assertions.count, 2)
+        XCTAssertEqual(Set(assertions).count, 2)
+    }
+
     /// A key file replaced in place is taken up by a reload (SIGHUP), read off the loop: the next assertion
     /// is signed with the new key. A reload with an unusable key keeps the running one.
     func testReloadTakesUpARotatedKey() throws {

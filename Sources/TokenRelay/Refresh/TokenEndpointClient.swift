@@ -38,7 +38,7 @@ final class TokenEndpointClient {
     var dpop: DPoPProofs?
     /// The request of the exchange in flight, kept for one resend after a DPoP nonce challenge, and when
     /// the exchange began (the resend stays within the same `refresh_seconds`).
-    private var inFlight: (request: TokenHTTPRequest, startedAt: Double, timeoutSeconds: Double, nonceResent: Bool)?
+    private var inFlight: (request: TokenHTTPRequest, input: TokenRequestInput, startedAt: Double, timeoutSeconds: Double, nonceResent: Bool)?
 
     init(loop: EventLoop, connection: TokenEndpointConnection, grant: TokenGrantStrategy) {
         eventLoop = loop
@@ -88,20 +88,31 @@ final class TokenEndpointClient {
             return finish(.unusable(reason: "the tokens are bound to another DPoP key (jkt \(bound), the key is jkt \(dpop.thumbprint)): run tokenrelay login"))
         }
         let input = TokenRequestInput(current)
-        guard grant.blocksWhileMakingRequest else { return send(grant.makeRequest(for: input), timeoutSeconds: connection.timeoutSeconds) }
+        make(input, startedAt: EventLoop.monotonicNow, timeoutSeconds: connection.timeoutSeconds) { [unowned self] made, remaining in
+            self.send(made, input: input, timeoutSeconds: remaining)
+        }
+    }
+
+    /// Makes the grant's request for `input` and hands it on with the time left of `timeoutSeconds` since
+    /// `startedAt`: at once when making it does not block, else on a helper thread.
+    private func make(_ input: TokenRequestInput, startedAt: Double, timeoutSeconds: Double,
+                      then next: @escaping (Result<TokenHTTPRequest, UnusableRequest>, _ remaining: Double) -> Void) {
+        guard grant.blocksWhileMakingRequest else {
+            return next(grant.makeRequest(for: input), timeoutSeconds - (EventLoop.monotonicNow - startedAt))
+        }
         // Race it prevents: a signature (a millisecond and more with RSA) or a file read on the loop would
         // hold every proxied request for that long, once per refresh. The grant is an immutable value.
         preparations += 1
         let number = preparations, grant = self.grant
         let deadline = LoopEvent(loop: eventLoop) { [weak self] _ in self?.preparationTimedOut(number) }
-        deadline.schedule(after: connection.timeoutSeconds)
-        preparation = (number, EventLoop.monotonicNow, deadline)
+        deadline.schedule(after: max(0, timeoutSeconds - (EventLoop.monotonicNow - startedAt)))
+        preparation = (number, startedAt, deadline)
         OffLoopWork.run(on: eventLoop, { PreparedTokenRequest(result: grant.makeRequest(for: input)) }) { [weak self] prepared in
             guard let self, let preparation = self.preparation, preparation.number == number else { return }
             self.preparation = nil
             // The whole exchange stays within refresh_seconds from the moment it began (a fleet's refresh
             // lock is sized for that): the time spent preparing comes off the exchange's own timeout.
-            self.send(prepared.result, timeoutSeconds: self.connection.timeoutSeconds - (EventLoop.monotonicNow - preparation.startedAt))
+            next(prepared.result, timeoutSeconds - (EventLoop.monotonicNow - startedAt))
         }
     }
 
@@ -115,7 +126,7 @@ final class TokenEndpointClient {
 
     private static let preparationTooSlow = "preparing the token request took longer than timeouts.refresh_seconds; nothing was sent"
 
-    private func send(_ made: Result<TokenHTTPRequest, UnusableRequest>, timeoutSeconds: Double) {
+    private func send(_ made: Result<TokenHTTPRequest, UnusableRequest>, input: TokenRequestInput, timeoutSeconds: Double) {
         let prepared: TokenHTTPRequest
         switch made {
         case .success(let request): prepared = request
@@ -125,7 +136,7 @@ final class TokenEndpointClient {
         case .failure(let unusable): return finish(.unusable(reason: unusable.reason))
         }
         guard timeoutSeconds > 0 else { return finish(.transient(reason: Self.preparationTooSlow, outcomeUnknown: false)) }
-        inFlight = (prepared, EventLoop.monotonicNow, timeoutSeconds, false)
+        inFlight = (prepared, input, EventLoop.monotonicNow, timeoutSeconds, false)
         start(prepared, timeoutSeconds: timeoutSeconds)
     }
 
@@ -156,7 +167,22 @@ final class TokenEndpointClient {
         guard remaining > 0 else { return false }
         self.inFlight?.nonceResent = true
         dpop?.countNonceReplay()
-        start(inFlight.request, timeoutSeconds: remaining)
+        guard grant.blocksWhileMakingRequest else {
+            start(inFlight.request, timeoutSeconds: remaining)
+            return true
+        }
+        // A request with a client assertion (private_key_jwt, jwt_bearer) or a file's token is made anew:
+        // an endpoint that remembers assertion jtis would refuse the first one again as a replay.
+        call = nil
+        make(inFlight.input, startedAt: inFlight.startedAt, timeoutSeconds: inFlight.timeoutSeconds) { [unowned self] made, remaining in
+            switch made {
+            case .success(let request) where remaining > 0:
+                self.inFlight?.request = request
+                self.start(request, timeoutSeconds: remaining)
+            case .success: self.finish(.transient(reason: Self.preparationTooSlow, outcomeUnknown: false))
+            case .failure(let unusable): self.finish(.transient(reason: unusable.reason, outcomeUnknown: false))
+            }
+        }
         return true
     }
 

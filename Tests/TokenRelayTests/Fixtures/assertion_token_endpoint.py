@@ -22,6 +22,9 @@ Configured by one JSON file (argv[1]):
   federated_subject / federated_audience          what a ready-made assertion (minted here, see /mint) must
                        claim when it is presented as a client assertion (workload identity federation)
   access_token_lifetime  seconds (default 3600)
+  dpop_nonce           a request with a DPoP proof whose payload lacks this nonce is answered 400
+                       use_dpop_nonce with it in DPoP-Nonce — after the client was authenticated, so its
+                       assertion's jti counts as seen (the proof itself is not verified here)
   cert, key, client_ca   serve HTTPS; with client_ca, require a client certificate signed by it
 
 Paths:
@@ -276,18 +279,23 @@ class Endpoint:
         return 200, {"device_code": code, "user_code": "WDJB-MJHT", "verification_uri": "https://idp.test/device",
                      "expires_in": 600, "interval": 1}
 
-    def token(self, form, client_cn):
+    def token(self, form, client_cn, dpop=None):
         with self.lock:
             self.stats["requests"] += 1
             self.stats["forms"].append(form)
             self.stats["client_cns"].append(client_cn)
         try:
             self.authenticate_client(form, client_cn)
+            nonce = self.config.get("dpop_nonce")
+            if nonce and dpop and dpop.count(".") == 2 and json.loads(b64d(dpop.split(".")[1])).get("nonce") != nonce:
+                with self.lock:
+                    self.stats["nonce_challenges"] = self.stats.get("nonce_challenges", 0) + 1
+                return 400, {"error": "use_dpop_nonce"}, {"DPoP-Nonce": nonce}
             self.grant(form)
         except Refused as refused:
             with self.lock:
                 self.stats["refusals"].append(refused.reason)
-            return refused.status, {"error": refused.error}
+            return refused.status, {"error": refused.error}, {}
         lifetime = self.config.get("access_token_lifetime", 3600)
         token = "at-" + secrets.token_hex(12)
         with self.lock:
@@ -302,7 +310,9 @@ class Endpoint:
                 self.refresh_tokens[answer["refresh_token"]] = True
         if form.get("grant_type") == TOKEN_EXCHANGE:
             answer["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token"
-        return 200, answer
+        if dpop:
+            answer["token_type"] = "DPoP"
+        return 200, answer, {}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -324,9 +334,11 @@ class Handler(BaseHTTPRequestHandler):
                     return value
         return None
 
-    def answer(self, status, body=None):
+    def answer(self, status, body=None, headers=None):
         data = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if body is not None:
             self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -350,8 +362,8 @@ class Handler(BaseHTTPRequestHandler):
         body = self.body()
         if self.path == "/token":
             form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
-            status, answer = self.endpoint.token(form, self.client_cn())
-            return self.answer(status, answer)
+            status, answer, headers = self.endpoint.token(form, self.client_cn(), self.headers.get("DPoP"))
+            return self.answer(status, answer, headers)
         if self.path == "/device":
             form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
             status, answer = self.endpoint.device(form, self.client_cn())
