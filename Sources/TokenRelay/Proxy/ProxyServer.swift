@@ -25,6 +25,9 @@ final class ProxyServer {
     private var routeContexts: [ExchangeContext?] = []
     private var routeNames: [String] = []
     private var routeTable = RouteTable(routes: [], hasDefaultRoute: true)
+    /// Whether `routeTable` has a route: a plain flag, so that the look-up a config without routes makes on
+    /// every request reads one byte instead of copying the table out of the proxy (a retain and a release).
+    private var hasRoutes = false
     let metrics: RelayMetrics
     let logger: Logger
     /// The proxied port (client connections, heads, bodies) on HTTPTransport.
@@ -105,6 +108,7 @@ final class ProxyServer {
 
     private func makeRouteContexts(_ config: Config, routeTLS: [TLSContext?]) {
         routeTable = RouteTable(routes: config.routes, hasDefaultRoute: true)
+        hasRoutes = !routeTable.isEmpty
         routeNames = config.routes.map(\.name)
         routeContexts = config.routes.indices.map { index in
             let route = config.routes[index]
@@ -117,7 +121,7 @@ final class ProxyServer {
     /// The context a request arriving with `head` takes, and how many bytes of its target its route strips.
     /// Without routes, the running context at once: the head is not read.
     func context(for head: ReceivedRequestHead) -> (context: ExchangeContext, strip: Int) {
-        if routeTable.isEmpty { return (context, 0) }
+        if !hasRoutes { return (context, 0) }
         let resolution = head.bytes.withUnsafeBufferPointer { bytes in
             let target = UnsafeBufferPointer(rebasing: bytes[head.parsed.target])
             guard let host = head.parsed.hostField else { return routeTable.resolve(host: nil, target: target) }
