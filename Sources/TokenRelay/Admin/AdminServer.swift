@@ -63,16 +63,17 @@ final class AdminServer {
             identityName = String(path.dropFirst("/readyz/".count))
             path = "/readyz"
         }
+        if let bearerToken, path == "/status" || path == "/refresh", !bearerToken.accepts(request.field("authorization")) {
+            return respond(responder, 401, json: ["error": "unauthorized"],
+                           extraFields: [("WWW-Authenticate", "Bearer realm=\"tokenrelay-admin\"")])
+        }
+        // After the token check: an unauthenticated caller learns nothing about which identities exist.
         var chosen = coordinator
         if let identityName, ["/readyz", "/refresh"].contains(path) {
             guard let found = identities.first(where: { $0.name == identityName }) else {
                 return respond(responder, 404, json: ["error": "no identity of that name"])
             }
             chosen = found.coordinator
-        }
-        if let bearerToken, path == "/status" || path == "/refresh", !bearerToken.accepts(request.field("authorization")) {
-            return respond(responder, 401, json: ["error": "unauthorized"],
-                           extraFields: [("WWW-Authenticate", "Bearer realm=\"tokenrelay-admin\"")])
         }
         switch (request.method, path) {
         case (.get, "/healthz"), (.head, "/healthz"):
