@@ -199,6 +199,23 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertNil(afterRefusal, "a token known dead is no result to share")
     }
 
+    /// Four streamed uploads answered 401 after their bodies went: none can be replayed, but each counts
+    /// for the refresh rules: one cycle (coalesced), one presentation, and the next request is held for it.
+    func testUnreplayableUnauthorizedAnswersStartOneCoalescedRefresh() {
+        makeMachine(expiresIn: 3600)
+        for _ in 0..<4 { record(machine.unauthorizedNotReplayable(sentGeneration: 1, now: now)) }
+        XCTAssertEqual(machine.state, .refreshing)
+        XCTAssertEqual(admit(), .hold, "the next request waits for the fresh token instead of earning a 401")
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 1)
+        answer(grant("a2", "r2"))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(admit(), .send(generation: 2))
+        record(machine.unauthorizedNotReplayable(sentGeneration: 1, now: now))
+        XCTAssertEqual(machine.state, .ready, "an answer to the old token says nothing against the new one")
+        XCTAssertEqual(presentations, 1)
+    }
+
     func testWhileTheRefreshTokenIsInDoubtTheProactiveRefreshWaitsForExpiry() {
         makeMachine(expiresIn: 3600)
         let (_, new) = machine.forceRefresh(now: now)

@@ -227,10 +227,22 @@ final class RequestLifecycleTests: XCTestCase {
         _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
         XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
         XCTAssertEqual(machine.streamedBodyProgressed(), [.schedule(.responseHead, after: 30)])
-        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
+        XCTAssertEqual(machine.responseHead(status: 401, indicatesExpiredToken: true),
+                       [.reportUnreplayableRefreshTrigger(sentGeneration: 1), .cancel(.connect), .cancel(.responseHead), .relayResponse],
+                       "the 401 is the client's, and the refresh rules still hear of it")
         // A piece that leaves while the answer is relayed (an early answer) changes no deadline.
         XCTAssertEqual(machine.streamedBodyProgressed(), [])
         XCTAssertEqual(summary(machine.responseEnded(now: 1), of: machine), Machine.Summary(status: 401, attempts: 1, generation: 1))
+    }
+
+    /// Only a refresh-triggering answer to the first send is reported: a 401 that is not about the token,
+    /// or one to a passthrough request, is nobody's business but the client's.
+    func testOnlyAnExpiredTokenAnswerToAnUnreplayableBodyIsReported() {
+        var machine = Machine(settings: settings)
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        _ = machine.streamedBodyProgressed()
+        XCTAssertEqual(machine.responseHead(status: 403, indicatesExpiredToken: false), [.cancel(.connect), .cancel(.responseHead), .relayResponse])
     }
 
     /// A 401 that came before any byte of a streamed body left costs nothing to replay: captured, held

@@ -212,7 +212,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .releaseConnection: releaseUpstream()
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): self.timer(timer)?.cancel()
-        case .hold, .unhold, .consultRefreshRules, .countReplay, .upstreamFailed, .retrying:
+        case .hold, .unhold, .consultRefreshRules, .reportUnreplayableRefreshTrigger, .countReplay, .upstreamFailed, .retrying:
             switch proxy.carryOut(action, failure: list.failure, for: self, identity: context.coordinator) {
             case .done: break
             case .holdRefused:

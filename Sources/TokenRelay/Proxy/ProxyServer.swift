@@ -241,6 +241,9 @@ final class ProxyServer {
             unhold(exchange)
         case .consultRefreshRules(let sentGeneration):
             return .refreshRulesDecided(identity.unauthorized(sentGeneration: sentGeneration))
+        case .reportUnreplayableRefreshTrigger(let sentGeneration):
+            logger.info("a refresh-triggering answer to a request whose body cannot be sent again was passed to the client; the refresh rules count it")
+            identity.unauthorizedNotReplayable(sentGeneration: sentGeneration)
         case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
         case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
         case .upstreamFailed:

@@ -164,6 +164,11 @@ final class RefreshCoordinator {
         return decision
     }
 
+    /// A refresh-triggering answer went to the client as it was (its request cannot be replayed).
+    func unauthorizedNotReplayable(sentGeneration: UInt64) {
+        execute(machine.unauthorizedNotReplayable(sentGeneration: sentGeneration, now: self.now()))
+    }
+
     /// Operator-requested refresh (`POST /refresh`): clears the latch and the storm guard, joins a
     /// running refresh.
     func forceRefresh(completion: @escaping (Outcome) -> Void) {

@@ -204,6 +204,15 @@ struct RefreshMachine {
         return (.hold, drain())
     }
 
+    /// A refresh-triggering answer the client gets as it is, because its request cannot be sent again (a
+    /// streamed upload whose body has gone). The token is as dead as for any 401, so the same rules apply
+    /// (a stale generation says nothing; every such answer joins the one cycle; storm guard, hold-off and
+    /// store outage as usual); the request itself is not held. Race it prevents: uploads refused one after
+    /// another with nobody refreshing, until a request that could be replayed came along.
+    mutating func unauthorizedNotReplayable(sentGeneration: UInt64, now: Instant) -> [Action] {
+        unauthorized(sentGeneration: sentGeneration, now: now).1
+    }
+
     /// Storm guard: at most `stormMaxRefreshes` 401-triggered refreshes per window. Race it prevents: a
     /// token endpoint that keeps issuing tokens the API rejects (wrong audience, clock skew) turning into
     /// an endless refresh loop. Only cycles that reach the token endpoint count (adopting another

@@ -87,6 +87,10 @@ extension RequestLifecycle {
         /// Ask the refresh rules about a refresh-triggering answer to a token of `sentGeneration`; the
         /// driver answers `refreshRulesDecided`.
         case consultRefreshRules(sentGeneration: UInt64)
+        /// Tell the refresh rules of a refresh-triggering answer that goes to the client as it is (the
+        /// request's streamed body cannot be sent again): the token is as dead as for any other, so it
+        /// counts (coalesced as always); nothing is held and no decision comes back.
+        case reportUnreplayableRefreshTrigger(sentGeneration: UInt64)
         /// Keep the response (head and body) instead of relaying it: it may be replaced by a replay's.
         case captureResponse
         /// Relay the upstream's response head and then its body to the client as it arrives.

@@ -212,11 +212,20 @@ struct RequestLifecycle {
         phase = .relaying
         answeredStatus = status
         answeredByUpstream = true
+        var actions = ActionList()
+        // A streamed upload's 401 is the client's (its body has gone), but the token is dead all the same:
+        // the refresh rules must hear of it, or the next requests would all be sent with it and refused
+        // too, each passed on, until a replayable request happened to start the refresh.
+        if attempts - nonceResends == 1 && !passthrough && indicatesExpiredToken && !bodyIsReplayable {
+            actions.append(.reportUnreplayableRefreshTrigger(sentGeneration: sentGeneration))
+        }
         if connectMayBeArmed {
             connectMayBeArmed = false
-            return ActionList(.cancel(.connect), .cancel(.responseHead), .relayResponse)
+            actions.append(.cancel(.connect))
         }
-        return ActionList(.cancel(.responseHead), .relayResponse)
+        actions.append(.cancel(.responseHead))
+        actions.append(.relayResponse)
+        return actions
     }
 
     /// The response head is a DPoP nonce challenge (401, `WWW-Authenticate: DPoP error="use_dpop_nonce"`, and
