@@ -832,6 +832,15 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(writes.count, 3, "no write after the acknowledgement")
     }
 
+    func testATokenFileSealedWithAKeyWeLackStopsThePresentationAndTheWrite() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        advance(0)
+        lockAcquired(store: .sealedUnopened("sealed with key id 0123456789abcdef"))
+        XCTAssertEqual(presentations, 0, "another process may have sealed a newer rotation: our refresh token could be reuse")
+        XCTAssertTrue(writes.isEmpty, "the sealed file is left as it is")
+    }
+
     func testAnUnreadableSharedStoreUnderTheLockStopsThePresentation() {
         makeFleetMachine()
         XCTAssertEqual(unauthorized(1), .hold)

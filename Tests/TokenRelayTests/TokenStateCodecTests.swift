@@ -115,6 +115,19 @@ final class TokenStateCodecTests: XCTestCase {
         }
     }
 
+    /// The refusals a token file store turns into "do not present, do not overwrite" (`StoreRead.sealedUnopened`).
+    func testSealedRefusalsAreMarkedAndAPlainFilesErrorsAreNot() throws {
+        let sealed = try codec(keyA).encode(tokens)
+        for (data, reader) in [(sealed, codec(keyB)), (sealed, TokenStateCodec.plain)] {
+            XCTAssertThrowsError(try reader.decode(data, name: "t.json")) { error in
+                XCTAssertEqual((error as? TokenFileError)?.sealedStateRefused, true, "\(error)")
+            }
+        }
+        XCTAssertThrowsError(try codec(keyA).decode(Data("{".utf8), name: "t.json")) { error in
+            XCTAssertNotEqual((error as? TokenFileError)?.sealedStateRefused, true, "\(error)")
+        }
+    }
+
     func testKeyParsing() throws {
         let raw = [UInt8](repeating: 7, count: 32)
         XCTAssertEqual(try SealingKey.parse(raw, source: "k").bytes, raw)

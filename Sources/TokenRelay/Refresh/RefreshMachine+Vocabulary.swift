@@ -115,6 +115,9 @@ extension RefreshMachine {
         /// The stored tokens were refused by the token server (by any relay): login required, fleet-wide.
         case latched(TokenSet, reason: String)
         case unreadable(String)
+        /// The token file holds a sealed state this relay cannot open (another key, a failed tag): it may hold
+        /// a rotation newer than ours, so our refresh token is not presented over it nor the file overwritten.
+        case sealedUnopened(String)
     }
 
     enum Metric: Equatable {

@@ -339,6 +339,13 @@ struct RefreshMachine {
             transientFailure("cannot read the token store under the lock: \(error)", outcomeUnknown: false, retryAfter: 0, lockHeld: true, now)
             return drain()
         }
+        if case .sealedUnopened(let error)? = store {
+            // Race it prevents: another process (a relay restarted with a rotated key, `token import`) sealed a
+            // newer rotation we cannot open; presenting our refresh token could be reuse, and our write would
+            // replace its tokens with ours.
+            transientFailure("cannot open the token file under the lock: \(error)", outcomeUnknown: false, retryAfter: 0, lockHeld: true, now)
+            return drain()
+        }
         // A lock that expires while the refresh is at the token server lets a second relay present the
         // same refresh token: never send unless the lock outlives the exchange and the write after it.
         // The exchange starts now, bounded by the token endpoint settings in force now: a reload since
@@ -893,6 +900,13 @@ struct RefreshMachine {
         emit(.publish)
     }
 
+    private static func unreadableReason(_ read: StoreRead) -> String? {
+        switch read {
+        case .unreadable(let error), .sealedUnopened(let error): error
+        default: nil
+        }
+    }
+
     /// A cycle under way writes newer tokens itself; otherwise the tokens in service are written again.
     private mutating func retrySave(_ now: Instant) {
         guard let unsaved, !retryWriteInFlight else { return }
@@ -973,7 +987,7 @@ struct RefreshMachine {
             emit(.release(.renewed(generation: generation)))
             return drain()
         }
-        if case .unreadable(let error) = read {
+        if let error = Self.unreadableReason(read) {
             let place = settings.sharedStore ? "the shared token store" : "the token file"
             log(.error, afterHoldOff ? "could not re-read \(place) after the refresh hold-off"
                     : "could not read \(place); keeping the tokens in service", ["error": error])

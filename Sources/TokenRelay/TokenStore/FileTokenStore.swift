@@ -43,6 +43,8 @@ final class FileTokenStore: TokenStore {
         do {
             try file.checkPermissions()
             completion(.tokens(try file.load()))
+        } catch let error as TokenFileError where error.sealedStateRefused {
+            completion(.sealedUnopened("\(error)"))
         } catch {
             completion(.unreadable("\(error)"))
         }

@@ -6,6 +6,8 @@ public struct TokenFileError: Error, CustomStringConvertible {
     public let description: String
     /// The cause alone, without the file's name.
     let reason: String
+    /// The file holds a sealed state that did not open with the configured keys (see `TokenStateCodec`).
+    var sealedStateRefused = false
     /// `kind` names what the file is for (the in-flight refresh marker is written the same way).
     init(_ path: String, _ reason: String, kind: String = "token file") {
         self.reason = reason

@@ -55,7 +55,7 @@ struct TokenStateCodec: Sendable {
             return (try TokenFile.decode(data, path: name), .plain)
         }
         guard let sealer else {
-            throw TokenFileError(name, "is sealed (AES-256-GCM); tokens.encryption.key_file must name its key to read it")
+            throw Self.refused(name, "is sealed (AES-256-GCM); tokens.encryption.key_file must name its key to read it")
         }
         let keyring = sealer.keyring
         do {
@@ -64,16 +64,22 @@ struct TokenStateCodec: Sendable {
         } catch let error as SealedStateError {
             switch error {
             case .malformed(let reason):
-                throw TokenFileError(name, "\(reason); refused and left as it is")
+                throw Self.refused(name, "\(reason); refused and left as it is")
             case .unknownKey(let id):
                 let previous = keyring.previous.isEmpty ? "" : " nor any of the previous_key_files"
-                throw TokenFileError(name, "is sealed with key id \(id), which is not \(keyring.field) (key id \(keyring.current.id))"
+                throw Self.refused(name, "is sealed with key id \(id), which is not \(keyring.field) (key id \(keyring.current.id))"
                     + "\(previous); refused and left as it is")
             case .tagMismatch:
-                throw TokenFileError(name, "sealed token state does not open with the key of its key id: the authentication tag "
+                throw Self.refused(name, "sealed token state does not open with the key of its key id: the authentication tag "
                     + "does not match (truncated, altered, or moved from another place); refused and left as it is")
             }
         }
+    }
+
+    private static func refused(_ name: String, _ reason: String) -> TokenFileError {
+        var error = TokenFileError(name, reason)
+        error.sealedStateRefused = true
+        return error
     }
 
     /// Whether a state found in `form` should be written again: plain, or sealed with a previous key.
