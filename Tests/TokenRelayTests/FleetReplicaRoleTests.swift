@@ -35,6 +35,10 @@ final class FleetReplicaRoleTests: FleetTestCase {
         XCTAssertTrue(unreachableReason(relay).contains("replica"), unreachableReason(relay))
         XCTAssertTrue(try admin(relay, "/readyz").bodyText.contains("replica"), "readiness says why")
         XCTAssertEqual(try get(relay, "/still-valid").status, 200, "as unreachable: a valid token keeps serving")
+        let master = try XCTUnwrap((try status(relay)["token_store"] as? [String: Any])?["master"] as? [String: Any])
+        XCTAssertEqual(master["found_by"] as? String, "url")
+        XCTAssertEqual(master["address"] as? String, redis.url)
+        XCTAssertNotNil(master["last_demotion_seen"] as? String, "when the node was found no master")
 
         try redis.cli(["REPLICAOF", "NO", "ONE"])
         XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "ready again by itself")

@@ -234,6 +234,10 @@ final class RefreshCoordinator {
             status["lock_holder"] = redis.lockHolder ?? JSONNull()
             status["owner_id"] = redis.ownerID
             status["subscribed"] = redis.isSubscribed
+            // Where the master is and how it was found (only `url` today: no Sentinel yet), and when the
+            // node was last seen no master (ROLE or READONLY).
+            status["master"] = ["address": redis.endpoint.description, "found_by": "url",
+                                "last_demotion_seen": redis.lastDemotionSeen.map(Timestamp.format) ?? JSONNull()] as [String: Any]
         }
         status["last_adoption"] = lastAdoption.map { ["at": Timestamp.format($0.at), "source": $0.source] } ?? JSONNull()
         return status

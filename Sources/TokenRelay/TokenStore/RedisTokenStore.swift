@@ -153,8 +153,12 @@ final class RedisTokenStore: TokenStore {
 
     private func notWritable(_ reason: String) {
         lost(reason)
+        if notWritableReason == nil { lastDemotionSeen = Date() }
         notWritableReason = outage
     }
+
+    /// When the node was last found no master (a failover or a REPLICAOF seen from here), for /status.
+    private(set) var lastDemotionSeen: Date?
 
     /// The command connection failed: unreachable until a new one answers. A lock we held expires by
     /// itself; a lock wait ends now (unacquired).
