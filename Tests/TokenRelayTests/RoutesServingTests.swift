@@ -78,6 +78,8 @@ final class RoutesServingTests: ReloadTestCase {
                 return statuses
             }
         }
+        // The reload lands while the load runs: some requests have gone to the top-level upstream first.
+        XCTAssertTrue(waitUntil(timeout: 10) { self.api.requestCount > 0 })
         try reload(relay, ["routes": routes])
         reloaded.withLock { $0 = true }
         let results = try load.wait(timeout: 120)
