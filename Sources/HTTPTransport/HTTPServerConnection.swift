@@ -45,10 +45,16 @@ public final class HTTPServerConnection {
     public var handler: HTTPServerConnectionHandler?
     /// Pending output above which `canSendMore` is false (the sender should wait for `connectionCanSendMore`).
     public var sendBufferLimit = 1 << 20
-    /// A client that closes its sending side while its response is awaited has left (the default keeps
+    /// A client that closes its sending side once its response has started has left (the default keeps
     /// answering, as a half-close allows). A proxy sets this: a FIN cannot tell a half-close from a client
-    /// that gave up, and holding an upstream request open for a client that gave up is the costlier mistake.
+    /// that gave up, and a response that streams for ever (events) to a client that gave up would hold
+    /// its upstream request until the next write failed. Before the response starts, a request that
+    /// arrived whole is still answered (a client may shut down its write side and wait for the answer);
+    /// a client that did leave is noticed when that answer is written.
     public var halfCloseEndsTheConnection = false
+    /// The client closed its sending side after a whole request, before its answer started, and the
+    /// connection was kept for that answer (`halfCloseEndsTheConnection`).
+    public private(set) var peerHalfClosed = false
     /// Look for HTTP/2's connection preface before the first request (see `connectionSentHTTP2Preface`).
     public var detectsHTTP2Preface = false
     /// A request head has been parsed on this connection (the preface can only come first).
@@ -349,6 +355,17 @@ public final class HTTPServerConnection {
         guard poll(&entry, 1, 0) == 1 else { return false }
         let hungUp = entry.revents & Int16(truncatingIfNeeded: POLLHUP | POLLERR) != 0
         guard hungUp || (entry.revents & readSideClosed != 0 && halfCloseEndsTheConnection) else { return false }
+        end(.peerClosed)
+        stream.close()
+        return true
+    }
+
+    /// Ends the connection as a read of its end would have (`peerClosed`, reported to the handler before
+    /// this returns true) if its client half-closed while its answer was awaited. For a handler that is
+    /// about to act again for a request it only held (a FIN cannot tell a half-close from a client that
+    /// left).
+    public func endIfPeerHalfClosed() -> Bool {
+        guard peerHalfClosed, !hasEnded, !stream.isClosed else { return false }
         end(.peerClosed)
         stream.close()
         return true
@@ -754,7 +771,8 @@ extension HTTPServerConnection: SocketStreamOwner {
         // A client may half-close after a complete request and still read the answer: stop reading (the
         // end would be reported again and again) and finish the response; the next read after it sees the
         // end again. Anywhere else the end of input ends the connection.
-        if case .awaitingResponse = readState, !halfCloseEndsTheConnection {
+        if case .awaitingResponse = readState, !(halfCloseEndsTheConnection && responseFraming != nil) {
+            peerHalfClosed = true
             stream.pauseReading()
             return
         }

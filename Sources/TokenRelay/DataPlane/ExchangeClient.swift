@@ -19,6 +19,7 @@ protocol ExchangeClient: AnyObject {
     /// HTTP/2: the stream is reset).
     func close()
     func endIfPeerLeftWhilePaused() -> Bool
+    func endIfPeerHalfClosed() -> Bool
     func pauseReading()
     func resumeReading()
     func sendContinue()
@@ -41,6 +42,7 @@ extension HTTP2ServerStream: ExchangeClient {
     func close() { reset() }
     /// nghttp2 reads the connection whatever a stream's window: a reset while held is reported at once.
     func endIfPeerLeftWhilePaused() -> Bool { false }
+    func endIfPeerHalfClosed() -> Bool { false }
     func finishResponse() { finishResponse(trailers: []) }
 }
 

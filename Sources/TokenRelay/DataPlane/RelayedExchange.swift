@@ -529,6 +529,10 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     }
 
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome) {
+        // A held request whose client shut its sending side meanwhile is not sent again: that FIN cannot be
+        // told from a client that left, and the replay would act upstream for nobody. (A request that went
+        // upstream at once is still answered after a half-close; so is a held one whose refresh failed.)
+        if case .renewed = outcome, client.endIfPeerHalfClosed() { return }
         let now = EventLoop.monotonicNow
         step { $0.refreshFinished(outcome, now: now) }
     }

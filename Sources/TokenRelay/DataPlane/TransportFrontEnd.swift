@@ -98,7 +98,8 @@ final class TransportFrontEnd {
     var openHTTP2Connections: Int { http2Sessions.count }
 
     private func accepted(_ connection: HTTPServerConnection) {
-        // A client's FIN while its answer is awaited means it left: the held or upstream request is dropped.
+        // A client's FIN while its answer streams means it left: the upstream request is dropped. One that
+        // comes after a whole request but before its answer is a half-close: the answer is still given.
         connection.halfCloseEndsTheConnection = true
         // h2c with prior knowledge is told from HTTP/1.1 by its first bytes, on the same port.
         connection.detectsHTTP2Preface = true
