@@ -7,9 +7,12 @@
 #   bench/profile.sh                    # data_plane transport, /small, 2000 requests
 #   ENGINE=evhttp PATH_=large COUNT=40 bench/profile.sh
 #   BIN=/path/to/tokenrelay SKIP_BUILD=1 bench/profile.sh   # another build (before/after a change)
+#   UPSTREAM_TLS=1 bench/profile.sh     # the upstream over TLS (kept alive, verified against a throwaway CA)
 #
 # Knobs: ENGINE (transport|evhttp), PATH_ (small|large), COUNT (requests counted), CONNECTIONS (wrk, 4),
-# BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix).
+# BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix),
+# UPSTREAM_TLS=1 (files get a -tls suffix). The report ends with the self costs summed per library
+# (tokenrelay itself, libcrypto, libssl, libc, libevent, the kernel's vDSO): over TLS, where the cost is.
 # A build with debug info (`-Xswiftc -g`) does not help here: valgrind 3.19 gives up on the DWARF 5
 # forms (strx1, addrx) in the static Swift runtime's debug info, so the binary is profiled without it.
 # Output: bench/results/profile-ENGINE-PATH[TAG].txt and the raw dump profile-ENGINE-PATH[TAG].callgrind
@@ -23,6 +26,7 @@ CONNECTIONS=${CONNECTIONS:-4}
 BASE_PORT=${BASE_PORT:-18620}
 SKIP_BUILD=${SKIP_BUILD:-0}
 TOP=${TOP:-40}
+UPSTREAM_TLS=${UPSTREAM_TLS:-0}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
@@ -30,6 +34,7 @@ RESULTS_DIR=$BENCH_DIR/results
 SCRATCH=$REPO_DIR/.build-bench
 BIN=${BIN:-$SCRATCH/release/tokenrelay}
 TAG=${TAG:-}
+if [[ "$UPSTREAM_TLS" == 1 ]]; then TAG="-tls$TAG"; fi
 UP_PORT=$BASE_PORT
 TR_PORT=$((BASE_PORT + 1))
 ADMIN_PORT=$((BASE_PORT + 2))
@@ -71,6 +76,20 @@ mkdir -p "$RESULTS_DIR"
 TMP=$(mktemp -d /tmp/tokenrelay-profile.XXXXXX)
 chmod 0755 "$TMP"
 mkdir -p "$TMP/www" "$TMP/up"
+UPSTREAM_JSON="{ \"url\": \"http://127.0.0.1:$UP_PORT\" }"
+if [[ "$UPSTREAM_TLS" == 1 ]]; then
+    # A throwaway CA and a certificate for "localhost" signed by it (as bench/run.sh makes them).
+    mkdir -p "$TMP/tls"
+    (
+        cd "$TMP/tls"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=tokenrelay profile CA" -keyout ca.key -out ca.pem 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
+        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >ext.cnf
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf -out server.pem 2>/dev/null
+        chmod 0644 ca.pem server.pem server.key
+    ) || die "could not make the CA and certificate with openssl"
+    UPSTREAM_JSON="{ \"url\": \"https://127.0.0.1:$UP_PORT\", \"tls\": { \"ca_file\": \"$TMP/tls/ca.pem\", \"server_name\": \"localhost\" } }"
+fi
 head -c 1048576 /dev/urandom >"$TMP/www/large"
 chmod 0644 "$TMP/www/large"
 SMALL_BODY=$(printf 'x%.0s' $(seq 1 99))
@@ -91,7 +110,8 @@ http {
     keepalive_requests 1000000;
     sendfile on;
     server {
-        listen 127.0.0.1:$UP_PORT;
+        listen 127.0.0.1:$UP_PORT$([[ "$UPSTREAM_TLS" == 1 ]] && echo " ssl");
+$([[ "$UPSTREAM_TLS" == 1 ]] && printf '        ssl_certificate %s;\n        ssl_certificate_key %s;\n        ssl_session_cache shared:upstream:4m;\n' "$TMP/tls/server.pem" "$TMP/tls/server.key")
         location = /large { root $TMP/www; }
         location = /small { return 200 "$SMALL_BODY\n"; }
     }
@@ -102,7 +122,7 @@ chmod 0600 "$TMP/tokens.json"
 cat >"$TMP/tokenrelay.json" <<EOF
 { "listen": "127.0.0.1:$TR_PORT",
   "data_plane": "$ENGINE",
-  "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
+  "upstream": $UPSTREAM_JSON,
   "tokens": { "file": "$TMP/tokens.json" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$ADMIN_PORT" } }
@@ -148,6 +168,7 @@ demangle() { if command -v swift-demangle >/dev/null 2>&1; then swift-demangle -
 total=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
 REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.txt
 {
+    set +o pipefail   # `head` closes each table early: callgrind_annotate's broken pipe is expected
     echo "tokenrelay data_plane $ENGINE, /$PATH_, $n requests (c=$CONNECTIONS), $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')"
     awk -v t="$total" -v n="$n" 'BEGIN {printf "user-space instructions: %d per request\n", t / n}'
     echo
@@ -160,5 +181,21 @@ REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.txt
     callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null \
         | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
         | head -n "$TOP" | demangle
+    echo
+    echo "--- self by library (instructions per request, % of all) ---"
+    # From the dump itself: a cost line right after `calls=` is that call's inclusive cost (skipped), every
+    # other cost line belongs to the current function, whose library the last `ob=` named.
+    awk 'function name_of(s,    id, rest) {
+             if (match(s, /^\([0-9]+\)/)) { id = substr(s, 1, RLENGTH); rest = substr(s, RLENGTH + 2); if (rest != "") names[id] = rest; return names[id] }
+             return s
+         }
+         /^ob=/ { ob = name_of(substr($0, 4)); next }
+         /^cob=/ { name_of(substr($0, 5)); next }
+         /^calls=/ { skip = 1; next }
+         /^[0-9+*-]/ { if (skip) { skip = 0; next } if (NF >= 2) self[ob] += $2; next }
+         { skip = 0 }
+         END { for (o in self) { n = o; sub(/.*\//, "", n); printf "%s\t%d\n", n, self[o] } }' "$dump" \
+        | awk -F'\t' -v n="$n" -v t="$total" '{printf "%9.0f %5.1f%%  %s\n", $2 / n, 100 * $2 / t, ($1 == "tokenrelay" ? "tokenrelay (static Swift runtime included)" : $1)}' \
+        | sort -rn
 } | tee "$REPORT"
 log "dump kept in $RAW"

@@ -404,6 +404,9 @@ cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }   # u
 tcp_segments() { nstat -az TcpOutSegs TcpExtTCPPureAcks 2>/dev/null | awk '$1 == "TcpOutSegs" {o = $2} $1 == "TcpExtTCPPureAcks" {a = $2} END {print o + 0, a + 0}'; }
 sys_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $13}'; }         # stime alone (the kernel's share)
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# "anon A file F" (KiB): the heap and other anonymous pages, and the mapped pages of the binary and libraries.
+rss_split() { awk '/^RssAnon:/ {a = $2} /^RssFile:/ {f = $2} END {printf "anon %.1fM file %.1fM", a / 1024, f / 1024}' "/proc/$1/status"; }
+declare -A RSS_SPLIT_AFTER RSS_SPLIT_IDLE_CLIENTS
 alive() { kill -0 "$1" 2>/dev/null; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else printf "%.4g\n", (a[NR/2]+a[NR/2+1])/2}'; }
 to_ms() { # wrk latency ("812.00us", "1.20ms", "2.01s") -> ms
@@ -565,7 +568,7 @@ for r in $(seq 1 "$ROUNDS"); do
         done
     done
 done
-for p in "${PROXIES[@]}"; do RSS_AFTER[$p]=$(rss_kb "${PID_OF[$p]}"); done
+for p in "${PROXIES[@]}"; do RSS_AFTER[$p]=$(rss_kb "${PID_OF[$p]}"); RSS_SPLIT_AFTER[$p]=$(rss_split "${PID_OF[$p]}"); done
 
 # ---------------------------------------------------------------- 3. user-space instructions (callgrind)
 # A second instance of each proxy runs under callgrind; its counters are zeroed before and dumped after a
@@ -657,6 +660,7 @@ EOF
                 sleep 0.2
             done
             RSS_IDLE_CLIENTS[$p]=$(rss_kb "$pid")
+            RSS_SPLIT_IDLE_CLIENTS[$p]=$(rss_split "$pid")
         else
             log "WARNING: $p: could not hold $IDLE_CLIENTS connections (${opened:-none})"
             RSS_IDLE_CLIENTS[$p]=""
@@ -717,6 +721,9 @@ REPORT=$RESULTS_DIR/latest.txt
         idle_clients=${RSS_IDLE_CLIENTS[$p]:-}
         printf '%-11s %-10s %-12s %s\n' "$p" "$(mb "${RSS_IDLE[$p]}")" "$(mb "${RSS_AFTER[$p]}")" \
             "$([[ -n "$idle_clients" ]] && mb "$idle_clients" || echo -)"
+    done
+    for p in "${PROXIES[@]}"; do
+        printf '  %-11s after load: %s; with idle clients: %s\n' "$p" "${RSS_SPLIT_AFTER[$p]}" "${RSS_SPLIT_IDLE_CLIENTS[$p]:--}"
     done
     echo
     echo "system calls per request by name (>= 0.05):"

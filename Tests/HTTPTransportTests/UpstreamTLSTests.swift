@@ -1,3 +1,4 @@
+import CLibevent
 import Foundation
 import Glibc
 import HTTPTransport
@@ -148,6 +149,36 @@ final class UpstreamTLSTests: LoopThreadTestCase {
         loopThread.sync {
             download?.close()
             uploader?.close()
+        }
+    }
+
+    /// An error another OpenSSL call left in the loop thread's queue must not be taken for this
+    /// connection's: reads and writes start with an empty queue (they clear it only when it is not).
+    func testStaleErrorInTheQueueDoesNotFailReadsOrWrites() throws {
+        let pki = try TestPKI.shared()
+        let upstream = try TLSTestServer(role: .upstream, identity: pki.server)
+        defer { upstream.stop() }
+        let tls = try context()
+        let (first, answered) = request("127.0.0.1", upstream.port, tls: tls, target: "/big?1000")
+        XCTAssertNil(answered.ended)
+        let recorder = FieldRecorder()
+        loopThread.sync {
+            // ERR_LIB_SSL (20), any reason: a leftover of some other call on this thread.
+            withVaList([]) { arguments in
+                ERR_new()
+                ERR_vset_error(20, 65, nil, arguments)
+            }
+            XCTAssertNotEqual(ERR_peek_error(), 0)
+            first?.handler = recorder
+            first?.startRequest(method: "GET", target: Array("/big?70000".utf8), fields: [("Host", "127.0.0.1")], body: .none)
+            first?.finishRequest()
+        }
+        XCTAssertTrue(waitUntil(recorder.signal, timeout: 20) { recorder.ends == 1 || recorder.ended != nil })
+        XCTAssertNil(recorder.ended)
+        XCTAssertTrue(recorder.body == tlsPattern(70000))
+        loopThread.sync {
+            XCTAssertEqual(ERR_peek_error(), 0, "the stale error was cleared before the read")
+            first?.close()
         }
     }
 
