@@ -115,6 +115,11 @@ public final class HTTPClientConnection {
         case ended
     }
     private var state = State.idle
+    /// The status of an answer the upstream had sent but that was not read yet when the connection failed
+    /// before a response (plain TCP only; for the log). An upstream that answers an upload early (a 401)
+    /// and closes without reading the rest of the body resets the connection, and the failed write of the
+    /// body is seen before its answer is read.
+    public private(set) var statusUnreadAtFailure: Int?
     private var requestMethod = HTTPMethod.get
     private var requestFraming: ResponseFraming?
     private var requestBodySent = 0
@@ -789,6 +794,7 @@ extension HTTPClientConnection: SocketStreamOwner {
     }
 
     func streamFailed(_ stream: SocketStream, errno: Int32) {
+        if !responseStarted { statusUnreadAtFailure = stream.peekStatusCode() }
         end(.failed(errno: errno))
         // Closed here, while this connection is surely alive: the handler told of the end may have let go of
         // it, and the stream's own close after this call would then find no owner, so `onClosed` would never

@@ -608,6 +608,22 @@ final class SocketStream {
         shutdown(fd, Int32(SHUT_WR))
     }
 
+    /// The status code of an HTTP/1.x status line waiting unread in the socket (looked at, not taken), or
+    /// nil: none, or a TLS stream (its bytes are records). Data the peer sent before it reset can still be
+    /// read after the reset.
+    func peekStatusCode() -> Int? {
+        guard !isClosed, tls == nil else { return nil }
+        var line = [UInt8](repeating: 0, count: 12)
+        let n = line.withUnsafeMutableBytes { recv(fd, $0.baseAddress, 12, Int32(MSG_PEEK | MSG_DONTWAIT)) }
+        guard n == 12, line.starts(with: Array("HTTP/1.".utf8)), line[8] == UInt8(ascii: " ") else { return nil }
+        var code = 0
+        for byte in line[9..<12] {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            code = code * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return code
+    }
+
     /// Reports the failure (so the owner knows why) and then closes.
     func fail(_ error: Int32) {
         guard !isClosed else { return }

@@ -494,7 +494,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         guard connection === upstream else { return }
-        let failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
+        var failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
+        if let status = connection.statusUnreadAtFailure {
+            // Still a 502 (the answer was not read), but the log says what the upstream meant.
+            failure.description += " (the upstream had answered \(status) and closed without reading the rest of the request body)"
+        }
         upstream = nil
         streamed?.detach()
         connection.handler = nil
