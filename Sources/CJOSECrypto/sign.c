@@ -36,24 +36,20 @@ static int der_to_raw(const uint8_t *der, size_t der_count, size_t width, uint8_
     return ok;
 }
 
-int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t message_count,
-              uint8_t *signature, size_t *count, const char **reason) {
+// Checks the key against `alg` and initialises `context` for it (digest, padding). `*width`: the ECDSA
+// coordinate width, 0 for the others.
+static int prepare(EVP_MD_CTX *context, struct evp_pkey_st *key, int alg, size_t *width, const char **reason) {
     int kind = jose_key_kind(key, NULL);
     const char *digest = "SHA256";
-    size_t width = 0;   // ECDSA coordinate width; 0 for the others
+    *width = 0;
     switch (alg) {
-    case JOSE_ALG_ES256: if (kind != JOSE_KEY_EC_P256) return fail(reason, "ES256 needs an EC P-256 key"); width = 32; break;
-    case JOSE_ALG_ES384: if (kind != JOSE_KEY_EC_P384) return fail(reason, "ES384 needs an EC P-384 key"); width = 48; digest = "SHA384"; break;
+    case JOSE_ALG_ES256: if (kind != JOSE_KEY_EC_P256) return fail(reason, "ES256 needs an EC P-256 key"); *width = 32; break;
+    case JOSE_ALG_ES384: if (kind != JOSE_KEY_EC_P384) return fail(reason, "ES384 needs an EC P-384 key"); *width = 48; digest = "SHA384"; break;
     case JOSE_ALG_EDDSA: if (kind != JOSE_KEY_ED25519) return fail(reason, "EdDSA needs an Ed25519 key"); digest = NULL; break;
     case JOSE_ALG_RS256: if (kind != JOSE_KEY_RSA) return fail(reason, "RS256 needs an RSA key"); break;
     case JOSE_ALG_PS256: if (kind != JOSE_KEY_RSA) return fail(reason, "PS256 needs an RSA key"); break;
     default: return fail(reason, "unknown algorithm");
     }
-    static const uint8_t nothing = 0;
-    if (message == NULL) message = &nothing;   // an empty message is legal; OpenSSL wants a pointer
-
-    EVP_MD_CTX *context = EVP_MD_CTX_new();
-    if (context == NULL) return fail(reason, "out of memory");
     EVP_PKEY_CTX *key_context = NULL;   // owned by `context`
     int ok = EVP_DigestSignInit_ex(context, &key_context, digest, NULL, NULL, key, NULL) == 1;
     if (ok && alg == JOSE_ALG_RS256) ok = EVP_PKEY_CTX_set_rsa_padding(key_context, RSA_PKCS1_PADDING) == 1;
@@ -62,16 +58,71 @@ int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t m
           && EVP_PKEY_CTX_set_rsa_mgf1_md_name(key_context, "SHA256", NULL) == 1
           && EVP_PKEY_CTX_set_rsa_pss_saltlen(key_context, 32) == 1;
     }
+    return ok ? 1 : fail(reason, "signing failed");
+}
+
+// One-shot EVP_DigestSign on an initialised context: Ed25519 (pure EdDSA) supports nothing else, and it
+// serves the others too.
+static int sign_prepared(EVP_MD_CTX *context, size_t width, const uint8_t *message, size_t message_count,
+                         uint8_t *signature, size_t *count, const char **reason) {
+    static const uint8_t nothing = 0;
+    if (message == NULL) message = &nothing;   // an empty message is legal; OpenSSL wants a pointer
     uint8_t der[160];   // a P-384 DER signature is at most 104 bytes
     size_t length = width ? sizeof der : *count;
-    // One-shot EVP_DigestSign: Ed25519 (pure EdDSA) supports nothing else, and it serves the others too.
-    if (ok) ok = EVP_DigestSign(context, width ? der : signature, &length, message, message_count) == 1;
-    EVP_MD_CTX_free(context);
-    if (!ok) return fail(reason, "signing failed");
+    if (EVP_DigestSign(context, width ? der : signature, &length, message, message_count) != 1) return fail(reason, "signing failed");
     if (width) {
         if (!der_to_raw(der, length, width, signature, count)) return fail(reason, "signing failed (malformed ECDSA signature)");
     } else {
         *count = length;
     }
     return 1;
+}
+
+int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t message_count,
+              uint8_t *signature, size_t *count, const char **reason) {
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    if (context == NULL) return fail(reason, "out of memory");
+    size_t width = 0;
+    int ok = prepare(context, key, alg, &width, reason)
+          && sign_prepared(context, width, message, message_count, signature, count, reason);
+    EVP_MD_CTX_free(context);
+    return ok;
+}
+
+// A context initialised once per key and algorithm (the digest and signature implementations fetched from
+// the provider, the key's provider data bound): each signature then signs on a copy of it, which skips
+// the fetches and look-ups of an init. Each signature still draws its own ECDSA nonce (inside
+// EVP_DigestSign, on the copy): nothing random is prepared ahead or shared between signatures.
+struct jose_prepared {
+    EVP_MD_CTX *template;
+    size_t width;
+};
+
+struct jose_prepared *jose_prepared_new(struct evp_pkey_st *key, int alg, const char **reason) {
+    struct jose_prepared *prepared = OPENSSL_zalloc(sizeof *prepared);
+    if (prepared == NULL) { fail(reason, "out of memory"); return NULL; }
+    prepared->template = EVP_MD_CTX_new();
+    if (prepared->template == NULL || !prepare(prepared->template, key, alg, &prepared->width, reason)) {
+        if (prepared->template == NULL) fail(reason, "out of memory");
+        jose_prepared_free(prepared);
+        return NULL;
+    }
+    return prepared;
+}
+
+int jose_prepared_sign(const struct jose_prepared *prepared, const uint8_t *message, size_t message_count,
+                       uint8_t *signature, size_t *count, const char **reason) {
+    EVP_MD_CTX *context = EVP_MD_CTX_new();
+    if (context == NULL) return fail(reason, "out of memory");
+    int ok = EVP_MD_CTX_copy_ex(context, prepared->template) == 1
+          ? sign_prepared(context, prepared->width, message, message_count, signature, count, reason)
+          : fail(reason, "signing failed (cannot copy the prepared context)");
+    EVP_MD_CTX_free(context);
+    return ok;
+}
+
+void jose_prepared_free(struct jose_prepared *prepared) {
+    if (prepared == NULL) return;
+    EVP_MD_CTX_free(prepared->template);
+    OPENSSL_free(prepared);
 }

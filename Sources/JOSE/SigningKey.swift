@@ -5,7 +5,7 @@ internal import CJOSECrypto
 /// EVP_PKEY, and nothing here changes after init. Load it OFF the event loop (file read, parsing, RSA
 /// generation all block); sign anywhere.
 public final class SigningKey: @unchecked Sendable, CustomStringConvertible {
-    private let key: OpaquePointer
+    let key: OpaquePointer
     public let kind: KeyKind
     /// canonical JSON (RFC 7638 member order, no whitespace) of the PUBLIC key only
     public let publicJWK: String

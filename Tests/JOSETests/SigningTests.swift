@@ -99,3 +99,28 @@ private final class Results: @unchecked Sendable {
     func set(_ index: Int, _ value: [UInt8]?) { lock.withLock { values[index] = value } }
     var all: [[UInt8]?] { lock.withLock { values } }
 }
+
+final class PreparedSignerTests: XCTestCase {
+    /// The prepared context signs what openssl verifies, for every alg, many times over (each signature on
+    /// its own copy: ECDSA signatures of one message differ, so no nonce is reused).
+    func testPreparedSignaturesVerifyAndECDSANoncesDiffer() throws {
+        let scratch = try Scratch()
+        for alg in JWSAlgorithm.allCases {
+            let key = try SigningKey.load(pemFile: try scratch.generateKey("prepared", for: alg))
+            let signer = try PreparedSigner(key: key, alg: alg)
+            let message = Array("eyJ0eXAiOiJkcG9wK2p3dCJ9.prepared-\(alg.rawValue)".utf8)
+            var signatures = Set<[UInt8]>()
+            for index in 0..<(alg == .ES384 || alg == .RS256 || alg == .PS256 ? 3 : 20) {
+                let signature = try signer.sign(message)
+                signatures.insert(signature)
+                if index < 3 {
+                    XCTAssertTrue(try scratch.opensslVerifies("prepared", alg: alg, message: message, signature: signature), "\(alg)")
+                    XCTAssertFalse(try scratch.opensslVerifies("prepared", alg: alg, message: message + [0x2E], signature: signature), "\(alg) tampered")
+                }
+            }
+            if alg == .ES256 { XCTAssertEqual(signatures.count, 20, "a fresh ECDSA nonce per signature") }
+            if alg == .EdDSA || alg == .RS256 { XCTAssertEqual(signatures.count, 1, "deterministic") }
+        }
+        XCTAssertThrowsError(try PreparedSigner(key: try SigningKey.generate(for: .EdDSA), alg: .ES256))
+    }
+}

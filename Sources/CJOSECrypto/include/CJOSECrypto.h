@@ -38,6 +38,14 @@ size_t jose_signature_capacity(const struct evp_pkey_st *key);
 int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t message_count,
               uint8_t *signature, size_t *count, const char **reason);
 
+/// A signing context prepared once per key and `alg` (see sign.c); NULL with `reason` set on failure.
+struct jose_prepared;
+struct jose_prepared *jose_prepared_new(struct evp_pkey_st *key, int alg, const char **reason);
+/// As jose_sign, on a copy of the prepared context.
+int jose_prepared_sign(const struct jose_prepared *prepared, const uint8_t *message, size_t message_count,
+                       uint8_t *signature, size_t *count, const char **reason);
+void jose_prepared_free(struct jose_prepared *prepared);
+
 /// The public key's JWK components, big-endian unsigned: component 0 is RSA `n`, EC `x` (padded to the
 /// coordinate width) or Ed25519's raw public key; component 1 is RSA `e` or EC `y`. `*count` is the
 /// capacity on entry and the length on return. Returns 1 on success, 0 otherwise.
