@@ -59,4 +59,33 @@ final class ClientSecretRotationTests: RelayTestCase {
         XCTAssertEqual(tokenServer.successfulRefreshes, 2)
         XCTAssertFalse(relay.stderrText.contains(rotated), "the new secret never reaches a log line")
     }
+
+    /// The identity provider switches to a new secret before the secret file is updated: the refusal
+    /// (invalid_client) latches "client authentication refused", not "login required"; the refresh token is
+    /// kept, and updating the file asks again at once, without `POST /refresh`.
+    func testSecretSwitchedAtTheServerFirstRecoversWhenTheFileIsUpdated() throws {
+        let relay = try startRelayWithSecretFile()
+        defer { relay.stop() }
+        let rotated = "rotated-secret-\(UUID().uuidString.prefix(8))"
+        tokenServer.clientSecret = rotated  // the old secret now gets 401 invalid_client
+        tokenServer.expireAccessTokens()
+        XCTAssertNotEqual(try get(relay, "/refused").status, 200)
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 503 }, relay.stderrText)
+        let readiness = try admin(relay, "/readyz")
+        XCTAssertTrue(String(decoding: readiness.body, as: UTF8.self).contains("client authentication refused"),
+                      String(decoding: readiness.body, as: UTF8.self))
+        let status = String(decoding: try admin(relay, "/status").body, as: UTF8.self)
+        XCTAssertTrue(status.contains("client authentication refused"), status)
+        XCTAssertFalse(status.contains("login required"), status)
+        XCTAssertEqual(lines(relay, containing: "client authentication refused"), 1, relay.stderrText)
+        XCTAssertNotNil(try readTokenFile()["refresh_token"], "the refresh token is kept")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 0)
+
+        try replaceSecretFile(with: rotated + "\n")
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, relay.stderrText)
+        XCTAssertEqual(try get(relay, "/recovered").status, 200, relay.stderrText)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1, "one token request after the change, none forced")
+        XCTAssertEqual(try lastPresentedSecret(), rotated)
+        XCTAssertFalse(relay.stderrText.contains(rotated), "the new secret never reaches a log line")
+    }
 }

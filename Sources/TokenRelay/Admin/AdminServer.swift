@@ -137,7 +137,7 @@ final class AdminServer {
     private func notReadyReason(_ coordinator: RefreshCoordinator) -> String? {
         switch coordinator.state {
         case _ where proxy.isDraining: "shutting down"
-        case .loginRequired: "login required"
+        case .loginRequired: coordinator.clientAuthenticationRefused ? "client authentication refused" : "login required"
         case .degraded: "storm guard: \(coordinator.degradedReason ?? "too many refreshes")"
         case _ where coordinator.storeNotWritableReason != nil: "token store not writable (\(coordinator.storeNotWritableReason ?? ""))"
         default: unusableTokenReason(coordinator)

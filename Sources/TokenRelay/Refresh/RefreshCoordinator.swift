@@ -216,6 +216,8 @@ final class RefreshCoordinator {
     var refreshCount: Int { machine.refreshCount }
     var lastOutcome: (description: String, at: Date)? { machine.lastOutcome }
     var degradedReason: String? { machine.degradedReason }
+    /// Latched on the client's credential, not on the refresh token: see `RefreshMachine.clientAuthenticationRefused`.
+    var clientAuthenticationRefused: Bool { machine.clientAuthenticationRefused }
     var refreshHoldOffReason: String? { machine.holdOff?.reason }
     var unsavedTokens: RefreshMachine.Unsaved? { machine.unsaved }
     var isAccessTokenKnownDead: Bool { machine.isAccessTokenKnownDead }

@@ -25,6 +25,9 @@ struct RefreshMachine {
     /// The generation the upstream last refused, and the one whose cycle after such a refusal ended
     /// without new tokens (`isAccessTokenKnownDead`).
     private var refusedGeneration: UInt64?
+    /// The last latch was the token endpoint refusing the client (`invalid_client`, `unauthorized_client`),
+    /// not the refresh token: read through `clientAuthenticationRefused`, which holds only while latched.
+    private var latchedOnClientRefusal = false
     private var deadGeneration: UInt64?
     private var lifetime: Double?
     private var unknownOutcomes = 0
@@ -89,6 +92,11 @@ struct RefreshMachine {
         }
         }
     }
+
+    /// Latched because the token endpoint refused the client, not its refresh token (RFC 6749 §5.2).
+    var clientAuthenticationRefused: Bool { state == .loginRequired && latchedOnClientRefusal }
+
+    static let clientRefusalErrors: Set<String> = ["invalid_client", "unauthorized_client"]
 
     var mode: Mode? {
         if case .refreshing(let cycle) = phase { return cycle.mode }
@@ -431,7 +439,15 @@ struct RefreshMachine {
             emit(.count(.refreshError(code: oauthError ?? "http_\(status)")))
             removeInFlightRecord()
             emit(.releaseLock)
-            reject("refresh rejected; login required", ["status": "\(status)", "error": oauthError ?? "none"], now)
+            if let oauthError, Self.clientRefusalErrors.contains(oauthError) {
+                // The client's credential was refused, not the refresh token: the session is fine. Nothing is
+                // latched in the shared store (another relay's credential may be the good one), and a change
+                // of the secret or key asks again (Relay+Credentials).
+                reject("client authentication refused; keeping the refresh token until the client credential changes",
+                       ["status": "\(status)", "error": oauthError], now, latchInStore: false, clientRefused: true)
+            } else {
+                reject("refresh rejected; login required", ["status": "\(status)", "error": oauthError ?? "none"], now)
+            }
         case .transient(let reason, let outcomeUnknown):
             transientFailure(reason, outcomeUnknown: outcomeUnknown, retryAfter: retryAfter ?? 0, lockHeld: true, now)
         case .unusable(let reason):
@@ -700,14 +716,16 @@ struct RefreshMachine {
 
     /// The credentials are dead: say why once, latch "login required". No storm: nothing refreshes until
     /// the store changes or an operator forces a refresh.
-    private mutating func reject(_ message: String, _ metadata: [String: String], _ now: Instant, latchInStore: Bool = true) {
+    private mutating func reject(_ message: String, _ metadata: [String: String], _ now: Instant, latchInStore: Bool = true,
+                                 clientRefused: Bool = false) {
+        latchedOnClientRefusal = clientRefused
         emit(.count(.refreshOutcome("rejected")))
         log(.error, message, metadata)
         // Fleet-wide: stored with the token set, so the other relays stop too instead of each trying once.
         if latchInStore { emit(.latchLoginRequired(message)) }
         phase = .loginRequired
         emit(.cancel(.proactive))
-        endCycle(.rejected, description: "rejected: login required", now)
+        endCycle(.rejected, description: clientRefused ? "rejected: client authentication refused" : "rejected: login required", now)
     }
 
     // MARK: - 8. The refresh hold-off after an unknown outcome

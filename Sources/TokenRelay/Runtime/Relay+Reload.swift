@@ -106,6 +106,7 @@ extension Relay {
         }
         if let secret = preflight.clientSecret { redactor.add(secret) }
         let credentialChange = Self.credentialChange(from: (config.refresh, credentialKeys), to: (next.refresh, preflight.credentialKeys))
+            ?? (preflight.clientSecret != clientSecret ? "a new client secret" : nil)
         self.config = next
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
@@ -135,6 +136,7 @@ extension Relay {
             self.redactor.add(secret)
             self.clientSecret = secret
             self.reconfigureTokenEndpoint()
+            self.clientCredentialChanged("client secret file replaced")
         }
     }
 }
