@@ -42,7 +42,7 @@ final class ProofSigner {
         payload.append(contentsOf: #","iat":"#.utf8)
         payload.append(contentsOf: String(Int64(clamping: Int64(exactly: now.rounded(.down)) ?? 0)).utf8)
         payload.append(contentsOf: #","jti":""#.utf8)
-        payload.append(contentsOf: SecureRandom.identifier().utf8)
+        appendJti(to: &payload)
         payload.append(UInt8(ascii: "\""))
         if let accessToken {
             payload.append(contentsOf: #","ath":""#.utf8)
@@ -64,6 +64,19 @@ final class ProofSigner {
         proofsSigned &+= 1
         onSigned?()
         return String(decoding: signingInput, as: UTF8.self)
+    }
+
+    /// 96 random bits drawn once per signer (base64url, 16 characters), then a counter: unique per proof
+    /// (RFC 9449 §4.2 asks for a negligible chance of reuse, not for secrecy), across restarts too (a new
+    /// prefix each start), without a CSPRNG call — and OpenSSL's fork-check syscall — per request.
+    private let jtiPrefix = Array(Base64URL.encode(SecureRandom.bytes(12)).utf8)
+    private var jtiCounter: UInt64 = 0
+
+    private func appendJti(to payload: inout [UInt8]) {
+        payload.append(contentsOf: jtiPrefix)
+        payload.append(UInt8(ascii: "."))
+        jtiCounter &+= 1
+        payload.append(contentsOf: String(jtiCounter, radix: 36).utf8)
     }
 
     private func template(method: String, htu: String) -> [UInt8] {
