@@ -38,10 +38,19 @@ enum HTTP2Session {
                                    value: UInt32(clamping: max(1, settings.maxConcurrentStreams))),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE.rawValue),
                                    value: UInt32(clamping: max(1, settings.maxHeadBytes))),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 256 * 1024),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(Self.streamWindow)),
         ]
-        return nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0
+        guard nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
+        // The connection's own window starts at 65,535 bytes whatever SETTINGS say (SETTINGS size streams'
+        // windows only): one stream whose body is held (waiting for a refresh, or for a slow upstream) would
+        // use it up and stall every other upload on the connection. It is opened to what all streams' windows
+        // add up to, so a held stream can only ever stop itself (docs/nghttp2.md).
+        let connectionWindow = Int32(clamping: max(1, settings.maxConcurrentStreams) &* Self.streamWindow)
+        return nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow) == 0
     }
+
+    /// Each stream's receive window (SETTINGS_INITIAL_WINDOW_SIZE).
+    static let streamWindow = 256 * 1024
 
     static let temporalFailure = Int32(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
 

@@ -172,4 +172,18 @@ final class HTTP2HygieneTests: RelayTestCase {
         XCTAssertTrue(ended)
         assertStillServing(relay)
     }
+
+    /// The connection's window is opened to what every stream's window adds up to: a stream whose body is
+    /// held (a refresh, a slow upstream) cannot use up the connection's 65,535 default and stall the others.
+    func testTheConnectionWindowCoversEveryStreamsWindow() throws {
+        let relay = try startH2Relay()
+        let client = try RawHTTP2Client(port: relay.proxyPort)
+        let (frames, _) = client.readFrames(limit: 20) { $0.type == RawHTTP2Client.windowUpdate && $0.stream == 0 }
+        let update = try XCTUnwrap(frames.last { $0.type == RawHTTP2Client.windowUpdate && $0.stream == 0 }, "frames: \(frames.map(\.type))")
+        let bytes = [UInt8](update.payload)
+        XCTAssertEqual(bytes.count, 4)
+        let increment = (UInt32(bytes[0] & 0x7f) << 24) | (UInt32(bytes[1]) << 16) | (UInt32(bytes[2]) << 8) | UInt32(bytes[3])
+        XCTAssertGreaterThanOrEqual(Int(increment) + 65_535, 100 * 256 * 1024, "the default 100 streams of 256 KiB each")
+        assertStillServing(relay)
+    }
 }
