@@ -203,6 +203,26 @@ final class DPoPTests: XCTestCase {
         try assertProofsClean()
     }
 
+    /// A state without the generated key (an operator's `token import`) is adopted; the renewal that follows
+    /// writes the running key back beside the tokens bound to it, so a restart still signs with it.
+    func testAnImportedStateKeepsTheGeneratedKey() throws {
+        try startServer()
+        let relay = try startRelay()
+        XCTAssertEqual(load(relay, count: 2, concurrency: 1), [200, 200])
+        let before = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        let pem = try XCTUnwrap(before["dpop_key"] as? String)
+        let refresh = try XCTUnwrap(before["refresh_token"] as? String)
+        // The import: the live refresh token, an access token the API does not know, no DPoP fields.
+        try writeTokenFile(at: tokenFileURL, access: "imported-access-token", refresh: refresh)
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("adopted tokens") }, relay.stderrText)
+        XCTAssertEqual(load(relay, count: 2, concurrency: 1), [200, 200], relay.stderrText)
+        let after = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        XCTAssertNotEqual(after["refresh_token"] as? String, refresh, "renewed after the import")
+        // Compared, never printed: a failure message must not carry the key.
+        XCTAssertTrue(after["dpop_key"] as? String == pem, "the running key is written with the tokens bound to it")
+        try assertProofsClean()
+    }
+
     /// A new key_file: one line at start, and the bound refresh token is not presented with the wrong key.
     func testAKeyChangeAsksForANewLoginInsteadOfPresentingTheBoundRefreshToken() throws {
         try startServer(["token_nonce": false, "api_nonce": false])

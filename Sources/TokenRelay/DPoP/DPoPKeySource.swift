@@ -86,6 +86,7 @@ extension Relay {
         if settings.keyFile == nil && config.tokens.encryption == nil {
             logger.warning("dpop: the generated key is stored in clear with the token state (set tokens.encryption to seal it)")
         }
-        return DPoPProofs(signer: signer, metrics: metrics, logger: logger)
+        let kept = settings.keyFile == nil ? tokens.otherFields[TokenSet.dpopKeyField] as? String : nil
+        return DPoPProofs(signer: signer, metrics: metrics, logger: logger, keptKeyPEM: kept)
     }
 }

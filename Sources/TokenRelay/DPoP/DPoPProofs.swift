@@ -14,8 +14,14 @@ final class DPoPProofs {
     /// sends a bad one on every response must not flood the log.
     private var loggedRefusals: Set<String> = []
 
-    init(signer: ProofSigner, metrics: RelayMetrics, logger: Logger) {
+    /// The generated key (PKCS#8 PEM) when it is kept with the token state (no `dpop.key_file`): every token
+    /// set written carries it, so a state adopted without it (a `token import`) cannot lose it at the next
+    /// write and, with it, the session bound to it at the next restart.
+    let keptKeyPEM: String?
+
+    init(signer: ProofSigner, metrics: RelayMetrics, logger: Logger, keptKeyPEM: String? = nil) {
         self.signer = signer
+        self.keptKeyPEM = keptKeyPEM
         self.metrics = metrics
         self.logger = logger
         let signed = metrics.dpopProofsSigned
@@ -24,6 +30,14 @@ final class DPoPProofs {
     }
 
     var thumbprint: String { signer.thumbprint }
+
+    /// `tokens` with the kept key in it (unchanged when the key comes from `dpop.key_file`).
+    func keepingItsKey(in tokens: TokenSet) -> TokenSet {
+        guard let keptKeyPEM, tokens.otherFields[TokenSet.dpopKeyField] == nil else { return tokens }
+        var kept = tokens
+        kept.otherFields[TokenSet.dpopKeyField] = keptKeyPEM
+        return kept
+    }
 
     /// The scheme prefix of a DPoP-bound token's Authorization value.
     static let authorizationScheme = "DPoP "

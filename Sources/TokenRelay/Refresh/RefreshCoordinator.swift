@@ -262,7 +262,7 @@ final class RefreshCoordinator {
         var problems: [String] = []
         if let answer = machine.answerBeingSaved {
             do {
-                try store.writeAtExit(answer)
+                try store.writeAtExit(dpop?.keepingItsKey(in: answer) ?? answer)
                 // Answered and saved: the in-flight record has done its job (the lock is still ours).
                 try? store.removeInFlightRecord()
                 logger.warning("refreshed tokens saved to \(storeNoun) at exit")
@@ -272,7 +272,7 @@ final class RefreshCoordinator {
             }
         } else if machine.hasUnsavedTokens {
             do {
-                try store.writeAtExit(machine.tokens)
+                try store.writeAtExit(dpop?.keepingItsKey(in: machine.tokens) ?? machine.tokens)
                 machine.savedAtExit()
                 logger.warning("tokens saved to \(storeNoun) at exit")
             } catch {
@@ -396,7 +396,7 @@ final class RefreshCoordinator {
 
     /// The store answers on the loop (a file is written off it).
     private func write(_ tokens: TokenSet) {
-        store.write(tokens) { [weak self] outcome in
+        store.write(dpop?.keepingItsKey(in: tokens) ?? tokens) { [weak self] outcome in
             guard let self else { return }
             switch outcome {
             case .written:
