@@ -536,6 +536,12 @@ public final class HTTPServerConnection {
             block.buffer.append(literal: "Connection: Upgrade\r\n")
         }
         stream.write(head.bytes)
+        return handOverSocket()
+    }
+
+    /// Stops parsing, reporting and timing here and gives the socket to a new owner (a tunnel, an HTTP/2
+    /// connection); its close is reported as `ended(.closedLocally)` and releases the server's slot.
+    private func handOverSocket() -> TunnelEndpoint {
         hasEnded = true
         readState = .ended
         disarmHeadTimer()
@@ -553,15 +559,7 @@ public final class HTTPServerConnection {
     /// in the stream's input. nil once a request head was parsed or the connection ended.
     public func takeOverForHTTP2() -> TunnelEndpoint? {
         guard !hasEnded, !sawRequestHead, case .head = readState else { return nil }
-        hasEnded = true
-        readState = .ended
-        disarmHeadTimer()
-        if let activityTimer { event_del(activityTimer) }
-        activityExpiry = .infinity
-        return TunnelEndpoint(stream: stream) { [self] in
-            handler?.connection(self, ended: .closedLocally)
-            releaseFromServer()
-        }
+        return handOverSocket()
     }
 
     /// Closes at once, abandoning any unsent output (a stream that cannot be completed).

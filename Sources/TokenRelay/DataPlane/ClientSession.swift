@@ -77,8 +77,7 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
         }
         // Taken, not copied: the head's arrays move into the exchange without a retain and release each.
         guard let head = head.take() else { return }
-        let chosen = proxy.context(for: head)
-        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head, body: .kept(body))
+        let exchange = RelayedExchange.routed(by: proxy, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -87,9 +86,8 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let chosen = proxy.context(for: head)
-        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head,
-                                       body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
+        let exchange = RelayedExchange.routed(by: proxy, session: self, head: head,
+                                              body: .streamed(StreamedRequestBody(client: connection, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()
     }

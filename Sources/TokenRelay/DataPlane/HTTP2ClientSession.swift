@@ -129,8 +129,7 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
             return
         }
         guard let head = head.take() else { return }
-        let chosen = proxy.context(for: head)
-        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head, body: .kept(body))
+        let exchange = RelayedExchange.routed(by: proxy, session: self, head: head, body: .kept(body))
         body = []
         self.exchange = exchange
         exchange.begin()
@@ -139,9 +138,8 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
     private func beginStreaming(length: BodyLength, prefix: [UInt8]) {
         guard let head = head.take() else { return }
         streaming = true
-        let chosen = proxy.context(for: head)
-        let exchange = RelayedExchange(context: chosen.context, strip: chosen.strip, session: self, head: head,
-                                       body: .streamed(StreamedRequestBody(client: stream, length: length, prefix: prefix)))
+        let exchange = RelayedExchange.routed(by: proxy, session: self, head: head,
+                                              body: .streamed(StreamedRequestBody(client: stream, length: length, prefix: prefix)))
         self.exchange = exchange
         exchange.begin()
     }

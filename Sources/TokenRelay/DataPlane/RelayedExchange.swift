@@ -675,3 +675,12 @@ final class CapturedResponse {
         self.head = head
     }
 }
+
+extension RelayedExchange {
+    /// The exchange for a request whose head has arrived, on the context of the route its head picks; not
+    /// begun, so that its session holds it before `begin` can report back.
+    static func routed(by proxy: ProxyServer, session: Session, head: ReceivedRequestHead, body: Body) -> RelayedExchange {
+        let chosen = proxy.context(for: head)
+        return RelayedExchange(context: chosen.context, strip: chosen.strip, session: session, head: head, body: body)
+    }
+}
