@@ -14,53 +14,21 @@ final class AssertionTokenEndpoint: @unchecked Sendable { // immutable after ini
     let tokenPort: Int
     let controlPort: Int
     let usesTLS: Bool
-    private let process: Process
-    private let stderrURL: URL
+    private let process: PythonFixtureProcess
 
     var tokenURL: String { "\(usesTLS ? "https://localhost" : "http://127.0.0.1"):\(tokenPort)/token" }
-    var stderrText: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
+    var stderrText: String { process.stderrText }
 
     /// `settings` as the script's docstring describes (client_id, client_auth, client_key, audience, …).
     init(settings: [String: Any], workDir: URL) throws {
         try Python.ensureCryptography()
-        let name = "assertion-endpoint-\(UUID().uuidString.prefix(8))"
-        let configURL = workDir.appendingPathComponent("\(name).json")
-        try JSONSerialization.data(withJSONObject: settings).write(to: configURL)
-        let stdoutURL = workDir.appendingPathComponent("\(name).out")
-        stderrURL = workDir.appendingPathComponent("\(name).err")
-        for url in [stdoutURL, stderrURL] { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
         usesTLS = settings["cert"] != nil
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", Self.script.path, configURL.path]
-        process.standardInput = FileHandle.nullDevice
-        let out = try FileHandle(forWritingTo: stdoutURL), err = try FileHandle(forWritingTo: stderrURL)
-        defer { try? out.close(); try? err.close() }
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        var ports: [Int] = []
-        let process = process
-        waitUntil(timeout: 15) {
-            let text = (try? String(contentsOf: stdoutURL, encoding: .utf8)) ?? ""
-            if let line = text.split(separator: "\n").first, text.contains("\n") { ports = line.split(separator: " ").compactMap { Int($0) } }
-            return ports.count == 2 || !process.isRunning
-        }
-        guard ports.count == 2 else {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            throw TestSupportError("assertion token endpoint did not start; stderr:\n\((try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "")")
-        }
-        (tokenPort, controlPort) = (ports[0], ports[1])
+        process = try PythonFixtureProcess(script: Self.script, settings: settings, workDir: workDir,
+                                           name: "assertion token endpoint", portCount: 2)
+        (tokenPort, controlPort) = (process.ports[0], process.ports[1])
     }
 
-    deinit { stop() }
-
-    func stop() {
-        guard process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
-        if !waitUntil(timeout: 5, { !self.process.isRunning }) { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-    }
+    func stop() { process.stop() }
 
     /// What the endpoint saw so far (see the script's /stats).
     func stats() throws -> [String: Any] {
