@@ -47,6 +47,34 @@ final class AdminRefreshGuardTests: RelayTestCase {
         XCTAssertFalse(try HTTPTestClient.send(port: port, method: "GET", path: "/metrics").bodyText.contains(token))
     }
 
+    /// A rotated `admin.token_file` (written aside and renamed over, as a Secret update does) is taken up
+    /// without a restart; a changed file that cannot be used keeps the token in use, with one line.
+    func testARotatedAdminTokenFileIsTakenUpWithoutARestart() throws {
+        let (first, second) = ("admin-\(UUID().uuidString)", "admin-\(UUID().uuidString)")
+        let tokenFile = workDir.appendingPathComponent("admin-token")
+        func replace(with text: String) throws {
+            let aside = workDir.appendingPathComponent("admin-token.new")
+            try Data(text.utf8).write(to: aside)
+            XCTAssertEqual(rename(aside.path, tokenFile.path), 0)
+        }
+        try replace(with: first + "\n")
+        let relay = try startRelay(["admin": ["listen": "127.0.0.1:0", "token_file": tokenFile.path],
+                                    "tokens": ["watch_interval_seconds": 0.2]])
+        func status(_ token: String) -> Int {
+            (try? HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/status", headers: [("Authorization", "Bearer \(token)")]).status) ?? -1
+        }
+        XCTAssertEqual(status(first), 200)
+        try replace(with: second + "\n")
+        XCTAssertTrue(waitUntil(timeout: 10) { status(second) == 200 }, relay.stderrText)
+        XCTAssertEqual(status(first), 401, "the rotated-out token no longer opens /status")
+
+        try replace(with: "\n")
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("ignoring changed admin token file") }, relay.stderrText)
+        XCTAssertTrue(relay.stderrText.contains("admin.token_file"), "the line names the field")
+        XCTAssertEqual(status(second), 200, "an empty file keeps the token in use")
+        XCTAssertFalse(relay.stderrText.contains(first) || relay.stderrText.contains(second), "admin tokens are never logged")
+    }
+
     func testAnUnreadableAdminTokenFileIsOneLineNamingTheField() throws {
         XCTAssertThrowsError(try startRelay(["admin": ["listen": "127.0.0.1:0", "token_file": workDir.appendingPathComponent("missing").path]],
                                             startupTimeout: 5)) { error in

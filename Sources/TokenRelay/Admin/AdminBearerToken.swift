@@ -2,8 +2,9 @@ import FoundationEssentials
 import Glibc
 
 /// The bearer token `admin.token_file` holds: with it, `POST /refresh` and `/status` need
-/// `Authorization: Bearer <token>` (the probes and the scrape stay open). Read once, at start; the file
-/// is the only place it lives besides memory, and it is added to the log redactor.
+/// `Authorization: Bearer <token>` (the probes and the scrape stay open). Read at start and again when
+/// the file changes (`Relay.watchAdminToken`); the file is the only place it lives besides memory, and it
+/// is added to the log redactor.
 struct AdminBearerToken {
     private let token: [UInt8]
     let text: String

@@ -16,7 +16,8 @@ final class AdminServer {
     private let startedAt = Date()
     /// With `admin.token_file`: what `POST /refresh` and `/status` require. The probes and `/metrics`
     /// stay open (a kubelet or a scraper carries no token).
-    private let bearerToken: AdminBearerToken?
+    /// Replaced when `admin.token_file` changes (`Relay.watchAdminToken`).
+    var bearerToken: AdminBearerToken?
     private(set) var listener: SmallHTTPServer!
 
     /// Requests here are a probe or a scrape: small heads, tiny bodies, and a client that sends its

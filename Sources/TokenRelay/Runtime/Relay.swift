@@ -21,6 +21,7 @@ public final class Relay {
     let tokenSealer: TokenSealer?
     var secretWatch: ClientSecretWatch?
     var credentialFilesWatch: CredentialFilesWatch?
+    var adminTokenWatch: FileChangeWatch?
     /// The process's metrics; with `identities`, the top-level identity's carry `identity="default"`.
     let metrics: RelayMetrics
     let coordinator: RefreshCoordinator
@@ -89,6 +90,7 @@ public final class Relay {
         namedIdentities.forEach { $0.start() }
         watchClientSecret()
         watchCredentialFiles()
+        watchAdminToken()
     }
 
     /// Redis when configured (fleet mode), else the token file with its lock.
@@ -193,6 +195,7 @@ public final class Relay {
         systemd.close()
         secretWatch = nil
         credentialFilesWatch = nil
+        adminTokenWatch = nil
         proxy.closePools()
     }
 
