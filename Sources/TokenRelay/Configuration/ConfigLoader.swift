@@ -57,10 +57,6 @@ public enum ConfigLoader {
         var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
         config.inject = try InjectSettings.read(from: root)
         config.dpop = try DPoPSettings.read(from: root)
-        if let dpop = config.dpop, dpop.keyFile == nil, config.tokens.redis != nil {
-            // Every relay of a fleet must sign with the one key the shared tokens are bound to.
-            throw ConfigError("dpop.key_file", "is required with tokens.redis (every relay signs with the one key the tokens are bound to)")
-        }
         config.login = try LoginSettings.read(from: root, refresh: refresh)
         if let limits = try root.optionalObject("limits") {
             config.limits = try readLimits(limits)

@@ -69,7 +69,10 @@ public final class Relay {
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }
-        dpop = try Self.dpopProofs(config: preflight.config, tokens: &preflight.tokens, metrics: metrics, logger: logger)
+        let fleetKey = preflight.redis.flatMap { endpoint in
+            preflight.config.tokens.redis.map { DPoPFleetKey(endpoint: endpoint, settings: $0, codec: preflight.codecs.redis) }
+        }
+        dpop = try Self.dpopProofs(config: preflight.config, tokens: &preflight.tokens, fleet: fleetKey, metrics: metrics, logger: logger)
         endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
         endpoint.dpop = dpop
         redactor.add(preflight.redis?.password)

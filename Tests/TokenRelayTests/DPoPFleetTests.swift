@@ -1,0 +1,118 @@
+import Foundation
+import XCTest
+
+/// DPoP in fleet mode without `dpop.key_file`: the generated key is kept in the Redis record (sealed under
+/// `tokens.encryption`), so relays started at once settle on ONE key, and a token one relay obtained works
+/// through another. Real redis-server, the DPoP token server and API (`DPoPServer`).
+final class DPoPFleetTests: XCTestCase, SealedStateChecks {
+    private var workDir: URL!
+    private var redis: RedisServerProcess!
+    private var server: DPoPServer!
+    private var relays: [TokenRelayProcess] = []
+    private let key = "tokenrelay:dpop-fleet"
+    private var tokenFileURL: URL { workDir.appendingPathComponent("seed-tokens.json") }
+
+    override func setUpWithError() throws {
+        workDir = makeTemporaryDirectory(prefix: "tokenrelay-dpop-fleet")
+        redis = try RedisServerProcess()
+        server = try DPoPServer(settings: ["refresh_token": "rt-seed", "token_nonce_every": 1, "api_nonce_every": 5], workDir: workDir)
+        try writeTokenFile(at: tokenFileURL, access: "not-yet-issued", refresh: "rt-seed")
+    }
+
+    override func tearDownWithError() throws {
+        relays.forEach { $0.stop() }
+        if let run = testRun, run.failureCount + run.unexpectedExceptionCount > 0 {
+            for relay in relays { print("--- relay log:\n" + relay.stderrText.split(separator: "\n").suffix(30).joined(separator: "\n")) }
+            if let server { print("--- dpop server stderr:\n\(server.stderrText.suffix(3000))\nstats: \((try? server.stats()) ?? [:])") }
+        }
+        relays = []
+        server?.stop()
+        redis?.stop()
+        if let workDir { try? FileManager.default.removeItem(at: workDir) }
+    }
+
+    private func config(sealingKey: URL?) -> [String: Any] {
+        var tokens: [String: Any] = ["redis": ["url": redis.url, "key": key, "command_timeout_seconds": 0.5, "poll_interval_seconds": 0.1]]
+        if let sealingKey { tokens["encryption"] = ["key_file": sealingKey.path] }
+        return [
+            "listen": "127.0.0.1:0",
+            "upstream": ["url": server.apiURL],
+            "tokens": tokens,
+            "refresh": ["token_url": server.tokenURL, "client_id": "relay-client", "grant": "refresh_token", "client_auth": "none",
+                        "backoff_seconds": 0.05],
+            "admin": ["listen": "127.0.0.1:0"],
+            "log": ["level": "debug"],
+            "dpop": [:],
+        ]
+    }
+
+    private func jkt(_ relay: TokenRelayProcess) throws -> String? {
+        let status = try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/status").json()
+        return (status?["dpop"] as? [String: Any])?["jkt"] as? String
+    }
+
+    /// Two relays started at once on a record without a key: one key in Redis, both sign with it; a refresh
+    /// by one, and requests through the other carry the token bound to that key (the API checks cnf.jkt).
+    func testTwoRelaysStartedAtOnceSignWithTheOneKeyKeptInRedis() throws {
+        let sealingKey = try writeKey(workDir, "state-key")
+        let configURL = workDir.appendingPathComponent("import.json")
+        try JSONSerialization.data(withJSONObject: config(sealingKey: sealingKey.url)).write(to: configURL)
+        let imported = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path])
+        XCTAssertEqual(imported.exitCode, 0, imported.stderr)
+
+        let started = Locked([TokenRelayProcess?](repeating: nil, count: 2))
+        let relayConfig = config(sealingKey: sealingKey.url)
+        let directories = (0..<2).map { workDir.appendingPathComponent("relay-\($0)") }
+        for directory in directories { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+        nonisolated(unsafe) let shared = relayConfig  // read-only from both threads
+        DispatchQueue.concurrentPerform(iterations: 2) { index in
+            let relay: TokenRelayProcess?
+            do { relay = try TokenRelayProcess.start(config: shared, workDir: directories[index]) } catch { print("start \(index): \(error)"); relay = nil }
+            started.withLock { $0[index] = relay }
+        }
+        relays = started.withLock { $0 }.compactMap { $0 }
+        XCTAssertEqual(relays.count, 2, "both relays started")
+        guard relays.count == 2 else { return }
+        let (first, second) = (relays[0], relays[1])
+
+        // One key in the record, sealed: no PEM in Redis in clear; both relays report its thumbprint.
+        let stored = try redis.cli(["HGET", key, "dpop_key"])
+        XCTAssertFalse(stored.isEmpty, "the key is kept in the Redis record")
+        XCTAssertFalse(stored.contains("PRIVATE KEY"), "the key is sealed under tokens.encryption")
+        XCTAssertNoThrow(try sealedEnvelope(Data(stored.utf8)))
+        let firstJKT = try XCTUnwrap(try jkt(first))
+        XCTAssertEqual(try jkt(second), firstJKT, "both relays sign with the same key")
+        let generated = relays.filter { $0.stderrText.contains("dpop: generated a ES256 key") }.count
+        XCTAssertLessThanOrEqual(generated, 1, "at most one relay's key was kept (the other adopted it)")
+
+        // A refresh by the first relay; the second adopts the bound tokens and uses them without a refresh.
+        for index in 0..<6 {
+            XCTAssertEqual(try HTTPTestClient.send(port: first.proxyPort, method: "GET", path: "/a/\(index)").status, 200)
+        }
+        XCTAssertEqual(try server.count("granted"), 1)
+        XCTAssertTrue(waitUntil(timeout: 10) {
+            (try? HTTPTestClient.send(port: second.proxyPort, method: "GET", path: "/b/0").status) == 200
+        }, "requests through the second relay work with the bound token")
+        for index in 1..<10 {
+            XCTAssertEqual(try HTTPTestClient.send(port: second.proxyPort, method: index % 2 == 0 ? "GET" : "POST", path: "/b/\(index)",
+                                                   body: index % 2 == 0 ? nil : Data("{}".utf8)).status, 200)
+        }
+        let stats = try server.stats()
+        XCTAssertEqual(stats["granted"] as? Int, 1, "one refresh for the fleet")
+        XCTAssertEqual(Set(stats["jkts"] as? [String] ?? []), [firstJKT], "the tokens are bound to the key both relays hold")
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+        XCTAssertEqual(stats["jti_reuse"] as? Int, 0)
+        XCTAssertEqual(stats["refresh_token_reuse"] as? Int, 0)
+
+        // A restarted relay finds the key in Redis, not a new one.
+        relays[1].stop()
+        let directory = workDir.appendingPathComponent("relay-restarted")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let restarted = try TokenRelayProcess.start(config: config(sealingKey: sealingKey.url), workDir: directory)
+        relays.append(restarted)
+        XCTAssertEqual(try jkt(restarted), firstJKT)
+        XCTAssertFalse(restarted.stderrText.contains("dpop: generated"))
+        XCTAssertEqual(try HTTPTestClient.send(port: restarted.proxyPort, method: "GET", path: "/c").status, 200)
+        for relay in relays { XCTAssertFalse(relay.stderrText.contains("PRIVATE KEY"), "a key was logged") }
+    }
+}
