@@ -340,7 +340,9 @@ final class ConfigSchemaTests: XCTestCase {
                                            "subject_token_file", "actor_token_file", "actor_token_type", "requested_token_type",
                                            "key_env",
                                            // issue 25: admin.token_file (absent: the admin endpoints are open)
-                                           "token_file"].contains(key)
+                                           "token_file",
+                                           // issue 24: tokens.redis.url or tokens.redis.sentinel, one of them
+                                           "url"].contains(key)
                 if isScalar && !required.contains(key) && !hasNoNaturalDefault {
                     XCTAssertNotNil(property["default"], "\(keyPath): default missing")
                 }

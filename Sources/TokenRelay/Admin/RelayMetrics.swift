@@ -81,6 +81,8 @@ final class RelayMetrics {
     let storeReadOnlyReplies: Counter
     /// Token sets written back over a lower stored version (a write lost in a failover).
     let storeWritesPutBack: Counter
+    /// Masters changed under `tokens.redis.sentinel` (a failover followed to the new master).
+    let storeFailoversFollowed: Counter
     /// DPoP (`dpop`): 1 while proofs are signed; nonce challenges answered by a resend; proofs signed.
     let dpopEnabled: Gauge
     let dpopNonceReplays: Counter
@@ -143,6 +145,8 @@ final class RelayMetrics {
                                                "Redis writes answered READONLY (the node had become a replica); the store is unavailable until a master answers.")
         storeWritesPutBack = identityCounter("tokenrelay_token_store_writes_put_back_total",
                                              "Token sets written back to Redis because it held a lower version than this relay had seen (a write lost in a failover).")
+        storeFailoversFollowed = identityCounter("tokenrelay_token_store_failovers_followed_total",
+                                                 "Redis failovers followed through the sentinels (a new master confirmed by ROLE).")
         dpopEnabled = identityGauge("tokenrelay_dpop_enabled", "1 when DPoP proofs are signed for the tokens (dpop configured), else 0.")
         dpopNonceReplays = identityCounter("tokenrelay_dpop_nonce_replays_total",
                                            "Requests sent again with a fresh DPoP proof after a nonce challenge (use_dpop_nonce), upstream or token endpoint.")

@@ -21,6 +21,10 @@ public struct RedisSettings: Sendable {
     /// Replicas that must have a new token set (Redis `WAIT`) before held requests are released; 0: the
     /// primary's acknowledgement suffices.
     public var waitReplicas = 0
+    /// `tokens.redis.sentinel`: the master found through Redis Sentinel (then `endpoint` is only the
+    /// template of the data nodes' login: database, username, password, TLS; its address is a placeholder
+    /// naming the master, never connected to).
+    public var sentinel: RedisSentinelSettings?
 
     /// How long a write may take: the compare-and-set, and `WAIT` (given half a command timeout, so it
     /// answers before the connection's own bound).
@@ -32,7 +36,7 @@ public struct RedisSettings: Sendable {
     static let minimumLockMarginCommands = 2.0
     static let defaultLockMarginCommands = 5.0
 
-    public var url: String { endpoint.description }
+    public var url: String { sentinel?.description ?? endpoint.description }
 
     /// The settings a reload cannot change, as one line for the restart notice: the connections, the
     /// subscription and the write path are set up with them at start. Never a password (only where it
@@ -46,6 +50,7 @@ public struct RedisSettings: Sendable {
         }
         return "\(url) key \(key) username \(username ?? "none") \(password) command_timeout_seconds \(Self.format(commandTimeoutSeconds)) "
             + "poll_interval_seconds \(Self.format(pollIntervalSeconds)) wait_replicas \(waitReplicas)" + tlsDescription
+            + (sentinel.map { " sentinel username \($0.username ?? "none") password_env \($0.passwordEnv ?? "none")" } ?? "")
     }
 
     /// The TLS files and flags the connections were built with (paths only, never contents).
@@ -62,14 +67,27 @@ public struct RedisSettings: Sendable {
 
     static func read(from tokens: JSONObjectReader) throws -> RedisSettings? {
         guard let object = try tokens.optionalObject("redis") else { return nil }
-        object.declareKeys(["url", "key", "username", "password_env", "password_file", "command_timeout_seconds", "lock_seconds",
+        object.declareKeys(["url", "sentinel", "db", "key", "username", "password_env", "password_file", "command_timeout_seconds", "lock_seconds",
                             "poll_interval_seconds", "wait_replicas", "tls"])
-        let endpoint = try parseURL(object.string("url"), field: object.fieldPath("url"))
+        let sentinel = try RedisSentinelSettings.read(from: object)
+        let endpoint: RedisEndpoint
+        switch (try object.optionalString("url"), sentinel) {
+        case (let url?, nil):
+            if object.has("db") { throw ConfigError(object.fieldPath("db"), "goes into the url (redis://host:port/db); db is for sentinel") }
+            endpoint = try parseURL(url, field: object.fieldPath("url"))
+        case (nil, let sentinel?):
+            // The data nodes use TLS when `tokens.redis.tls` is given (there is no rediss:// to say so).
+            endpoint = RedisEndpoint(address: .tcp(host: "sentinel:\(sentinel.master)", port: 0),
+                                     database: try object.optionalInteger("db", range: 0...65535) ?? 0, usesTLS: object.has("tls"))
+        case (_?, _?): throw ConfigError(object.fieldPath("sentinel"), "set either url or sentinel, not both")
+        case (nil, nil): throw ConfigError(object.fieldPath("url"), "is required (or sentinel, to find the master through Redis Sentinel)")
+        }
         let key = try object.string("key")
         if key.utf8.count > 256 || key.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
             throw ConfigError(object.fieldPath("key"), "must be at most 256 bytes without spaces or control characters")
         }
         var settings = RedisSettings(endpoint: endpoint, key: key)
+        settings.sentinel = sentinel
         settings.username = try object.optionalString("username")
         switch (try object.optionalString("password_env"), try object.optionalString("password_file")) {
         case (let name?, nil): settings.password = .environment(name)

@@ -123,8 +123,10 @@ final class RefreshCoordinator {
                 switch event {
                 case .readOnlyReply: self?.metrics.storeReadOnlyReplies.increment()
                 case .writePutBack: self?.metrics.storeWritesPutBack.increment()
+                case .failoverFollowed: self?.metrics.storeFailoversFollowed.increment()
                 }
             }
+            redis.onFailoverFollowed = { [weak self] message in self?.logger.warning("followed a Redis failover", metadata: ["detail": "\(message)"]) }
             redis.onPutBack = { [weak self] message in self?.logger.warning("put a token set lost by Redis back", metadata: ["detail": "\(message)"]) }
         }
         store.start()
@@ -236,9 +238,10 @@ final class RefreshCoordinator {
             status["lock_holder"] = redis.lockHolder ?? JSONNull()
             status["owner_id"] = redis.ownerID
             status["subscribed"] = redis.isSubscribed
-            // Where the master is and how it was found (only `url` today: no Sentinel yet), and when the
-            // node was last seen no master (ROLE or READONLY).
-            status["master"] = ["address": redis.endpoint.description, "found_by": "url",
+            // Where the master is and how it was found (`url`, or the sentinels), the last failover followed,
+            // and when the node was last seen no master (ROLE or READONLY).
+            status["master"] = ["address": redis.nodeDescription, "found_by": redis.masterFoundBy,
+                                "failovers_followed": redis.sentinelState.failoversFollowed, "last_failover": redis.lastFailoverReport,
                                 "last_demotion_seen": redis.lastDemotionSeen.map(Timestamp.format) ?? JSONNull()] as [String: Any]
         }
         status["last_adoption"] = lastAdoption.map { ["at": Timestamp.format($0.at), "source": $0.source] } ?? JSONNull()

@@ -103,6 +103,8 @@ public struct Preflight {
         var endpoint = settings.endpoint
         endpoint.username = settings.username
         endpoint.password = try loadRedisPassword(settings.password)
+        // The sentinels' password and TLS files are checked here too (`check` reports a bad one).
+        _ = try RedisSentinelTarget.build(settings: settings, dataNode: endpoint)
         if endpoint.usesTLS {
             let field = "tokens.redis.tls"
             let tls = settings.tls ?? TLSSettings()

@@ -99,7 +99,11 @@ public final class Relay {
     /// Redis when configured (fleet mode), else the token file with its lock.
     static func tokenStore(loop: EventLoop, preflight: Preflight) throws -> any TokenStore {
         if let endpoint = preflight.redis, let settings = preflight.config.tokens.redis {
-            let store = RedisTokenStore(loop: loop, settings: settings, endpoint: endpoint, refreshSeconds: preflight.config.timeouts.refreshSeconds)
+            let sentinel = try RedisSentinelTarget.build(settings: settings, dataNode: endpoint).map {
+                RedisSentinelLocator(loop: loop, target: $0, commandTimeout: settings.commandTimeoutSeconds)
+            }
+            let store = RedisTokenStore(loop: loop, settings: settings, endpoint: endpoint, refreshSeconds: preflight.config.timeouts.refreshSeconds,
+                                        sentinel: sentinel)
             store.codec = preflight.codecs.redis
             return store
         }

@@ -67,7 +67,8 @@ enum StartupResealing {
     /// sealed by the next write instead. One bounded exchange (twice the command timeout).
     private static func resealRedis(endpoint: RedisEndpoint, settings: RedisSettings, codec: TokenStateCodec, logger: Logger) throws {
         do {
-            switch try RedisTokenResealing.reseal(endpoint: endpoint, settings: settings, codec: codec) {
+            let master = try RedisSentinelTarget.resolveBlocking(settings: settings, endpoint: endpoint)
+            switch try RedisTokenResealing.reseal(endpoint: master, settings: settings, codec: codec) {
             case .resealed(let form, let version):
                 logger.info("Redis token value sealed with tokens.encryption.key_file",
                             metadata: ["key": "\(settings.key)", "was": "\(describe(form))", "version": "\(version)"])

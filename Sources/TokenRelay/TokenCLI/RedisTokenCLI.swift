@@ -6,7 +6,8 @@ import Glibc
 enum RedisTokenCLI {
     static func endpoint(_ config: Config) throws -> (RedisEndpoint, RedisSettings)? {
         guard let settings = config.tokens.redis else { return nil }
-        return (try Preflight.redisEndpoint(settings), settings)
+        // With `sentinel`, the master the sentinels name now (asked in turn; blocking is fine here).
+        return (try RedisSentinelTarget.resolveBlocking(settings: settings, endpoint: Preflight.redisEndpoint(settings)), settings)
     }
 
     /// Writes `tokens` as the next version (clearing "login required"); returns the version written.

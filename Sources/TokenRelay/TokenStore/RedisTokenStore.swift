@@ -23,7 +23,10 @@ final class RedisTokenStore: TokenStore {
     let settings: RedisSettings
     /// The value's (de)serialisation: plain JSON, or sealed with `tokens.encryption` (bound to this key).
     var codec = TokenStateCodec.plain
-    let endpoint: RedisEndpoint
+    /// The node in use: the `url`'s, or the master the sentinels named last (`sentinel`).
+    private(set) var endpoint: RedisEndpoint
+    /// With `tokens.redis.sentinel`: finds the master before every connect and announces failovers.
+    let sentinel: RedisSentinelLocator?
     /// Who holds the lock, for /status on every relay (host, pid and a random part; never a secret).
     let ownerID: String
     private let loop: EventLoop
@@ -32,11 +35,13 @@ final class RedisTokenStore: TokenStore {
     /// too short to cover a refresh, and the relay would refuse to refresh until restarted.
     private(set) var lockSeconds: Double
 
-    private var commands: RedisConnection?
+    /// Internal (not private) for the Sentinel extension (`RedisTokenStore+Sentinel.swift`), as are
+    /// `reconnectTimer`, `reconnectDelay`, `connect()` and `lost(_:)`.
+    var commands: RedisConnection?
     private var subscriber: RedisConnection?
-    private var reconnectTimer: LoopEvent?
+    var reconnectTimer: LoopEvent?
     private var pollTimer: LoopEvent?
-    private var reconnectDelay = 0.1
+    var reconnectDelay = 0.1
     private(set) var isConnected = false
     private(set) var isSubscribed = false
     private(set) var outage: String? = "connecting"
@@ -74,12 +79,16 @@ final class RedisTokenStore: TokenStore {
     var onPutBack: ((String) -> Void)?
     private(set) var readOnlyReplies = 0
     var onReachability: ((String?) -> Void)?
+    /// A failover followed through the sentinels (for the log).
+    var onFailoverFollowed: ((String) -> Void)?
+    var sentinelState = RedisSentinelState()
 
     /// How often a contended lock is tried again: well below the adoption goal, cheap for Redis.
     static let lockRetryInterval = 0.05
 
-    init(loop: EventLoop, settings: RedisSettings, endpoint: RedisEndpoint, refreshSeconds: Double) {
+    init(loop: EventLoop, settings: RedisSettings, endpoint: RedisEndpoint, refreshSeconds: Double, sentinel: RedisSentinelLocator? = nil) {
         self.loop = loop
+        self.sentinel = sentinel
         self.settings = settings
         self.endpoint = endpoint
         lockSeconds = settings.effectiveLockSeconds(refreshSeconds: refreshSeconds)
@@ -96,10 +105,32 @@ final class RedisTokenStore: TokenStore {
 
     // MARK: - Connections
 
-    func start() { connect() }
+    func start() {
+        if let sentinel {
+            sentinel.onSwitch = { [weak self] from, to in self?.sentinelsSwitched(from: from, to: to) }
+            sentinel.startWatching()
+        }
+        connect()
+    }
 
-    private func connect() {
+    func connect() {
         reconnectTimer = nil
+        guard let sentinel else { return open() }
+        // Asked before every connect: a failed connection, a READONLY or a ROLE that says replica may all
+        // mean the master moved, and the sentinels know where.
+        sentinel.locate { [weak self] result in
+            guard let self, self.commands == nil else { return }
+            switch result {
+            case .success(let master):
+                self.endpoint = master
+                self.open()
+            case .failure(let error):
+                self.lost(error.description)
+            }
+        }
+    }
+
+    private func open() {
         let connection = RedisConnection(loop: loop, endpoint: endpoint, commandTimeout: settings.commandTimeoutSeconds)
         commands = connection
         connection.onClosed = { [weak self, weak connection] reason in
@@ -127,6 +158,7 @@ final class RedisTokenStore: TokenStore {
                 }
             }
             self.isConnected = true
+            if self.sentinel != nil { self.noteMaster() }
             self.notWritableReason = nil
             self.reconnectDelay = 0.1
             self.outage = nil
@@ -162,7 +194,7 @@ final class RedisTokenStore: TokenStore {
 
     /// The command connection failed: unreachable until a new one answers. A lock we held expires by
     /// itself; a lock wait ends now (unacquired).
-    private func lost(_ reason: String) {
+    func lost(_ reason: String) {
         commands?.close()
         commands = nil
         subscriber?.close()
@@ -173,7 +205,7 @@ final class RedisTokenStore: TokenStore {
         holdsLock = false
         lockValidUntil = nil
         let previous = outage
-        outage = "Redis \(endpoint.description): \(reason)"
+        outage = "Redis \(nodeDescription): \(reason)"
         if let pending = acquisition {
             acquisition = nil
             pending.completion(false, pending.waited)
@@ -567,6 +599,7 @@ final class RedisTokenStore: TokenStore {
 enum RedisStoreCount {
     case readOnlyReply
     case writePutBack
+    case failoverFollowed
 }
 
 struct RedisStoreError: Error, CustomStringConvertible {

@@ -16,6 +16,8 @@ final class RedisServerProcess: @unchecked Sendable {
     let tlsPort: Int?
     private let tls: TestPKI?
     private let appendOnly: Bool
+    /// More `redis-server` options (a replica's `--replicaof host port`).
+    private let extraArguments: [String]
     private var process: Process?
 
     var url: String { "unix://\(socketPath)" }
@@ -29,12 +31,13 @@ final class RedisServerProcess: @unchecked Sendable {
         }
     }
 
-    init(appendOnly: Bool = false, tcp: Bool = false, tls: TestPKI? = nil) throws {
+    init(appendOnly: Bool = false, tcp: Bool = false, tls: TestPKI? = nil, extraArguments: [String] = []) throws {
         try Self.requireInstalled()
         directory = makeTemporaryDirectory(prefix: "tokenrelay-redis")
         socketPath = directory.appendingPathComponent("redis.sock").path
         self.appendOnly = appendOnly
         self.tls = tls
+        self.extraArguments = extraArguments
         tcpPort = tcp ? try Self.freeLoopbackPort() : nil
         tlsPort = tls != nil ? try Self.freeLoopbackPort() : nil
         try start()
@@ -49,6 +52,7 @@ final class RedisServerProcess: @unchecked Sendable {
         var arguments = ["--port", "\(tcpPort ?? 0)", "--bind", "127.0.0.1", "--unixsocket", socketPath, "--unixsocketperm", "700",
                          "--dir", directory.path, "--save", "", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path]
         if appendOnly { arguments += ["--appendonly", "yes", "--appendfsync", "always"] }
+        arguments += extraArguments
         if let tls, let tlsPort {
             // Clients are not asked for a certificate: the relay's server verification is what is tested.
             arguments += ["--tls-port", "\(tlsPort)", "--tls-cert-file", tls.server.cert.path, "--tls-key-file", tls.server.key.path,
@@ -91,6 +95,14 @@ final class RedisServerProcess: @unchecked Sendable {
         self.process = nil
     }
 
+    /// SIGKILL, as a crash leaves it: no flush, no goodbye to replicas or clients.
+    func kill9() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        waitUntil(timeout: 5) { !process.isRunning }
+        self.process = nil
+    }
+
     func restart() throws {
         stop()
         try start()
@@ -104,7 +116,7 @@ final class RedisServerProcess: @unchecked Sendable {
         return result.stdout.trimmingCharacters(in: .newlines)
     }
 
-    private static func freeLoopbackPort() throws -> Int {
+    static func freeLoopbackPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket failed") }
         defer { close(fd) }

@@ -1,0 +1,125 @@
+import Foundation
+import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tokens.redis.sentinel` against real processes: a master, two replicas and three sentinels on
+/// 127.0.0.1 (`RedisSentinelGroup`). Two replicas, not one: with `wait_replicas: 1` the promoted master
+/// needs a replica of its own to acknowledge writes once the old master is dead.
+class FleetSentinelTestCase: FleetTestCase {
+    var group: RedisSentinelGroup!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        group = try RedisSentinelGroup()
+    }
+
+    override func tearDownWithError() throws {
+        try super.tearDownWithError()
+        group?.stop()
+        group = nil
+    }
+
+    func sentinelConfig(_ redisOverrides: [String: Any] = [:], hold: Double = 15) -> [String: Any] {
+        var config = fleetConfig(redisOverrides)
+        var tokens = config["tokens"] as? [String: Any] ?? [:]
+        var redisSettings = tokens["redis"] as? [String: Any] ?? [:]
+        redisSettings["url"] = nil
+        redisSettings["sentinel"] = ["addresses": group.addresses, "master": group.masterName]
+        tokens["redis"] = redisSettings
+        config["tokens"] = tokens
+        config["timeouts"] = ["refresh_seconds": 2, "hold_seconds": hold]
+        return config
+    }
+
+    /// `token import` with the sentinel config: the command line finds the master through the sentinels too.
+    func importThroughSentinels() throws {
+        let configURL = workDir.appendingPathComponent("sentinel-import-config.json")
+        try JSONSerialization.data(withJSONObject: sentinelConfig()).write(to: configURL)
+        let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
+                                                      environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.contains("version 1:"), result.stdout)
+    }
+
+    func startSentinelFleet(_ count: Int, _ redisOverrides: [String: Any] = [:], hold: Double = 15) throws -> [TokenRelayProcess] {
+        let relays = try (0..<count).map { _ in try startRelay(sentinelConfig(redisOverrides, hold: hold)) }
+        for relay in relays {
+            XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "relay not ready: \(relay.stderrText.suffix(2000))")
+        }
+        return relays
+    }
+
+    func master(_ relay: TokenRelayProcess) -> [String: Any] {
+        ((try? status(relay)["token_store"] as? [String: Any])?["master"] as? [String: Any]) ?? [:]
+    }
+
+    /// Whether the relay is ready and connected to the node on `port`.
+    func follows(_ relay: TokenRelayProcess, port: Int) -> Bool {
+        guard (master(relay)["address"] as? String) == "127.0.0.1:\(port)/0" else { return false }
+        let store = (try? status(relay)["token_store"] as? [String: Any]) ?? [:]
+        return store["connected"] as? Bool == true && (try? admin(relay, "/readyz").status) == 200
+    }
+}
+
+final class FleetSentinelTests: FleetSentinelTestCase {
+    func testRelaysFindTheMasterThroughTheSentinels() throws {
+        try importThroughSentinels()
+        let masterPort = try XCTUnwrap(group.nodes[0].tcpPort)
+        XCTAssertEqual(try group.nodes[0].cli(["HGET", key, "version"]), "1", "the import went to the master")
+        let relays = try startSentinelFleet(2)
+        for relay in relays {
+            XCTAssertTrue(follows(relay, port: masterPort), "\(master(relay))")
+            let found = master(relay)["found_by"] as? String ?? ""
+            XCTAssertTrue(found.contains("sentinel master \(group.masterName)"), found)
+            XCTAssertEqual(master(relay)["failovers_followed"] as? Int, 0)
+        }
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relays[1], "/through-sentinel").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(try group.nodes[0].cli(["HGET", key, "version"]), "2")
+        XCTAssertTrue(waitUntil(timeout: 5) { (try? self.group.nodes[1].cli(["HGET", self.key, "version"])) == "2" }, "replicated")
+    }
+
+    /// The master SIGKILLed: the sentinels promote a replica, every relay follows by itself (the
+    /// announcement, or its own re-asking), is ready again and serves; a burst after the failover makes
+    /// exactly one refresh fleet-wide, with no reuse, and the new master holds the latest rotation.
+    func testAFailoverIsFollowedAndABurstAfterItRefreshesOnce() throws {
+        try importThroughSentinels()
+        let relays = try startSentinelFleet(3, ["wait_replicas": 1])
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relays[0], "/before").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        let oldPort = try XCTUnwrap(group.nodes[0].tcpPort)
+
+        group.nodes[0].kill9()
+        XCTAssertTrue(waitUntil(timeout: 20, interval: 0.05) { (self.group.masterPortNamedBySentinels ?? oldPort) != oldPort },
+                      "the sentinels promoted a replica")
+        let newPort = try XCTUnwrap(group.masterPortNamedBySentinels)
+        for relay in relays {
+            XCTAssertTrue(waitUntil(timeout: 15, interval: 0.05) { self.follows(relay, port: newPort) },
+                          "relay follows the new master by itself: \(master(relay)) \(relay.stderrText.suffix(1500))")
+            XCTAssertEqual(master(relay)["failovers_followed"] as? Int, 1)
+            let last = master(relay)["last_failover"] as? [String: Any] ?? [:]
+            XCTAssertEqual(last["from"] as? String, "127.0.0.1:\(oldPort)/0")
+            XCTAssertEqual(last["to"] as? String, "127.0.0.1:\(newPort)/0")
+            XCTAssertTrue(try admin(relay, "/metrics").bodyText.contains("tokenrelay_token_store_failovers_followed_total 1"))
+        }
+        let newMaster = try XCTUnwrap(group.node(port: newPort))
+        XCTAssertEqual(try newMaster.cli(["HGET", key, "version"]), "2", "the acknowledged rotation survived the failover")
+
+        tokenServer.expireAccessTokens()
+        let responses = burst(30) { index in
+            try HTTPTestClient.send(port: relays[index % relays.count].proxyPort, method: "GET", path: "/after-failover/\(index)")
+        }
+        XCTAssertEqual(statusCounts(responses), [200: 30])
+        XCTAssertEqual(tokenServer.successfulRefreshes, 2, "exactly one refresh fleet-wide after the failover")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        let stored = try newMaster.cli(["HGET", key, "tokens"])
+        XCTAssertTrue(stored.contains(try XCTUnwrap(tokenServer.currentRefreshToken)), "the new master holds the latest rotation")
+        for relay in relays {
+            XCTAssertFalse(try admin(relay, "/status").bodyText.contains(tokenServer.currentRefreshToken ?? "-"), "no token in /status")
+        }
+    }
+}
