@@ -122,4 +122,48 @@ final class FleetSentinelTests: FleetSentinelTestCase {
             XCTAssertFalse(try admin(relay, "/status").bodyText.contains(tokenServer.currentRefreshToken ?? "-"), "no token in /status")
         }
     }
+
+    /// A write lost on purpose (`wait_replicas: 0`): the replicas are cut off from the master (a wrong
+    /// `masterauth`, their link dropped) before a rotation, the master SIGKILLed after it, and the
+    /// sentinels promote a replica that never got it. A relay that saw the newer set writes it back before
+    /// anyone refreshes: the next refresh presents the latest refresh token, no reuse.
+    func testAWriteLostInAFailoverIsPutBack() throws {
+        try importThroughSentinels()
+        let relays = try startSentinelFleet(2)
+        for replica in group.nodes.dropFirst() {
+            try replica.cli(["CONFIG", "SET", "masterauth", "not-the-password"])
+            try replica.cli(["CLIENT", "KILL", "TYPE", "master"])
+        }
+        XCTAssertTrue(waitUntil(timeout: 10) {
+            self.group.nodes.dropFirst().allSatisfy { ((try? $0.cli(["INFO", "replication"])) ?? "").contains("master_link_status:down") }
+        })
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relays[0], "/rotated").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertTrue(waitUntil(timeout: 5) { relays.allSatisfy { (try? self.status($0)["token_store"] as? [String: Any])?["version"] as? Int == 2 } },
+                      "both relays hold version 2")
+        XCTAssertEqual(try group.nodes[1].cli(["HGET", key, "version"]), "1", "the replicas never got version 2")
+        XCTAssertEqual(try group.nodes[2].cli(["HGET", key, "version"]), "1")
+
+        let oldPort = try XCTUnwrap(group.nodes[0].tcpPort)
+        group.nodes[0].kill9()
+        XCTAssertTrue(waitUntil(timeout: 20, interval: 0.05) { (self.group.masterPortNamedBySentinels ?? oldPort) != oldPort },
+                      "the sentinels promoted a replica")
+        let newMaster = try XCTUnwrap(group.currentMaster)
+        XCTAssertTrue(waitUntil(timeout: 15) {
+            ((try? newMaster.cli(["HGET", self.key, "tokens"])) ?? "").contains(self.tokenServer.currentRefreshToken ?? "-")
+        }, "the newer set written back to the new master: \(relays.map { $0.stderrText.suffix(1200) })")
+        var putBack = 0
+        for relay in relays {
+            XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
+            let metrics = try admin(relay, "/metrics").bodyText
+            if metrics.contains("tokenrelay_token_store_writes_put_back_total 1") { putBack += 1 }
+        }
+        XCTAssertEqual(putBack, 1, "written back once, by one relay")
+
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relays[1], "/after-put-back").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 2)
+        XCTAssertEqual(tokenServer.reuseDetections, 0, "the refresh token the lost write burnt was never presented")
+    }
 }
