@@ -8,6 +8,12 @@ final class BlockingHTTPClient {
     struct Response {
         let status: Int
         let body: [UInt8]
+        var fields: [(name: String, value: String)] = []
+
+        /// The first field of that name (case-insensitive).
+        func field(_ name: String) -> String? {
+            fields.first { $0.name.lowercased() == name.lowercased() }?.value
+        }
     }
 
     private let loop: TransportLoop
@@ -34,6 +40,6 @@ final class BlockingHTTPClient {
         // The completion never runs inside init, so the loop always runs until it has.
         withExtendedLifetime(exchange) { loop.run() }
         guard let outcome else { return .failure(.connectionLost(responseStarted: false, cause: "the exchange ended without an outcome")) }
-        return outcome.map { Response(status: $0.status, body: $0.body) }
+        return outcome.map { Response(status: $0.status, body: $0.body, fields: $0.fields) }
     }
 }

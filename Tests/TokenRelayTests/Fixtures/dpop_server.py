@@ -26,6 +26,10 @@ and a refresh token is bound to the jkt of the proof that obtained it (a proof w
 Access tokens carry cnf.jkt: the API checks the proof's key thumbprint against it, and ath = b64url(sha256(token)).
 An expired access token gets 401 WWW-Authenticate: DPoP error="invalid_token".
 
+Device login (RFC 8628): POST /device on the token port answers a device code (no proof needed); the token endpoint
+answers its grant (urn:ietf:params:oauth:grant-type:device_code) authorization_pending device_pending_polls times
+(default 1), then tokens bound to the proof's key, with the same proof and nonce rules as a refresh.
+
 Control: GET /stats (JSON), POST /expire (every access token issued so far stops being valid),
 POST /rotate-api-nonce.
 """
@@ -48,7 +52,8 @@ settings = json.load(open(sys.argv[1]))
 lock = threading.RLock()
 stats = {"token_requests": 0, "granted": 0, "token_nonce_challenges": 0, "api_requests": 0, "api_ok": 0,
          "api_nonce_challenges": 0, "api_invalid_token": 0, "jti_reuse": 0, "refresh_token_reuse": 0,
-         "proof_failures": [], "jkts": [], "bearer_requests": 0}
+         "proof_failures": [], "jkts": [], "bearer_requests": 0,
+         "device_requests": 0, "device_polls": 0, "device_granted": 0}
 seen_jti = set()
 refresh_tokens = {settings["refresh_token"]: {"jkt": None, "used": False, "family": "f0"}}
 revoked_families = set()
@@ -171,6 +176,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def token(self, method):
         form = urllib.parse.parse_qs(self.body().decode())
+        if self.path == "/device":
+            with lock:
+                stats["device_requests"] += 1
+            return self.reply(200, {"device_code": "dc-secret", "user_code": "WDJB-MJHT", "verification_uri": "http://127.0.0.1/activate",
+                                    "expires_in": 600, "interval": 1})
         with lock:
             stats["token_requests"] += 1
         try:
@@ -190,6 +200,16 @@ class Handler(BaseHTTPRequestHandler):
             token_nonce["count"] += 1
             if token_nonce["count"] % settings.get("token_nonce_every", 2) == 0 and not settings.get("token_nonce_value"):
                 token_nonce["current"] = secrets.token_urlsafe(12)
+            if form.get("grant_type") == ["urn:ietf:params:oauth:grant-type:device_code"]:
+                if form.get("device_code") != ["dc-secret"] or stats["device_granted"]:
+                    return self.reply(400, {"error": "invalid_grant"}, [("DPoP-Nonce", token_nonce["current"])])
+                stats["device_polls"] += 1
+                if stats["device_polls"] <= settings.get("device_pending_polls", 1):
+                    return self.reply(400, {"error": "authorization_pending"}, [("DPoP-Nonce", token_nonce["current"])])
+                stats["device_granted"] += 1
+                record = {"jkt": None, "used": False, "family": "device"}
+                form["grant_type"], form["refresh_token"] = ["refresh_token"], ["device"]
+                refresh_tokens["device"] = record
             presented = (form.get("refresh_token") or [""])[0]
             record = refresh_tokens.get(presented)
             if form.get("grant_type") != ["refresh_token"] or record is None or record["family"] in revoked_families:

@@ -1,0 +1,85 @@
+import Foundation
+import XCTest
+
+/// `tokenrelay login` (device flow) with `dpop`: the polls carry proofs signed with the key the relay then
+/// uses (kept with the token state), nonces are met, and the relay serves with the bound tokens at once.
+/// Against the DPoP token server and API (`DPoPServer`), which verify every proof.
+final class DPoPLoginTests: XCTestCase {
+    private var workDir: URL!
+    private var server: DPoPServer!
+    private var relay: TokenRelayProcess?
+    private var tokenFileURL: URL { workDir.appendingPathComponent("tokens.json") }
+
+    override func setUpWithError() throws {
+        workDir = makeTemporaryDirectory(prefix: "tokenrelay-dpop-login")
+    }
+
+    override func tearDownWithError() throws {
+        relay?.stop()
+        if let run = testRun, run.failureCount + run.unexpectedExceptionCount > 0, let server {
+            print("--- dpop server stderr:\n\(server.stderrText.suffix(3000))\nstats: \((try? server.stats()) ?? [:])")
+        }
+        server?.stop()
+        if let workDir { try? FileManager.default.removeItem(at: workDir) }
+    }
+
+    private func config(dpop: Bool) -> [String: Any] {
+        var config: [String: Any] = [
+            "listen": "127.0.0.1:0",
+            "upstream": ["url": server.apiURL],
+            "tokens": ["file": tokenFileURL.path],
+            "refresh": ["token_url": server.tokenURL, "client_id": "relay-client", "grant": "refresh_token", "client_auth": "none"],
+            "login": ["device_authorization_url": "http://127.0.0.1:\(server.tokenPort)/device"],
+            "admin": ["listen": "127.0.0.1:0"],
+        ]
+        if dpop { config["dpop"] = [:] }
+        return config
+    }
+
+    private func login(_ config: [String: Any]) throws -> (exitCode: Int32, stdout: String, stderr: String) {
+        let url = workDir.appendingPathComponent("login-\(UUID().uuidString).json")
+        try JSONSerialization.data(withJSONObject: config).write(to: url)
+        return try TokenRelayProcess.runCommand(arguments: ["login", "--config", url.path, "--poll-interval-scale", "0.01"], timeout: 30)
+    }
+
+    func testDeviceLoginPollsWithProofsAndTheRelayServesWithTheBoundTokens() throws {
+        server = try DPoPServer(settings: ["refresh_token": "rt-unused", "token_nonce_every": 1, "device_pending_polls": 2], workDir: workDir)
+        let result = try login(config(dpop: true))
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.contains("logged in; tokens written to"), result.stdout)
+
+        let stats = try server.stats()
+        XCTAssertEqual(stats["proof_failures"] as? [String], [], "every poll carried a proof the server verified")
+        XCTAssertEqual(stats["device_granted"] as? Int, 1)
+        XCTAssertEqual(stats["device_polls"] as? Int, 3, "two pending polls, then the grant")
+        XCTAssertGreaterThanOrEqual(stats["token_nonce_challenges"] as? Int ?? 0, 1, "the token endpoint's nonce was asked for and met")
+        XCTAssertEqual(stats["jti_reuse"] as? Int, 0)
+        let jkt = try XCTUnwrap((stats["jkts"] as? [String])?.first)
+        let stored = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        XCTAssertEqual(stored["dpop_jkt"] as? String, jkt, "the tokens are bound to the key written beside them")
+        let pem = try XCTUnwrap(stored["dpop_key"] as? String)
+        let output = result.stdout + result.stderr
+        for secret in ["dc-secret", "at-", "rt-", "eyJ0eXAiOiJkcG9wK2p3dCIs", String(pem.split(separator: "\n")[1])] {
+            XCTAssertFalse(output.contains(secret), "login printed a secret: \(secret.prefix(8))")
+        }
+
+        // The relay signs with the key the login used: its requests work with the bound token, no refresh.
+        let relay = try TokenRelayProcess.start(config: config(dpop: true), workDir: workDir)
+        self.relay = relay
+        for index in 0..<4 {
+            XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/items/\(index)").status, 200)
+        }
+        let after = try server.stats()
+        XCTAssertEqual(after["granted"] as? Int, 1, "the login's grant only: no refresh")
+        XCTAssertEqual(after["proof_failures"] as? [String], [])
+        XCTAssertFalse(relay.stderrText.contains("dpop: generated"), "the relay uses the login's key")
+    }
+
+    func testADPoPAnswerToALoginWithoutDPoPNamesTheMissingBlock() throws {
+        server = try DPoPServer(settings: ["refresh_token": "rt-unused", "require_proof": false, "token_nonce": false], workDir: workDir)
+        let result = try login(config(dpop: false))
+        XCTAssertNotEqual(result.exitCode, 0)
+        XCTAssertTrue(result.stderr.contains("add a \"dpop\" block"), result.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: tokenFileURL.path), "nothing written")
+    }
+}
