@@ -22,6 +22,8 @@ struct DPoPFleetKey {
     /// The key every relay signs with: the stored one, or `generated: true` when this process stored its own.
     func settle(_ dpop: DPoPSettings) throws -> (key: SigningKey, pem: String, generated: Bool) {
         let timeout = settings.commandTimeoutSeconds * 2
+        // With `sentinel`, the master the sentinels name now (the key is written there, like the tokens).
+        let endpoint = try RedisSentinelTarget.resolveBlocking(settings: settings, endpoint: self.endpoint)
         if case .string(let stored) = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["HGET", settings.key, Self.field]) {
             let (key, pem) = try open(stored, alg: dpop.alg)
             return (key, pem, false)
