@@ -73,6 +73,9 @@ extension RefreshMachine {
         let expiry = TokenExpiry.forStoredTokens(stored, now: now.wall)
         var next = stored
         next.expiresAt = expiry.expiresAt
+        // Planned as adopted, not as refreshed here (`scheduleProactiveRefresh`).
+        adoptedAt = now.monotonic
+        obtainedHere = false
         // Tokens someone else wrote supersede ours: nothing of ours is left to save.
         if unsaved != nil {
             unsaved = nil

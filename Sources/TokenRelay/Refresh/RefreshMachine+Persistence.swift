@@ -160,6 +160,8 @@ extension RefreshMachine {
         if let error { markUnsaved(error, now) } else { markSaved(); removeInFlightRecord() }
         switch purpose {
         case .renewal:
+            adoptedAt = nil
+            obtainedHere = true
             adopt(next, lifetime: lifetime, now)
             emit(.releaseLock)
             log(.info, "refresh succeeded", ["generation": "\(generation)", "attempt": "\(cycle.attempt)",

@@ -10,15 +10,26 @@ extension RefreshMachine {
     /// expiry and not before while the refresh token is in doubt (race it prevents: presenting a
     /// maybe-rotated refresh token early, when nothing needs it yet). Time-triggered cycles are spaced by
     /// `minimumCycleSpacing`.
+    ///
+    /// One refresh per lifetime, fleet-wide. Race it prevents: every relay that adopted a set plans its
+    /// own refresh of it, and the earliest of N timers wins; when those timers can come before the one of
+    /// the relay that got the set, N relays refresh more often than one (measured: 3 relays with 2-s
+    /// tokens, 16-18 refreshes in 12 s where one makes 12). So a set refreshed here is planned as before
+    /// (the skew, spread earlier by the jitter, spaced from the cycle's start), and an adopted one never
+    /// sooner: the jitter spreads it later (from the skew to 0.8 skew before expiry), and the spacing
+    /// counts from its adoption (but never past its expiry). The relay that got a set then refreshes
+    /// it again, and the others take over only when it does not.
     mutating func scheduleProactiveRefresh(_ now: Instant) {
         emit(.cancel(.proactive))
         guard settings.proactive, !stopped, state != .loginRequired, let expiresAt = tokens.expiresAt, let lifetime else { return }
-        var delay = expiresAt.timeIntervalSince(now.wall)
+        let untilExpiry = expiresAt.timeIntervalSince(now.wall)
+        var delay = untilExpiry
         if !refreshTokenInDoubt {
             let skew = TokenExpiry.skew(lifetime: lifetime, configured: settings.skewSeconds)
-            delay -= skew + now.jitter * skew * 0.2
+            delay -= obtainedHere || adoptedAt == nil ? skew + now.jitter * skew * 0.2 : skew - now.jitter * skew * 0.2
         }
         delay = max(delay, lastCycleStartedAt + Self.minimumCycleSpacing - now.monotonic)
+        if let adoptedAt { delay = max(delay, min(adoptedAt + Self.minimumCycleSpacing - now.monotonic, untilExpiry)) }
         if delay <= 0 {
             // Already due: an expired token is useless, so requests wait for the new one; one inside the
             // skew still works meanwhile.

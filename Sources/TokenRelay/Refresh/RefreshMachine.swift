@@ -40,6 +40,11 @@ struct RefreshMachine {
     var notBefore = -Double.infinity
     var refreshTokenInDoubt = false
     var lastCycleStartedAt = -Double.infinity
+    /// When the tokens in service were adopted from the store (monotonic); nil while they come from this
+    /// relay's own refresh, or from the store as found at start.
+    var adoptedAt: Double?
+    /// The tokens in service come from this relay's own refresh (not from the store).
+    var obtainedHere = false
     var reactiveRefreshTimes: [Double] = []
     /// Refresh tokens this process has presented: never adopt one of them from the store again.
     var spentRefreshTokens: [String] = []

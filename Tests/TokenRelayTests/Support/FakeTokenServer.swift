@@ -58,6 +58,17 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         var gateOpen = false
         var refreshCalls = 0, successfulRefreshes = 0, reuseDetections = 0, clientCredentialsGrants = 0
         var received: [RecordedRequest] = []
+        var olderAccessTokensStayValid = false
+        /// Access tokens a rotation replaced, with their family and issue time.
+        var replacedAccess: [String: (family: Int, issuedAt: Double)] = [:]
+    }
+
+    /// An access token a rotation replaced stays valid until its own expiry (most APIs: a JWT is good until
+    /// its `exp`), instead of dying with the rotation. Then a relay that has not adopted the new set yet gets
+    /// no 401 that would start a cycle of its own.
+    var olderAccessTokensStayValid: Bool {
+        get { state.withLock { $0.olderAccessTokensStayValid } }
+        set { state.withLock { $0.olderAccessTokensStayValid = newValue } }
     }
 
     private let state = Locked(State())
@@ -119,9 +130,11 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     /// True only for a family's current access token that is neither revoked nor expired.
     func isAccessTokenValid(_ token: String) -> Bool {
         state.withLock { s in
-            !s.manuallyExpired.contains(token) && s.families.contains {
-                $0.access == token && !$0.revoked && !isExpired($0)
+            guard !s.manuallyExpired.contains(token) else { return false }
+            if s.olderAccessTokensStayValid, let replaced = s.replacedAccess[token] {
+                return !s.families[replaced.family].revoked && !isExpired(issuedAt: replaced.issuedAt)
             }
+            return s.families.contains { $0.access == token && !$0.revoked && !isExpired($0) }
         }
     }
 
@@ -242,6 +255,7 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         guard !s.families[index].revoked else { return .failure(RotationFailure(reason: "token family revoked")) }
         let (access, refresh) = Self.newTokens(&s)
         s.families[index].burnt.insert(presented)
+        s.replacedAccess[s.families[index].access] = (index, s.families[index].accessIssuedAt)
         s.families[index].access = access
         s.families[index].accessIssuedAt = Self.now()
         s.families[index].refresh = refresh
@@ -250,9 +264,11 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
         return .success((access, refresh))
     }
 
-    private func isExpired(_ family: Family) -> Bool {
+    private func isExpired(_ family: Family) -> Bool { isExpired(issuedAt: family.accessIssuedAt) }
+
+    private func isExpired(issuedAt: Double) -> Bool {
         guard let lifetime = accessTokenLifetime else { return false }
-        return Self.now() - family.accessIssuedAt >= lifetime
+        return Self.now() - issuedAt >= lifetime
     }
 
     /// Monotonic seconds, so wall-clock jumps on the CI machine cannot expire tokens.
