@@ -21,13 +21,14 @@ extension ConfigLoader {
         if name == Config.defaultIdentityName {
             throw ConfigError(object.path, "\"\(name)\" names the top-level identity (tokens, refresh) in metrics; choose another name")
         }
-        object.declareKeys(["tokens", "refresh", "login"])
+        object.declareKeys(["tokens", "refresh", "login", "dpop"])
         let tokens = try readTokens(object.object("tokens"))
         let refresh = try readRefresh(object.object("refresh"))
         let login = try LoginSettings.read(from: object, refresh: refresh)
+        let dpop = try DPoPSettings.read(from: object)
         try tokens.redis?.validateLock(refreshSeconds: timeouts.refreshSeconds)
         try object.rejectUnknownKeys()
-        return Config.Identity(name: name, tokens: tokens, refresh: refresh, login: login)
+        return Config.Identity(name: name, tokens: tokens, refresh: refresh, login: login, dpop: dpop)
     }
 
     private static func readRoute(_ object: JSONObjectReader) throws -> Config.Route {

@@ -1,4 +1,4 @@
-/// One identity seen as a whole config: the top level with `tokens`, `refresh` and `login` replaced by the
+/// One identity seen as a whole config: the top level with `tokens`, `refresh`, `login` and `dpop` replaced by the
 /// identity's. Everything that checks or runs the top-level identity (the preflight, the token store, the
 /// refresh coordinator, `token show|import`, `login`) works on a named identity through this, unchanged.
 extension Config {
@@ -7,6 +7,7 @@ extension Config {
         scoped.tokens = identity.tokens
         scoped.refresh = identity.refresh
         scoped.login = identity.login
+        scoped.dpop = identity.dpop
         scoped.routes = []
         scoped.identities = []
         return scoped
@@ -27,7 +28,7 @@ extension ConfigError {
     /// The error of a check run on `scoped(to:)`, placed under the identity: `tokens.file` becomes
     /// `identities.hr.tokens.file`, so the operator edits the right block.
     func underIdentity(_ name: String) -> ConfigError {
-        let scopedFields = ["tokens", "refresh", "login"]
+        let scopedFields = ["tokens", "refresh", "login", "dpop"]
         guard scopedFields.contains(where: { field == $0 || field.hasPrefix("\($0).") }) else { return self }
         return ConfigError("identities.\(name).\(field)", reason)
     }

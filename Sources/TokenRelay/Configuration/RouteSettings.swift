@@ -33,6 +33,8 @@ extension Config {
         public var tokens: Tokens
         public var refresh: Refresh
         public var login: LoginSettings?
+        /// `identities.<name>.dpop`: DPoP for this identity's tokens (the top level's `dpop` is the top level's only).
+        public var dpop: DPoPSettings?
     }
 
     /// The `identity` label of the top-level identity's metrics when there are identities (so no identity may be called so).

@@ -62,37 +62,3 @@ struct DPoPKeySource {
             + "the bound refresh token is not presented with the wrong key; run tokenrelay login"
     }
 }
-
-extension Relay {
-    /// The DPoP runtime for `dpop`, its key loaded or generated (before the loop runs). A generated key
-    /// goes into `tokens` and is written with the first tokens bound to it (one write: a key and the tokens
-    /// bound to it are never stored apart). Tokens bound to another key get one line here; their refresh
-    /// token is never presented (`TokenEndpointClient` asks for a new login instead).
-    /// `fleet`: with `tokens.redis` the key is kept in the Redis record (`DPoPFleetKey`), not in the token file.
-    static func dpopProofs(config: Config, tokens: inout TokenSet, fleet: DPoPFleetKey?, metrics: RelayMetrics, logger: Logger) throws -> DPoPProofs? {
-        guard let settings = config.dpop else { return nil }
-        let source: DPoPKeySource
-        if settings.keyFile == nil, let fleet {
-            source = try fleet.source(settings, tokens: &tokens, logger: logger)
-        } else {
-            source = try DPoPKeySource.load(settings, tokens: &tokens, generate: true)
-        }
-        let signer: ProofSigner
-        do {
-            signer = try ProofSigner(key: source.key, alg: settings.alg)
-        } catch {
-            throw ConfigError(settings.keyFile == nil ? "dpop.alg" : "dpop.key_file", "\(error)")
-        }
-        if let line = DPoPKeySource.keyChange(tokens: tokens, key: source.key) {
-            logger.warning("\(line)")
-        }
-        if source.generated {
-            logger.info("dpop: generated a \(settings.alg.rawValue) key (jkt \(source.key.thumbprint)); it is kept with the token state\(fleet == nil ? "" : " in Redis")")
-        }
-        if settings.keyFile == nil && config.tokens.encryption == nil {
-            logger.warning("dpop: the generated key is stored in clear with the token state (set tokens.encryption to seal it)")
-        }
-        let kept = settings.keyFile == nil ? tokens.otherFields[TokenSet.dpopKeyField] as? String : nil
-        return DPoPProofs(signer: signer, metrics: metrics, logger: logger, keptKeyPEM: kept)
-    }
-}

@@ -63,6 +63,9 @@ struct ConfigReload {
             keep("identities.\(identity.name).tokens", Self.describe(runningIdentity.tokens), Self.describe(identity.tokens)) {
                 $0.identities[index].tokens = runningIdentity.tokens
             }
+            keep("identities.\(identity.name).dpop", Self.describe(runningIdentity.dpop), Self.describe(identity.dpop)) {
+                $0.identities[index].dpop = runningIdentity.dpop
+            }
         }
         // The DPoP key and alg are loaded at start (a key file read, or the state's key) and the tokens are bound to it.
         keep("dpop", Self.describe(running.dpop), Self.describe(loaded.dpop)) { $0.dpop = running.dpop }

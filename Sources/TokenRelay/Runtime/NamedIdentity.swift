@@ -31,9 +31,18 @@ final class NamedIdentity {
         redactor.add(preflight.clientSecret)
         redactor.add(preflight.redis?.password)
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
+        let identityMetrics = RelayMetrics(identity: named.name, sharing: metrics)
+        let dpop: DPoPProofs?
+        do {
+            dpop = try Relay.dpopProofs(config: preflight.config, source: named.dpopKey, tokens: preflight.tokens, metrics: identityMetrics, logger: logger)
+        } catch let error as ConfigError {
+            throw error.underIdentity(named.name)
+        }
         endpoint = Relay.makeTokenEndpoint(loop: loop, preflight: preflight)
+        endpoint.dpop = dpop
         coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint,
-                                                metrics: RelayMetrics(identity: named.name, sharing: metrics), redactor: redactor, logger: logger)
+                                                metrics: identityMetrics, redactor: redactor, logger: logger)
+        coordinator.dpop = dpop
         self.loop = loop
         self.logger = logger
         credentialKeys = preflight.credentialKeys

@@ -161,6 +161,17 @@ public struct Preflight {
 
     /// One line for `check`, with no secret in it.
     public var summary: String {
+        storeSummary + dpopWarnings.map { "; WARNING: \($0)" }.joined()
+    }
+
+    /// `dpop` without `key_file` and without `tokens.encryption`, at the top level or for an identity: the
+    /// generated key is stored as readable PEM (`run` logs the same line at start).
+    var dpopWarnings: [String] {
+        [Relay.clearKeyWarning(config)].compactMap { $0 }
+            + identities.compactMap { named in Relay.clearKeyWarning(named.preflight.config).map { "identities.\(named.name): \($0)" } }
+    }
+
+    private var storeSummary: String {
         if let redis = config.tokens.redis {
             let cache = tokenFile.map { file in
                 tokens.accessToken.isEmpty ? "; cache \(file.path): empty" : "; cache \(file.path): access token "
@@ -183,9 +194,12 @@ public struct Preflight {
 }
 
 /// A named identity's preflight (`Preflight.identities`). A class: a struct cannot hold itself.
-final class NamedPreflight: @unchecked Sendable { // @unchecked: immutable, handed over whole like the Preflight holding it
+final class NamedPreflight: @unchecked Sendable { // @unchecked: handed over whole like the Preflight holding it; changed only
+    // by `loadDPoPKey`, before it is handed to the loop
     let name: String
-    let preflight: Preflight
+    var preflight: Preflight
+    /// `identities.<name>.dpop`'s key, once loaded (`loadDPoPKey`).
+    var dpopKey: DPoPKeySource?
 
     init(name: String, preflight: Preflight) {
         self.name = name

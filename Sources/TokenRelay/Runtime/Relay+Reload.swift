@@ -55,7 +55,15 @@ extension Relay {
     /// files and builds OpenSSL contexts, never the loop's state.
     private func prepareReload() {
         guard let path = reloadSource?.configPath else { return }
-        OffLoopWork.run(on: loop, { PreparedReload(outcome: Result { try Preflight.run(configPath: path) }) }) { [weak self] prepared in
+        let logger = self.logger
+        OffLoopWork.run(on: loop, {
+            PreparedReload(outcome: Result {
+                let preflight = try Preflight.run(configPath: path)
+                // An identity's DPoP key is loaded here, off the loop (a file read, a generation, a Redis one-shot).
+                for identity in preflight.identities { try identity.loadDPoPKey(logger: logger) }
+                return preflight
+            })
+        }) { [weak self] prepared in
             guard let self else { return }
             self.perform(self.reloads.prepared(), prepared: prepared)
         }

@@ -72,7 +72,9 @@ public final class Relay {
         let fleetKey = preflight.redis.flatMap { endpoint in
             preflight.config.tokens.redis.map { DPoPFleetKey(endpoint: endpoint, settings: $0, codec: preflight.codecs.redis) }
         }
-        dpop = try Self.dpopProofs(config: preflight.config, tokens: &preflight.tokens, fleet: fleetKey, metrics: metrics, logger: logger)
+        let dpopKey = try Self.dpopKeySource(config: preflight.config, tokens: &preflight.tokens, fleet: fleetKey, logger: logger)
+        dpop = try Self.dpopProofs(config: preflight.config, source: dpopKey, tokens: preflight.tokens, metrics: metrics, logger: logger)
+        for identity in preflight.identities { try identity.loadDPoPKey(logger: logger) }
         endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
         endpoint.dpop = dpop
         redactor.add(preflight.redis?.password)
