@@ -31,6 +31,31 @@ final class FleetLostWriteTests: FleetTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0, "the burnt refresh token was never presented")
     }
 
+    /// An operator's import after a flush is a lower version too, but not a lost write: the import stamps the
+    /// record (`imported_at`), and the relays adopt it instead of putting their older set back over it.
+    func testAnImportAfterAFlushIsAdoptedNotOverwritten() throws {
+        try importTokens()
+        let relays = try startFleet(2)
+        tokenServer.expireAccessTokens()
+        XCTAssertEqual(try get(relays[0], "/rotate").status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { relays.allSatisfy { (try? self.status($0)["token_store"] as? [String: Any])?["version"] as? Int == 2 } },
+                      "both relays hold version 2")
+
+        try redis.cli(["FLUSHDB"])
+        let fresh = tokenServer.issueInitialTokens()
+        try writeTokenFile(at: tokenFileURL, access: fresh.access, refresh: fresh.refresh)
+        try importTokens(expectingVersion: 1)
+        XCTAssertTrue(waitUntil(timeout: 5) { relays.allSatisfy { $0.stderrText.contains("an operator's import replaced the token set this relay held") } },
+                      "both relays follow the import: \(relays[0].stderrText.suffix(1500))")
+        XCTAssertTrue(waitUntil(timeout: 5) { relays.allSatisfy { (try? self.status($0)["token_store"] as? [String: Any])?["version"] as? Int == 1 } })
+        XCTAssertEqual(try storedVersion(), 1, "nothing was put back over the import")
+        XCTAssertTrue(try redis.cli(["HGET", key, "tokens"]).contains(fresh.refresh))
+        XCTAssertEqual(try relays.map { try metric($0, "tokenrelay_token_store_writes_put_back_total") }.reduce(0, +), 0)
+        for relay in relays { XCTAssertEqual(try get(relay, "/after-import").status, 200) }
+        XCTAssertEqual(api.requests.last?.header("Authorization"), "Bearer \(fresh.access)")
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
     private func metric(_ relay: TokenRelayProcess, _ name: String) throws -> Int {
         let line = try admin(relay, "/metrics").bodyText.split(separator: "\n").first { $0.hasPrefix(name + " ") }
         return line.flatMap { Double($0.split(separator: " ").last ?? "") }.map { Int($0) } ?? 0

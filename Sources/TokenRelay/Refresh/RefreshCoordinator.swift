@@ -128,6 +128,7 @@ final class RefreshCoordinator {
             }
             redis.onFailoverFollowed = { [weak self] message in self?.logger.warning("followed a Redis failover", metadata: ["detail": "\(message)"]) }
             redis.onPutBack = { [weak self] message in self?.logger.warning("put a token set lost by Redis back", metadata: ["detail": "\(message)"]) }
+            redis.onImportFollowed = { [weak self] message in self?.logger.warning("an operator's import replaced the token set this relay held", metadata: ["detail": "\(message)"]) }
         }
         store.start()
         execute(machine.start(now: self.now(), inFlight: store.readInFlightRecord()))

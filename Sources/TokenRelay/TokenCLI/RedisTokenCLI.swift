@@ -10,15 +10,21 @@ enum RedisTokenCLI {
         return (try RedisSentinelTarget.resolveBlocking(settings: settings, endpoint: Preflight.redisEndpoint(settings)), settings)
     }
 
-    /// Writes `tokens` as the next version (clearing "login required"); returns the version written.
+    /// Writes `tokens` as the next version (clearing "login required"), stamped as an import (`imported_at`,
+    /// `RedisHeldSet`): relays adopt it even when its version is lower than one they hold (after a flush)
+    /// instead of putting their older set back over it. Returns the version written.
     static func store(_ tokens: TokenSet, endpoint: RedisEndpoint, settings: RedisSettings, codec: TokenStateCodec = .plain) throws -> Int64 {
         let data = try codec.encode(tokens)
         let timeout = settings.commandTimeoutSeconds * 2
         // An import races only with a relay's refresh; a lost compare-and-set is tried again on the newer base.
         for _ in 0..<5 {
-            let current = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["HGET", settings.key, "version"]).integer ?? 0
+            let stored = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["HMGET", settings.key, "version", "imported_at"])
+            guard case .array(let fields) = stored, fields.count == 2 else { throw RedisStoreError(description: "unexpected reply from Redis") }
+            let current = fields[0].integer ?? 0
+            let stamp = RedisHeldSet.importStamp(now: Date(), stored: fields[1].integer)
             let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: settings.key + ":updates", expected: current,
-                                                                tokens: data, loginRequired: "", writer: "tokenrelay-cli/\(getpid())")
+                                                                tokens: data, loginRequired: "", writer: "tokenrelay-cli/\(getpid())",
+                                                                importStamp: stamp)
             switch RedisScripts.compareAndSetOutcome(try RedisOneShot.run(endpoint: endpoint, timeout: timeout, arguments)) {
             case .written(let version): return version
             case .conflict: continue

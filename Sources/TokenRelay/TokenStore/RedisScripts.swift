@@ -7,7 +7,9 @@ enum RedisScripts {
     /// writer id, channel. Writes only if the stored version is the expected one, bumps it by one, and
     /// publishes the new version in the same step, so no write goes unannounced. An absent key (a new
     /// store, or one that lost its data) takes any write, numbered past the writer's own version so the
-    /// versions relays hold stay behind it. Returns {1, new version} or {0, stored version}.
+    /// versions relays hold stay behind it. ARGV[6], given only by an operator's import, is the record's
+    /// new `imported_at` (`RedisHeldSet`); a relay's write keeps the one there. Returns {1, new version} or
+    /// {0, stored version}.
     static let compareAndSet = """
         local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
         local expected = tonumber(ARGV[1])
@@ -15,6 +17,7 @@ enum RedisScripts {
         local next = math.max(current, expected) + 1
         redis.call('HSET', KEYS[1], 'version', next, 'tokens', ARGV[2], 'writer', ARGV[4])
         if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'login_required') else redis.call('HSET', KEYS[1], 'login_required', ARGV[3]) end
+        if ARGV[6] and ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'imported_at', ARGV[6]) end
         redis.call('PUBLISH', ARGV[5], next)
         return {1, next}
         """
@@ -33,9 +36,9 @@ enum RedisScripts {
     }
 
     static func compareAndSetArguments(key: String, channel: String, expected: Int64, tokens: Data, loginRequired: String,
-                                       writer: String) -> [Data] {
+                                       writer: String, importStamp: Int64? = nil) -> [Data] {
         ["EVAL", compareAndSet, "1", key, String(expected)].map { Data($0.utf8) } + [tokens]
-            + [loginRequired, writer, channel].map { Data($0.utf8) }
+            + ([loginRequired, writer, channel] + (importStamp.map { [String($0)] } ?? [])).map { Data($0.utf8) }
     }
 
     static func releaseArguments(lockKey: String, owner: String) -> [String] {

@@ -50,10 +50,10 @@ final class RedisTokenStore: TokenStore {
     private(set) var baseVersion: Int64 = 0
     private var lastReadVersion: Int64 = 0
     private var announcedVersion: Int64 = 0
-    /// The stored value (as encoded) of the highest version this relay wrote or adopted: what is put back
-    /// when Redis turns out to hold a lower version (`putBack`).
-    private var held: (version: Int64, value: Data, loginRequired: String)?
-    private var lastRead: (value: Data, loginRequired: String)?
+    /// The highest version this relay wrote or adopted, as stored: what is put back when Redis turns out to
+    /// hold a lower version of its lineage (`putBack`, `RedisHeldSet`).
+    private var held: RedisHeldSet?
+    private var lastRead: (value: Data, loginRequired: String, importStamp: Int64?)?
     private var puttingBack = false
     private(set) var writesPutBack = 0
     /// When a read first found the key gone after this relay had seen a version (`emptyStore`).
@@ -77,6 +77,8 @@ final class RedisTokenStore: TokenStore {
     var onCount: ((RedisStoreCount) -> Void)?
     /// A write put back (for the log; never a token).
     var onPutBack: ((String) -> Void)?
+    /// An operator's import followed instead of put back over (for the log; never a token).
+    var onImportFollowed: ((String) -> Void)?
     private(set) var readOnlyReplies = 0
     var onReachability: ((String?) -> Void)?
     /// A failover followed through the sentinels (for the log).
@@ -283,7 +285,11 @@ final class RedisTokenStore: TokenStore {
     }
 
     private func announced(_ version: Int64) {
-        if let held, held.loginRequired.isEmpty, version < held.version { return putBack(over: version) }
+        // Lower than ours: a read decides (`decode`) whether it is a lost write or an operator's new import.
+        if let held, version < held.version {
+            onChange?()
+            return
+        }
         announcedVersion = max(announcedVersion, version)
         if changeSinceLastLook() { onChange?() }
     }
@@ -300,7 +306,7 @@ final class RedisTokenStore: TokenStore {
             if case .success(let reply) = result { self?.lockHolder = reply.text }
         }
         readInFlight(commands)
-        commands.send(["HMGET", settings.key, "version", "tokens", "login_required"]) { [weak self] result in
+        commands.send(["HMGET", settings.key, "version", "tokens", "login_required", "imported_at"]) { [weak self] result in
             guard let self else { return }
             switch result {
             case .failure(let error): completion(.unreadable(error.description))
@@ -310,21 +316,33 @@ final class RedisTokenStore: TokenStore {
     }
 
     private func decode(_ reply: RedisReply) -> RefreshMachine.StoreRead {
-        guard case .array(let fields) = reply, fields.count == 3 else {
+        guard case .array(let fields) = reply, fields.count == 4 else {
             if case .error(let message) = reply { return .unreadable("Redis: \(message)") }
             return .unreadable("unexpected reply from Redis")
         }
         guard let version = fields[0].integer else { return emptyStore() }
-        if let held, held.loginRequired.isEmpty, version < held.version {
+        switch held?.verdict(storedVersion: version, storedImportStamp: fields[3].integer) {
+        case .putBack?:
             putBack(over: version)
-            return .unreadable("Redis key \(settings.key) holds version \(version), lower than version \(held.version) this relay "
+            return .unreadable("Redis key \(settings.key) holds version \(version), lower than version \(held?.version ?? 0) this relay "
                 + "wrote or adopted (a write lost in a failover); writing the newer token set back before anyone refreshes")
+        case .newerImport?:
+            onImportFollowed?("Redis key \(settings.key) holds version \(version) from an import newer than version \(held?.version ?? 0) this "
+                + "relay held (a flush, then an import); adopting it instead of putting ours back")
+            held = nil
+            announcedVersion = version
+        case .current?, nil:
+            // A latched set is not put back: Redis's lower version is followed from here on.
+            if let held, version < held.version {
+                self.held = nil
+                announcedVersion = version
+            }
         }
         dataLossNoticedAt = nil
         lastReadVersion = version
         announcedVersion = max(announcedVersion, version)
         guard case .string(let data) = fields[1] else { return .unreadable("Redis key \(settings.key) has a version but no tokens") }
-        lastRead = (data, fields[2].text ?? "")
+        lastRead = (data, fields[2].text ?? "", fields[3].integer)
         let tokens: TokenSet
         do {
             tokens = try codec.decode(data, name: "redis:\(settings.key)")
@@ -355,7 +373,9 @@ final class RedisTokenStore: TokenStore {
 
     func noteAdopted() {
         baseVersion = lastReadVersion
-        if let lastRead, lastReadVersion >= (held?.version ?? 0) { held = (lastReadVersion, lastRead.value, lastRead.loginRequired) }
+        if let lastRead, lastReadVersion >= (held?.version ?? 0) {
+            held = RedisHeldSet(version: lastReadVersion, value: lastRead.value, loginRequired: lastRead.loginRequired, importStamp: lastRead.importStamp)
+        }
     }
 
     /// Rule (the race it prevents: a failover promoted a replica that never received our last write, or
@@ -363,8 +383,7 @@ final class RedisTokenStore: TokenStore {
     /// burnt, and a rotation server revokes the fleet's session): Redis holding a lower version than one
     /// this relay wrote or adopted gets that newer token set back, by the compare-and-set on the version it
     /// holds now. Until then reads answer unreadable, so nothing is presented or adopted. A latched set
-    /// ("login required") is never put back: it holds nothing worth saving, and an operator's import after
-    /// a flush (a fresh, low version) must win.
+    /// ("login required") is never put back, nor one over an operator's newer import (`RedisHeldSet`).
     private func putBack(over stored: Int64) {
         guard let held, !puttingBack, let commands, isConnected else { return }
         puttingBack = true
@@ -381,7 +400,7 @@ final class RedisTokenStore: TokenStore {
             self.baseVersion = version
             self.lastReadVersion = version
             self.announcedVersion = version
-            self.held = (version, held.value, held.loginRequired)
+            self.held?.version = version
         }
     }
 
@@ -414,7 +433,8 @@ final class RedisTokenStore: TokenStore {
                 if self.noticedReadOnly(reply) { return completion(.failed(self.outage ?? "READONLY")) }
                 switch RedisScripts.compareAndSetOutcome(reply) {
                 case .written(let version):
-                    self.held = (version, data, loginRequired ?? "")
+                    self.held = RedisHeldSet(version: version, value: data, loginRequired: loginRequired ?? "",
+                                             importStamp: self.lastRead?.importStamp ?? self.held?.importStamp)
                     self.dataLossNoticedAt = nil
                     self.baseVersion = version
                     self.lastReadVersion = version

@@ -1,0 +1,36 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+/// What a stored version lower than the one a relay holds means: a lost write (put back) or an operator's
+/// newer import (adopted).
+final class RedisHeldSetTests: XCTestCase {
+    private func held(version: Int64 = 5, stamp: Int64? = 1_000, latched: Bool = false) -> RedisHeldSet {
+        RedisHeldSet(version: version, value: Data("{}".utf8), loginRequired: latched ? "refused" : "", importStamp: stamp)
+    }
+
+    func testALowerVersionOfTheSameLineageIsPutBack() {
+        XCTAssertEqual(held().verdict(storedVersion: 3, storedImportStamp: 1_000), .putBack)
+        XCTAssertEqual(held().verdict(storedVersion: 3, storedImportStamp: 999), .putBack, "an older import is our lineage's past")
+        XCTAssertEqual(held().verdict(storedVersion: 3, storedImportStamp: nil), .putBack)
+        XCTAssertEqual(held(stamp: nil).verdict(storedVersion: 3, storedImportStamp: nil), .putBack)
+    }
+
+    func testANewerImportIsAdopted() {
+        XCTAssertEqual(held().verdict(storedVersion: 1, storedImportStamp: 1_001), .newerImport)
+        XCTAssertEqual(held(stamp: nil).verdict(storedVersion: 1, storedImportStamp: 1), .newerImport)
+        XCTAssertEqual(held(latched: true).verdict(storedVersion: 1, storedImportStamp: 1_001), .newerImport)
+    }
+
+    func testTheSameOrAHigherVersionAndALatchedSetAreLeftAlone() {
+        XCTAssertEqual(held().verdict(storedVersion: 5, storedImportStamp: 1_000), .current)
+        XCTAssertEqual(held().verdict(storedVersion: 9, storedImportStamp: 2_000), .current)
+        XCTAssertEqual(held(latched: true).verdict(storedVersion: 3, storedImportStamp: 1_000), .current)
+    }
+
+    func testAnImportStampIsNowAndPastTheStoredOne() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000.5)
+        XCTAssertEqual(RedisHeldSet.importStamp(now: now, stored: nil), 1_800_000_000_500)
+        XCTAssertEqual(RedisHeldSet.importStamp(now: now, stored: 1_900_000_000_000), 1_900_000_000_001, "a clock behind the last importer's")
+    }
+}
