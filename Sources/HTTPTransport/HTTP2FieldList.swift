@@ -54,6 +54,39 @@ struct HTTP2FieldList {
         }
     }
 
+    /// A request's "Name: value\r\n" lines: as `appendLines`, but a `Host` line sets `authority` instead
+    /// (RFC 9113 §8.3.1: `:authority` carries it), and `te: trailers`, the one `te` HTTP/2 allows (gRPC
+    /// needs it), is kept.
+    mutating func appendLines(_ lines: UnsafeRawBufferPointer, authority: inout String) {
+        var start = 0
+        while start < lines.count {
+            var end = start
+            while end < lines.count && lines[end] != UInt8(ascii: "\r") { end += 1 }
+            var colon = start
+            while colon < end && lines[colon] != UInt8(ascii: ":") { colon += 1 }
+            if colon < end {
+                var valueStart = colon + 1
+                while valueStart < end && (lines[valueStart] == 32 || lines[valueStart] == 9) { valueStart += 1 }
+                let name = UnsafeRawBufferPointer(rebasing: lines[start..<colon])
+                let value = UnsafeRawBufferPointer(rebasing: lines[valueStart..<end])
+                if name.count == 4 && asciiEqualIgnoringCase(name, "host") {
+                    authority = String(decoding: value, as: UTF8.self)
+                } else if name.count == 2 && asciiEqualIgnoringCase(name, "te") {
+                    if asciiEqualIgnoringCase(value, "trailers") { append(name: name, value: value) }
+                } else if !Self.isConnectionSpecific(name) {
+                    append(name: name, value: value)
+                }
+            }
+            start = end + 2
+        }
+    }
+
+    mutating func append(contentsOf other: HTTP2FieldList) {
+        let shift = bytes.count - 1
+        bytes.append(contentsOf: other.bytes.dropFirst())
+        for field in other.fields { fields.append((field.0 + shift, field.1, field.2 + shift, field.3)) }
+    }
+
     static func isConnectionSpecific(_ name: UnsafeRawBufferPointer) -> Bool {
         switch name.count {
         case 2: return asciiEqualIgnoringCase(name, "te")

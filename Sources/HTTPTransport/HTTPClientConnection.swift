@@ -176,6 +176,9 @@ public final class HTTPClientConnection {
     /// Set by `UpstreamPool`: told when bytes arrived that belong to no response (whoever holds the
     /// connection then, the pool included).
     var onUnsolicitedBytes: ((Int) -> Void)?
+    /// Set by `HTTP2ClientConnection`, which connects through this class and then takes the socket over
+    /// (`detachConnected`): told once the connection (and its TLS handshake) is up.
+    var onConnected: (() -> Void)?
 
     /// Starts connecting to `host` (a name, resolved without blocking the loop, or an IP literal); the
     /// request can be sent at once (it waits for the connect and the handshake).
@@ -539,6 +542,21 @@ public final class HTTPClientConnection {
         return TunnelEndpoint(stream: stream) { [self] in withExtendedLifetime(self) {} }
     }
 
+    /// The connected socket, before any request was sent on it, for another protocol to take over (HTTP/2
+    /// with prior knowledge or after ALPN chose it). nil in any other state. The connection ends here, as
+    /// for a tunnel: it reports nothing more.
+    func detachConnected() -> TunnelEndpoint? {
+        guard !hasEnded, connected, requestsStarted == 0, case .idle = state else { return nil }
+        hasEnded = true
+        state = .ended
+        silenceTimer?.cancel()
+        continueTimer?.cancel()
+        connectTimer?.cancel()
+        handler = nil
+        onClosed = nil
+        return TunnelEndpoint(stream: stream) { [self] in withExtendedLifetime(self) {} }
+    }
+
     /// Response bytes read from the socket and not yet handed on (checked right after a head: whether its
     /// body has started to arrive with it).
     public var hasUnreadInput: Bool { stream.input.count > 0 }
@@ -809,6 +827,9 @@ extension HTTPClientConnection: SocketStreamOwner {
     func streamConnected(_ stream: SocketStream) {
         connected = true
         connectTimer?.cancel()
+        let told = onConnected
+        onConnected = nil
+        told?()
     }
 
     func streamConnectFailed(_ stream: SocketStream, errno: Int32, reason: String, duringHandshake: Bool) {

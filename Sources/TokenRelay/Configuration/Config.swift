@@ -53,6 +53,17 @@ public struct Config: Sendable {
         public var passthroughPrefixes: [String] = []
         /// TLS options for an https:// upstream (nil: the defaults).
         public var tls: TLSSettings? = nil
+        /// `upstream.http2`: whether requests go to the upstream over HTTP/2.
+        public var http2: HTTP2Mode = .never
+
+        public enum HTTP2Mode: String, Sendable, CaseIterable {
+            /// HTTP/1.1 only (the default, and the behaviour before the key existed).
+            case never
+            /// h2c (or h2 over TLS) with prior knowledge: every connection starts with the HTTP/2 preface.
+            case priorKnowledge = "prior_knowledge"
+            /// Over TLS, HTTP/2 when the server selects `h2` in ALPN, HTTP/1.1 otherwise.
+            case alpn
+        }
     }
 
     public struct Tokens: Sendable {
@@ -126,9 +137,6 @@ public struct Config: Sendable {
         public var backoffSeconds = 0.5
         /// Upstream statuses that may mean "access token expired" (401 always does).
         public var triggerStatuses: Set<Int> = [401]
-        /// gRPC statuses (`grpc-status`, answered before any response message) that may mean "access token
-        /// expired" (16, UNAUTHENTICATED, always does): gRPC answers an expired token with `:status 200`.
-        public var triggerGRPCStatuses: Set<Int> = [16]
         /// Refresh before expiry, so that requests almost never wait.
         public var proactive = true
         /// How long before expiry to refresh; nil: 10% of the token's lifetime, within 1 s ... 5 min.

@@ -2,7 +2,7 @@
 /// `identities` (field paths come from the object, so an error names where it is).
 extension ConfigLoader {
     static func readUpstream(_ object: JSONObjectReader) throws -> Config.Upstream {
-        object.declareKeys(["url", "tls", "passthrough_prefixes"])
+        object.declareKeys(["url", "tls", "passthrough_prefixes", "http2"])
         let url = try HTTPEndpoint.parse(object.string("url"), field: object.fieldPath("url"))
         var upstream = Config.Upstream(url: url, tls: try TLSSettings.read(from: object, for: url))
         if let prefixes = try object.optionalStringArray("passthrough_prefixes") {
@@ -11,8 +11,25 @@ extension ConfigLoader {
             }
             upstream.passthroughPrefixes = prefixes
         }
+        upstream.http2 = try readHTTP2Mode(object, url: url)
         try object.rejectUnknownKeys()
         return upstream
+    }
+
+    /// `upstream.http2`: "never" (default), "prior_knowledge", "alpn" (https:// only: ALPN is a TLS extension).
+    private static func readHTTP2Mode(_ object: JSONObjectReader, url: HTTPEndpoint) throws -> Config.Upstream.HTTP2Mode {
+        guard let text = try object.optionalString("http2") else { return .never }
+        guard let mode = Config.Upstream.HTTP2Mode(rawValue: text) else {
+            let allowed = Config.Upstream.HTTP2Mode.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+            throw ConfigError(object.fieldPath("http2"), "must be one of \(allowed)")
+        }
+        if mode == .alpn {
+            throw ConfigError(object.fieldPath("http2"), "\"alpn\" is not supported yet (use \"prior_knowledge\" or \"never\")")
+        }
+        if mode == .alpn && !url.usesTLS {
+            throw ConfigError(object.fieldPath("http2"), "\"alpn\" needs an https:// upstream url (use \"prior_knowledge\" for h2c)")
+        }
+        return mode
     }
 
     static func readTokens(_ object: JSONObjectReader) throws -> Config.Tokens {

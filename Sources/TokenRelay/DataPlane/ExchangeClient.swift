@@ -11,6 +11,8 @@ protocol ExchangeClient: AnyObject {
     func startResponse(status: Int, reason: UnsafeRawBufferPointer, body: BodyLength, fields: (inout HTTPFieldBlock) -> Void)
     func sendBody(_ bytes: UnsafeRawBufferPointer)
     func finishResponse()
+    /// Ends the response with trailer fields (HTTP/2; an HTTP/1.1 client's response ends without them).
+    func finishResponse(trailers: [(name: String, value: String)])
     func flushPendingHead()
     func withdrawUnsentResponse() -> Bool
     func respond(_ response: HTTPResponseHead, body: [UInt8])
@@ -27,6 +29,8 @@ protocol ExchangeClient: AnyObject {
 
 extension HTTPServerConnection: ExchangeClient {
     var http1Connection: HTTPServerConnection? { self }
+    /// Trailers are dropped: an HTTP/1.1 client of a relayed response gets none.
+    func finishResponse(trailers: [(name: String, value: String)]) { finishResponse() }
 }
 
 extension HTTP2ServerStream: ExchangeClient {

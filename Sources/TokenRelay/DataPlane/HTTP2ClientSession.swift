@@ -5,9 +5,9 @@ import HTTPWire
 /// becomes a `StreamSession` and its `RelayedExchange`, as an HTTP/1.1 request does: same request
 /// machine, same header rules, limits and timeouts per stream as per request.
 ///
-/// A gRPC request (`content-type: application/grpc…`, or `te: trailers`) needs HTTP/2 to the upstream,
-/// which tokenrelay does not speak yet: it is answered at once with gRPC's UNAVAILABLE (14) as a
-/// Trailers-Only response, never relayed half-way to an HTTP/1.1 upstream.
+/// A gRPC request (`content-type: application/grpc…`, or `te: trailers`) needs HTTP/2 to the upstream:
+/// to an HTTP/1.1 upstream (`upstream.http2` "never") it is answered at once with gRPC's UNAVAILABLE (14)
+/// as a Trailers-Only response, never relayed half-way.
 final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
     private unowned let proxy: ProxyServer
     private unowned let frontEnd: TransportFrontEnd
@@ -26,7 +26,8 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
 
     func connection(_ connection: HTTP2ServerConnection, opened stream: HTTP2ServerStream) {
         guard let head = stream.head else { return }
-        if Self.isGRPC(head) {
+        // gRPC needs HTTP/2 end to end: it is passed on only to an upstream that `upstream.http2` says speaks it.
+        if Self.isGRPC(head) && proxy.context(for: head).context.route.http2Pool == nil {
             proxy.refused("gRPC request to an HTTP/1.1 upstream")
             return Self.answerUnavailable(stream, message: "tokenrelay: the upstream is reached over HTTP/1.1, gRPC needs HTTP/2")
         }

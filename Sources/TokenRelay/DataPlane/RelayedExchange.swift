@@ -11,19 +11,19 @@ import HTTPWire
 final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClientConnectionHandler, DeadlineTimerOwner {
     /// Strong: the session may end (its client closed after this response) before this exchange's last
     /// action runs; `finish` tells it, and the reference cycle ends there.
-    private let session: Session
-    private let client: Session.Client
+    let session: Session
+    let client: Session.Client
     /// The settings as of arrival, the services to report to, and the proxy. Its route (upstream and pool)
     /// and token header serve this request from arrival to answer, whatever a reload changes meanwhile.
-    private let context: ExchangeContext
-    private var route: UpstreamRoute { context.route }
+    let context: ExchangeContext
+    var route: UpstreamRoute { context.route }
     private var proxy: ProxyServer { context.proxy }
-    private let head: ReceivedRequestHead
+    let head: ReceivedRequestHead
     /// Bytes of the target its route strips (`routes[].match.strip_prefix`); 0 for most.
     private let strip: Int
-    private let body: Body
+    let body: Body
     /// The target as sent upstream, in a buffer borrowed from the session and given back at `finish`.
-    private var upstreamTarget: [UInt8] = []
+    var upstreamTarget: [UInt8] = []
     /// A path passed through untouched (no token; the client's own credentials cross).
     private var passthrough = false
     /// The protocol a WebSocket-style handshake asks for (see `UpgradeTunnel`); nil for other requests.
@@ -31,22 +31,25 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// A slot of `limits.max_tunnels` taken for this handshake; it passes to the tunnel at the 101.
     private var holdsTunnelSlot = false
 
-    private var lifecycle: RequestLifecycle
+    var lifecycle: RequestLifecycle
     private var queue = LifecycleActionQueue()
-    private var finished: Bool { queue.isFinished }
+    var finished: Bool { queue.isFinished }
 
     /// The refresh rules' answer at arrival, while `begin` runs: a connection granted within that same call
     /// (an idle one) is sent with it instead of asking again. Nothing else runs on the loop in between, so
     /// asking again could only repeat the answer.
-    private var admissionAtArrival: RefreshCoordinator.Admission?
+    var admissionAtArrival: RefreshCoordinator.Admission?
     /// The token of the admission reported with the latest `connectionAcquired`, for the `send` it yields
     /// (the action names the token's generation only: actions carry no strings, see `RequestLifecycle.Action`).
     /// Kept until the next grant: the send may run after the step that decided it (behind a running batch).
-    private var grantedAuthorization: String?
+    var grantedAuthorization: String?
 
     private let arrivedAt = EventLoop.monotonicNow
-    private var sentAt = 0.0
+    var sentAt = 0.0
     private var upstream: HTTPClientConnection?
+    /// The request's stream when the route's upstream speaks HTTP/2 (nil on the HTTP/1.1 path), and what
+    /// its response brought (see `RelayedExchange+HTTP2Upstream`).
+    var http2: HTTP2UpstreamLink?
     private var ticket: HTTPTransport.UpstreamPool.Ticket?
     /// One timer per deadline, borrowed from the session when first scheduled (stored apart, not in a
     /// dictionary: that would be an allocation per request).
@@ -54,9 +57,9 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// An upstream 401 kept while its request waits for a refresh: if the refresh is rejected, the client
     /// gets exactly this response (status, headers, up to `maxCapturedBodyBytes` of body), as if tokenrelay
     /// were not there.
-    private var captured: CapturedResponse?
+    var captured: CapturedResponse?
     static var maxCapturedBodyBytes: Int { capturedBodyLimit }
-    private var upstreamReadingPaused = false
+    var upstreamReadingPaused = false
     private var selfRetain: Unmanaged<RelayedExchange>?
     var activeSlot = -1
 
@@ -86,7 +89,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         }
     }
 
-    private var streamed: StreamedRequestBody? {
+    var streamed: StreamedRequestBody? {
         if case .streamed(let body) = body { return body }
         return nil
     }
@@ -164,7 +167,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// `arriving`: the response head the event reports, for the one action that uses it (`relayResponse`
     /// or `captureResponse`). Passed along, not stored: valid during its callback only, and a stored
     /// optional head would cost a copy in and two generic destroys on every response.
-    private func step(arriving head: ReceivedResponseHead? = nil, _ event: (inout RequestLifecycle) -> RequestLifecycle.ActionList) {
+    func step(arriving head: ReceivedResponseHead? = nil, _ event: (inout RequestLifecycle) -> RequestLifecycle.ActionList) {
         var machine = lifecycle
         let actions = event(&machine)
         lifecycle = machine
@@ -207,6 +210,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .cancelConnectionWait:
             ticket?.cancel()
             ticket = nil
+            http2?.cancelWait()
         case .send(let credential): send(credential)
         case .cancelUpstream: closeUpstream()
         case .releaseConnection: releaseUpstream()
@@ -229,7 +233,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         case .relayResponse:
             if let head { startRelaying(head) }
-        case .endRelayedResponse: client.finishResponse()
+        case .endRelayedResponse:
+            if let trailers = http2?.trailers, !trailers.isEmpty { client.finishResponse(trailers: trailers) } else { client.finishResponse() }
         case .respondCaptured: respondCaptured()
         case .respond:
             if let answer = list.answer { respond(answer) }
@@ -275,6 +280,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// `lane`: a request released by a refresh was admitted already and queues in order, never refused
     /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
     private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
+        if let http2Pool = route.http2Pool { return acquireStream(http2Pool, lane: lane) }
         let pool = route.pool
         if !fresh, let connection = pool.takeIdleConnection() { return connectionGranted(connection) }
         let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in
@@ -309,7 +315,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     }
 
     private func send(_ credential: RequestLifecycle.Credential) {
-        guard let upstream else { return }
+        guard let upstream else { return sendOnStream(credential) }
         sentAt = EventLoop.monotonicNow
         captured = nil
         upstream.handler = session   // which passes the reports on to this exchange (see ClientSession)
@@ -338,7 +344,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     /// The method as the upstream request names it: a literal for the standard methods (the parser matched
     /// their bytes exactly), so that no String is made from the head's bytes for every send.
-    private var upstreamMethod: String {
+    var upstreamMethod: String {
         switch head.method {
         case .get: "GET"
         case .head: "HEAD"
@@ -354,7 +360,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// The upstream request's fields, written straight into its head from the client's bytes: the client's
     /// end-to-end fields (`HeaderPolicy`), the forwarding fields (`ForwardingHeaders`), `Host`, and the token.
     /// Recomputed for each send (a replay is rare; keeping a copy would cost every request).
-    private func writeForwardedFields(into block: inout HTTPFieldBlock, _ credential: RequestLifecycle.Credential) {
+    func writeForwardedFields(into block: inout HTTPFieldBlock, _ credential: RequestLifecycle.Credential) {
         let keepAuthorization = passthrough
         // The running configuration's: a replay after a reload follows it.
         let forwarding = context.current.forwarding
@@ -380,7 +386,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     /// Gives the connection back; the pool closes it unless the response left it clean.
     private func releaseUpstream() {
-        guard let upstream else { return }
+        guard let upstream else { return releaseStream() }
         self.upstream = nil
         streamed?.detach()
         upstream.handler = nil
@@ -394,7 +400,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     /// Stops the request in flight: the connection is closed, never reused with half a response in it.
     private func closeUpstream() {
-        guard let upstream else { return }
+        guard let upstream else { return releaseStream() }
         self.upstream = nil
         streamed?.detach()
         upstream.handler = nil
@@ -407,6 +413,12 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     func connection(_ connection: HTTPClientConnection, receivedHead head: ReceivedResponseHead) {
         guard connection === upstream else { return }
+        upstreamReceivedHead(head, bodyBytesSent: connection.bodyBytesSentBeforeResponse)
+    }
+
+    /// A response head from the upstream, either protocol: the refresh decision and the machine's event.
+    /// `bodyBytesSent`: body bytes of a streamed request that had left before it.
+    func upstreamReceivedHead(_ head: ReceivedResponseHead, bodyBytesSent: Int) {
         context.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
         // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
         if head.status == 101 && upgradeProtocol == nil {
@@ -417,7 +429,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             return step { $0.upstreamFailed(failure, now: now) }
         }
         // The transport's count is the truth about the body: a byte handed to the socket may have been read.
-        if streamed != nil && connection.bodyBytesSentBeforeResponse > 0 {
+        if streamed != nil && bodyBytesSent > 0 {
             var machine = lifecycle
             machine.streamedBodyStarted()
             lifecycle = machine
@@ -464,6 +476,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     func connection(_ connection: HTTPClientConnection, receivedBody bytes: UnsafeRawBufferPointer) {
         guard connection === upstream else { return }
+        upstreamReceivedBody(bytes)
+    }
+
+    /// A piece of the response body, either protocol: kept (a 401 for a replay) or relayed.
+    func upstreamReceivedBody(_ bytes: UnsafeRawBufferPointer) {
         switch lifecycle.phase {
         case .capturing:
             guard let captured else { break }
@@ -474,7 +491,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             // The client is slower than the upstream: stop reading the upstream until it has drained.
             if !client.canSendMore && !upstreamReadingPaused {
                 upstreamReadingPaused = true
-                connection.pauseReading()
+                upstream?.pauseReading()
+                http2?.stream?.pauseReading()
             }
         default:
             break
@@ -522,7 +540,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     }
 
     func clientCanSendMore() {
-        guard upstreamReadingPaused, let upstream else { return }
+        guard upstreamReadingPaused, let upstream else { return resumeStreamReading() }
         upstreamReadingPaused = false
         upstream.resumeReading()
     }
@@ -581,6 +599,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         // an event stream's first event (or a slow body) may be long in coming, and the client must not wait
         // for it to see the head.
         if let upstream, !upstream.hasUnreadInput { client.flushPendingHead() }
+        if http2 != nil { client.flushPendingHead() }
     }
 
     /// The upstream agreed to the upgrade: the connections become a tunnel and this exchange is done (the

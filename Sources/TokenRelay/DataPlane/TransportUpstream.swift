@@ -17,6 +17,17 @@ enum TransportUpstream {
                                           settings: settings)
     }
 
+    /// The HTTP/2 connections to an upstream that `upstream.http2` says speaks it: as many connections as
+    /// `limits.max_upstream_connections`, each with up to 100 streams (fewer if the server says so).
+    static func makeHTTP2Pool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTP2UpstreamPool {
+        var settings = HTTP2UpstreamPool.Settings(maxConnections: config.limits.maxUpstreamConnections,
+                                                  maxWaiters: config.limits.maxUpstreamWaiters,
+                                                  idleTimeout: config.timeouts.poolIdleSeconds)
+        settings.tls = tls
+        settings.connectTimeout = config.timeouts.connectSeconds
+        return HTTP2UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port), settings: settings)
+    }
+
     /// The failure an upstream connection's end means for the request on it.
     static func failure(_ end: ConnectionEnd, responseStarted: Bool, connected: Bool) -> RequestLifecycle.UpstreamFailure {
         switch end {

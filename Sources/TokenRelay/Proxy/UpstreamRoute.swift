@@ -14,6 +14,8 @@ final class UpstreamRoute {
     let hostField: PreparedField?
     /// The upstream's keep-alive connections; opens none until asked.
     let pool: HTTPTransport.UpstreamPool
+    /// The upstream's HTTP/2 connections when `upstream.http2` says to speak HTTP/2 to it; nil: HTTP/1.1.
+    let http2Pool: HTTP2UpstreamPool?
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
     /// The upstream URL has no path of its own: an origin-form target is sent as it came.
@@ -27,6 +29,8 @@ final class UpstreamRoute {
         passthroughPrefixes = settings.passthroughPrefixes
         forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop)
+        http2Pool = settings.http2 == .priorKnowledge
+            ? TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop) : nil
         targets = RequestTarget(upstream: settings.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 
@@ -39,13 +43,19 @@ final class UpstreamRoute {
 
     func requestEnded() {
         requestsInFlight -= 1
-        if isRetiring && requestsInFlight == 0 { pool.retire() }
+        if isRetiring && requestsInFlight == 0 {
+            pool.retire()
+            http2Pool?.retire()
+        }
     }
 
     /// A reload replaced this route: its pool takes no new requests once its own have ended.
     func retire() {
         isRetiring = true
-        if requestsInFlight == 0 { pool.retire() }
+        if requestsInFlight == 0 {
+            pool.retire()
+            http2Pool?.retire()
+        }
     }
 
     /// Paths forwarded untouched (no token, no refresh): an API's own login endpoints. A prefix matches on

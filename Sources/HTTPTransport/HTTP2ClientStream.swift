@@ -1,0 +1,323 @@
+import CNghttp2
+import HTTPWire
+
+/// What an HTTP/2 upstream stream reports, in order, on the loop's thread: the response head, body
+/// pieces, trailers, the end; or `ended` when the stream failed first (after which nothing more comes).
+public protocol HTTP2ClientStreamHandler: AnyObject {
+    func stream(_ stream: HTTP2ClientStream, receivedHead head: ReceivedResponseHead)
+    /// Valid only during the call.
+    func stream(_ stream: HTTP2ClientStream, receivedBody bytes: UnsafeRawBufferPointer)
+    /// The response's trailer fields, before `streamReceivedEnd`. `beforeAnyData`: no DATA byte came
+    /// before them; `trailersOnly`: the response was one HEADERS frame with END_STREAM and these are its
+    /// fields (reported before the head then, so that whoever decides on the head has them).
+    func stream(_ stream: HTTP2ClientStream, receivedTrailers fields: [(name: String, value: String)], beforeAnyData: Bool, trailersOnly: Bool)
+    func streamReceivedEnd(_ stream: HTTP2ClientStream)
+    func streamCanSendMore(_ stream: HTTP2ClientStream)
+    func stream(_ stream: HTTP2ClientStream, failed: HTTP2ClientStream.Failure)
+}
+
+/// One request on an `HTTP2ClientConnection`, with the calls of an HTTP/1.1 client connection's single
+/// request. The response head is handed over as a `ReceivedResponseHead` (HTTP/1.1 field lines made
+/// from the HTTP/2 fields and parsed by HTTPWire), so the layers above read both alike: a body without
+/// `content-length` reads as chunked, a response that ended with its HEADERS as `content-length: 0`.
+public final class HTTP2ClientStream {
+    public enum Failure: Sendable, CustomStringConvertible {
+        /// The server did not process the request (REFUSED_STREAM, or above a GOAWAY's last-stream-id, or
+        /// never sent): it may go again on another connection, whatever its method.
+        case notProcessed(String)
+        /// The stream was reset or its connection lost after the server may have acted on it.
+        case lost(String, responseStarted: Bool)
+        /// The response broke HTTP semantics (the parser's reason).
+        case invalidResponse(String)
+
+        public var description: String {
+            switch self {
+            case .notProcessed(let why): return "not processed by the upstream (\(why))"
+            case .lost(let why, _): return why
+            case .invalidResponse(let why): return "invalid HTTP/2 response: \(why)"
+            }
+        }
+    }
+
+    public internal(set) var id: Int32 = -1
+    public let connection: HTTP2ClientConnection
+    /// Held strongly until the stream ends.
+    public var handler: HTTP2ClientStreamHandler?
+    /// Holds the response head back until the first DATA byte or the trailers (a gRPC call: whether the
+    /// answer has a message decides whether its status can still be acted on).
+    public var deferHeadUntilBody = false
+    public private(set) var responseStarted = false
+
+    private var requestMethod = HTTPMethod.get
+    private var fields: [(name: [UInt8], value: [UInt8])] = []
+    private var status = 0
+    private var headDone = false
+    private var heldHead: ReceivedResponseHead?
+    private var dataSeen = false
+    /// END_STREAM came from the server: the response is complete.
+    private var endSeen = false
+    private var paused = false
+    private var owed = 0
+    private var outbound: [UInt8] = []
+    private var outboundStart = 0
+    private var finishing = false
+    private var requestTrailers: [(name: String, value: String)] = []
+    private var deferred = false
+    var wantsCanSendMore = false
+    private var released = false
+    public private(set) var isEnded = false
+
+    init(connection: HTTP2ClientConnection) {
+        self.connection = connection
+    }
+
+    // MARK: - The request
+
+    /// Sends the request head: `:method`, `:scheme`, `:authority` and `:path`, then the field lines
+    /// `fields` writes (lower-cased, connection-specific ones left out; a `Host` line becomes `:authority`).
+    public func startRequest(method: HTTPMethod, methodName: String, target: [UInt8], hasBody: Bool,
+                             fields: (inout HTTPFieldBlock) -> Void) {
+        requestMethod = method
+        var block = HTTPFieldBlock()
+        fields(&block)
+        var list = HTTP2FieldList()
+        list.append(name: ":method", value: methodName)
+        list.append(name: ":scheme", value: connection.scheme)
+        var authority = connection.host
+        var rest = HTTP2FieldList()
+        rest.appendLines(block.buffer.bytes, authority: &authority)
+        list.append(name: ":authority", value: authority)
+        var pathName = ":path"
+        pathName.withUTF8 { name in target.withUnsafeBytes { list.append(name: UnsafeRawBufferPointer(name), value: $0) } }
+        list.append(contentsOf: rest)
+        if !connection.submit(self, fields: list, hasBody: hasBody) {
+            fail(.notProcessed("the connection takes no new stream"))
+        }
+    }
+
+    public func sendBody(_ bytes: UnsafeRawBufferPointer) {
+        guard !isEnded, !finishing, bytes.count > 0 else { return }
+        if outboundStart > 0 && outboundStart >= outbound.count / 2 {
+            outbound.removeFirst(outboundStart)
+            outboundStart = 0
+        }
+        outbound.append(contentsOf: bytes)
+        resume()
+    }
+
+    public func sendBody(_ bytes: [UInt8]) { bytes.withUnsafeBytes { sendBody($0) } }
+
+    /// Ends the request body; `trailers` go in a HEADERS frame after it.
+    public func finishRequest(trailers: [(name: String, value: String)] = []) {
+        guard !isEnded, !finishing else { return }
+        requestTrailers = trailers
+        finishing = true
+        resume()
+    }
+
+    public var canSendMore: Bool {
+        let ok = outbound.count - outboundStart < connection.settings.streamBufferLimit && connection.socketHasRoom
+        if !ok { wantsCanSendMore = true }
+        return ok
+    }
+
+    /// Stops handing the response window back to the server (the client is slow); `resumeReading` does.
+    public func pauseReading() { paused = true }
+
+    public func resumeReading() {
+        guard paused else { return }
+        paused = false
+        if owed > 0 {
+            connection.consume(id, owed)
+            owed = 0
+        }
+    }
+
+    /// Cancels the request (RST_STREAM CANCEL); nothing more is reported.
+    public func cancel() {
+        handler = nil
+        guard !isEnded else { return }
+        isEnded = true
+        if id > 0 {
+            connection.submitControl { session in
+                _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, UInt32(NGHTTP2_CANCEL.rawValue))
+            }
+        } else {
+            release()
+        }
+    }
+
+    private func resume() {
+        guard deferred, id > 0 else { return connection.scheduleFlush() }
+        deferred = false
+        connection.submitControl { session in _ = nghttp2_session_resume_data(session, id) }
+    }
+
+    func readBody(into buffer: UnsafeMutablePointer<UInt8>, _ length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
+        let n = min(length, outbound.count - outboundStart)
+        if n > 0 {
+            outbound.withUnsafeBytes { bytes in
+                UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress! + outboundStart, byteCount: n)
+            }
+            outboundStart += n
+            if outboundStart == outbound.count {
+                outbound.removeAll(keepingCapacity: true)
+                outboundStart = 0
+            }
+        }
+        if outbound.count == outboundStart && finishing {
+            flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
+            if !requestTrailers.isEmpty, let session = connection.sessionForStreams {
+                flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue)
+                var list = HTTP2FieldList()
+                for field in requestTrailers { list.append(name: field.name, value: field.value) }
+                list.withNameValues { nva, count in _ = nghttp2_submit_trailer(session, id, nva, count) }
+            }
+            return n
+        }
+        if n == 0 {
+            deferred = true
+            return Int(NGHTTP2_ERR_DEFERRED.rawValue)
+        }
+        if wantsCanSendMore { connection.scheduleFlush() }
+        return n
+    }
+
+    // MARK: - The response (from nghttp2's callbacks)
+
+    func beginHeaders() { fields.removeAll(keepingCapacity: true) }
+
+    func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        if !headDone, name.count == 7, name.elementsEqual(":status".utf8) {
+            status = value.reduce(0) { $0 &* 10 &+ Int($1 &- 48) }
+            return
+        }
+        fields.append((Array(name), Array(value)))
+    }
+
+    func headersComplete(endStream: Bool) {
+        guard !isEnded else { return }
+        if endStream && (headDone || status >= 200) { endSeen = true }
+        if headDone {
+            // Trailers (nghttp2 has checked that they carry END_STREAM and no pseudo-header).
+            report(trailers: stringFields(), trailersOnly: false)
+            return
+        }
+        if status >= 100 && status < 200 { return }   // an interim response: the final one follows
+        headDone = true
+        responseStarted = true
+        guard let head = makeHead(endStream: endStream) else { return }
+        if endStream {
+            handler?.stream(self, receivedTrailers: stringFields(), beforeAnyData: true, trailersOnly: true)
+            handler?.stream(self, receivedHead: head)
+            return
+        }
+        if deferHeadUntilBody { heldHead = head } else { handler?.stream(self, receivedHead: head) }
+    }
+
+    private func report(trailers: [(name: String, value: String)], trailersOnly: Bool) {
+        handler?.stream(self, receivedTrailers: trailers, beforeAnyData: !dataSeen, trailersOnly: trailersOnly)
+        releaseHeldHead()
+    }
+
+    private func releaseHeldHead() {
+        guard let head = heldHead else { return }
+        heldHead = nil
+        handler?.stream(self, receivedHead: head)
+    }
+
+    func receivedBody(_ bytes: UnsafeRawBufferPointer) {
+        guard handler != nil, !isEnded else { return connection.consume(id, bytes.count) }
+        if !bytes.isEmpty { dataSeen = true }
+        releaseHeldHead()
+        handler?.stream(self, receivedBody: bytes)
+        if paused { owed += bytes.count } else { connection.consume(id, bytes.count) }
+    }
+
+    func receivedEnd() {
+        endSeen = true
+        releaseHeldHead()
+    }
+
+    /// The stream is closed: complete when the response ended, otherwise a failure.
+    func closed(errorCode: UInt32, notProcessed: Bool, connectionLost: Bool = false) {
+        if owed > 0 {
+            _ = connection.sessionForStreams.map { nghttp2_session_consume_connection($0, owed) }
+            owed = 0
+        }
+        guard !isEnded else { return release() }
+        if endSeen && headDone {
+            isEnded = true
+            releaseHeldHead()
+            let told = handler
+            handler = nil
+            told?.streamReceivedEnd(self)
+            return release()
+        }
+        if notProcessed && !responseStarted {
+            fail(.notProcessed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? "REFUSED_STREAM" : "GOAWAY"))
+        } else if connectionLost {
+            fail(.lost(responseStarted ? "connection lost mid-response" : "connection closed before a response", responseStarted: responseStarted))
+        } else {
+            fail(.lost("stream reset by the upstream (HTTP/2 error \(errorCode))", responseStarted: responseStarted))
+        }
+    }
+
+    private func fail(_ failure: Failure) {
+        guard !isEnded else { return }
+        isEnded = true
+        let told = handler
+        handler = nil
+        told?.stream(self, failed: failure)
+        release()
+    }
+
+    private func release() {
+        guard !released else { return }
+        released = true
+        connection.streamReleased()
+    }
+
+    private func stringFields() -> [(name: String, value: String)] {
+        fields.map { (String(decoding: $0.name, as: UTF8.self), String(decoding: $0.value, as: UTF8.self)) }
+    }
+
+    /// The head as HTTP/1.1 bytes, parsed by HTTPWire like any upstream's.
+    private func makeHead(endStream: Bool) -> ReceivedResponseHead? {
+        var bytes = Array("HTTP/1.1 \(status) \r\n".utf8)
+        var hasLength = false
+        for field in fields {
+            if field.name.elementsEqual("content-length".utf8) { hasLength = true }
+            bytes.append(contentsOf: field.name)
+            bytes.append(contentsOf: ": ".utf8)
+            bytes.append(contentsOf: field.value)
+            bytes.append(contentsOf: "\r\n".utf8)
+        }
+        let bodiless = requestMethod == .head || status == 204 || status == 304
+        if !hasLength && !bodiless { bytes.append(contentsOf: (endStream ? "content-length: 0\r\n" : "transfer-encoding: chunked\r\n").utf8) }
+        bytes.append(contentsOf: "\r\n".utf8)
+        var parser = HeadParser(limits: HTTPWireLimits(maxHeadBytes: max(connection.settings.maxHeadBytes, bytes.count)))
+        var parsed = ResponseHead()
+        let method = requestMethod
+        let outcome: Result<Bool, HTTPWireError> = bytes.withUnsafeMutableBytes { buffer in
+            do throws(HTTPWireError) { return .success(try parser.parseResponse(buffer, requestMethod: method, into: &parsed)) } catch { return .failure(error) }
+        }
+        switch outcome {
+        case .success(true):
+            return ReceivedResponseHead(bytes: bytes, parsed: parsed)
+        case .success(false):
+            failAndReset(.invalidResponse("incomplete head"))
+        case .failure(let error):
+            failAndReset(.invalidResponse(error.reason))
+        }
+        return nil
+    }
+
+    private func failAndReset(_ failure: Failure) {
+        let id = self.id
+        fail(failure)
+        connection.submitControl { session in
+            _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, UInt32(NGHTTP2_PROTOCOL_ERROR.rawValue))
+        }
+    }
+}

@@ -1,0 +1,193 @@
+/// HTTP/2 connections to one upstream, each carrying many streams: a request gets a stream on a
+/// connection below the server's SETTINGS_MAX_CONCURRENT_STREAMS (and ours), and another connection is
+/// opened (up to `maxConnections`) only when every one is full. Requests that find no room wait, in the
+/// two lanes of `UpstreamPool` (`.admitted` first, never refused; `.arriving` bounded by `maxWaiters`).
+///
+/// A connection takes streams only once the server's first SETTINGS arrived: until then its limit is
+/// not known, and a burst handed to a connection that then allows 2 would wait there instead of
+/// opening more. While one connection is being opened, no second one is started for the same waiters.
+/// A connection that received GOAWAY takes no new stream; the ones it did not process fail
+/// `.notProcessed` (the caller sends them again, they get a stream elsewhere).
+public final class HTTP2UpstreamPool {
+    public struct Settings: Sendable {
+        public var maxConnections: Int
+        public var maxWaiters: Int
+        public var tls: TransportTLSClientContext?
+        public var connectTimeout: Double?
+        /// Seconds a connection with no stream is kept (0: until the upstream closes it).
+        public var idleTimeout: Double
+        public var connection: HTTP2ClientConnection.Settings
+
+        public init(maxConnections: Int = 128, maxWaiters: Int = 4096, idleTimeout: Double = 0,
+                    connection: HTTP2ClientConnection.Settings = .init()) {
+            self.maxConnections = max(1, maxConnections)
+            self.maxWaiters = max(0, maxWaiters)
+            self.idleTimeout = idleTimeout.isFinite ? max(0, idleTimeout) : 0
+            self.connection = connection
+        }
+    }
+
+    public typealias Grant = (Result<HTTP2ClientStream, UpstreamPool.AcquireFailure>) -> Void
+
+    /// A place in the queue; `cancel()` leaves it (the grant is not called afterwards).
+    public final class Ticket {
+        fileprivate var ready: Grant?
+        fileprivate let lane: UpstreamPool.Lane
+        fileprivate weak var pool: HTTP2UpstreamPool?
+
+        fileprivate init(_ ready: @escaping Grant, lane: UpstreamPool.Lane, pool: HTTP2UpstreamPool) {
+            self.ready = ready
+            self.lane = lane
+            self.pool = pool
+        }
+
+        public func cancel() {
+            guard ready != nil else { return }
+            ready = nil
+            pool?.left(self)
+        }
+
+        public var isWaiting: Bool { ready != nil }
+    }
+
+    public let host: String
+    public let port: UInt16
+    public var settings: Settings
+    private let loop: TransportLoop
+    private var connections: [HTTP2ClientConnection] = []
+    private var admitted: [Ticket] = []
+    private var arriving: [Ticket] = []
+    private var idleTimer: TransportTimer?
+    public private(set) var isRetired = false
+    /// Connections opened over the pool's life (a test's or a metric's look).
+    public private(set) var connectionsOpened = 0
+    public var openCount: Int { connections.count }
+    public var waitingCount: Int { admitted.count + arriving.count }
+
+    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings) {
+        self.loop = loop
+        self.host = host
+        self.port = port
+        self.settings = settings
+    }
+
+    deinit {
+        for connection in connections {
+            connection.onReady = nil
+            connection.onStreamClosed = nil
+            connection.onClosed = nil
+        }
+    }
+
+    /// Calls `ready` with a stream (before returning when a connection has room), or a failure.
+    @discardableResult
+    public func acquire(lane: UpstreamPool.Lane, _ ready: @escaping Grant) -> Ticket {
+        let ticket = Ticket(ready, lane: lane, pool: self)
+        if isRetired {
+            ticket.ready = nil
+            ready(.failure(.retired))
+            return ticket
+        }
+        if waitingCount == 0, let connection = connections.first(where: { $0.hasRoom }) {
+            ticket.ready = nil
+            ready(.success(connection.makeStream()))
+            return ticket
+        }
+        if lane == .arriving && arriving.count >= settings.maxWaiters {
+            ticket.ready = nil
+            ready(.failure(.tooManyWaiters))
+            return ticket
+        }
+        if lane == .admitted { admitted.append(ticket) } else { arriving.append(ticket) }
+        pump()
+        return ticket
+    }
+
+    /// No new requests; connections close as their streams end.
+    public func retire() {
+        guard !isRetired else { return }
+        isRetired = true
+        for connection in connections where connection.activeStreams == 0 { connection.close() }
+    }
+
+    // MARK: -
+
+    fileprivate func left(_ ticket: Ticket) {
+        admitted.removeAll { $0 === ticket }
+        arriving.removeAll { $0 === ticket }
+    }
+
+    private func nextWaiter() -> Ticket? {
+        if !admitted.isEmpty { return admitted.removeFirst() }
+        if !arriving.isEmpty { return arriving.removeFirst() }
+        return nil
+    }
+
+    /// Hands streams to waiters while a connection has room; opens one more connection when waiters are
+    /// left and none is on its way up.
+    private func pump() {
+        while waitingCount > 0, let connection = connections.first(where: { $0.hasRoom }) {
+            guard let ticket = nextWaiter(), let ready = ticket.ready else { continue }
+            ticket.ready = nil
+            ready(.success(connection.makeStream()))
+        }
+        guard waitingCount > 0, !isRetired else { return scheduleIdleCheck() }
+        let opening = connections.contains { !$0.isReady && !$0.isClosed }
+        if !opening && connections.count < settings.maxConnections { open() }
+    }
+
+    private func open() {
+        let connection: HTTP2ClientConnection
+        do {
+            connection = try HTTP2ClientConnection(loop: loop, host: host, port: port, tls: settings.tls,
+                                                   connectTimeout: settings.connectTimeout, settings: settings.connection)
+        } catch {
+            return failWaiters(.connectFailed(error.description))
+        }
+        connectionsOpened += 1
+        connections.append(connection)
+        connection.onReady = { [weak self] in self?.pump() }
+        connection.onStreamClosed = { [weak self, unowned connection] in
+            guard let self else { return }
+            if self.isRetired && connection.activeStreams == 0 { connection.close() }
+            self.pump()
+        }
+        connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
+    }
+
+    private func closed(_ connection: HTTP2ClientConnection) {
+        connections.removeAll { $0 === connection }
+        if !connection.isReady, let reason = connection.connectFailure {
+            // The waiters were waiting for this connection: they learn why it did not come (the request
+            // machine decides whether to try once more).
+            return failWaiters(.connectFailed(reason))
+        }
+        pump()
+    }
+
+    private func failWaiters(_ failure: UpstreamPool.AcquireFailure) {
+        while let ticket = nextWaiter() {
+            guard let ready = ticket.ready else { continue }
+            ticket.ready = nil
+            ready(.failure(failure))
+        }
+    }
+
+    // MARK: - Idle connections
+
+    private func scheduleIdleCheck() {
+        guard settings.idleTimeout > 0, connections.contains(where: { $0.activeStreams == 0 }) else { return }
+        if idleTimer == nil { idleTimer = TransportTimer(loop: loop) { [unowned self] in self.closeIdle() } }
+        guard let idleTimer, !idleTimer.isScheduled else { return }
+        idleTimer.schedule(after: settings.idleTimeout)
+    }
+
+    private func closeIdle() {
+        let now = monotonicSeconds()
+        for connection in connections where connection.activeStreams == 0 && now - connection.lastUsed >= settings.idleTimeout {
+            connection.drain()
+            connection.close()
+        }
+        scheduleIdleCheck()
+    }
+}

@@ -1,0 +1,158 @@
+import HTTPTransport
+import HTTPWire
+
+/// An exchange's stream to an HTTP/2 upstream, and what its response brought besides head and body.
+final class HTTP2UpstreamLink {
+    var stream: HTTP2ClientStream?
+    var ticket: HTTP2UpstreamPool.Ticket?
+    /// Set before the head is reported to the machine when the response's trailers came before any DATA
+    /// (the gRPC refresh decision reads it there, see `RelayedExchange.trailersBeforeData`).
+    var trailersBeforeData: UpstreamTrailers?
+    /// Trailers that came after the body: relayed to an HTTP/2 client at the response's end.
+    var trailers: [(name: String, value: String)] = []
+
+    func cancelWait() {
+        ticket?.cancel()
+        ticket = nil
+    }
+}
+
+/// The HTTP/2 upstream path of `RelayedExchange`: a stream from the route's `HTTP2UpstreamPool` instead
+/// of a connection from its HTTP/1.1 pool. The machine, the header rules and the refresh decision are
+/// the same; what differs is how a request goes out (HEADERS and DATA on a stream) and how a failure
+/// reads (a stream the server did not process, after GOAWAY or REFUSED_STREAM, goes again on another
+/// connection whatever its method: the server said it did not act on it).
+extension RelayedExchange: HTTP2ClientStreamHandler {
+    /// Trailers of the current response that came before any DATA (Trailers-Only, or HEADERS + trailers):
+    /// set before the head reaches `upstreamReceivedHead`; nil on the HTTP/1.1 path.
+    var trailersBeforeData: UpstreamTrailers? { http2?.trailersBeforeData }
+
+    func acquireStream(_ pool: HTTP2UpstreamPool, lane: HTTPTransport.UpstreamPool.Lane) {
+        let link = http2 ?? HTTP2UpstreamLink()
+        http2 = link
+        let ticket = pool.acquire(lane: lane) { [weak self] result in
+            guard let self, !self.finished else {
+                if case .success(let stream) = result { stream.cancel() }
+                return
+            }
+            self.http2?.ticket = nil
+            let now = EventLoop.monotonicNow
+            switch result {
+            case .success(let stream): self.streamGranted(stream)
+            case .failure(.tooManyWaiters): self.step { $0.connectionRefused(now: now) }
+            case .failure(let failure):
+                let failure = RequestLifecycle.UpstreamFailure(kind: .connect, responseStarted: false, description: failure.description)
+                self.step { $0.upstreamFailed(failure, now: now) }
+            }
+        }
+        if ticket.isWaiting {
+            link.ticket = ticket
+            step { $0.connectionQueued() }
+        }
+    }
+
+    /// The token is read now, as for a connection: a refresh may have finished while we waited.
+    private func streamGranted(_ stream: HTTP2ClientStream) {
+        http2?.stream = stream
+        let admission = lifecycle.passthrough ? nil : admissionAtArrival.take() ?? context.coordinator.admit()
+        if case .send(_, let authorization) = admission { grantedAuthorization = authorization }
+        let reused = stream.connection.streamsStarted > 0, now = EventLoop.monotonicNow
+        step { $0.connectionAcquired(reused: reused, admission: admission, now: now) }
+    }
+
+    func sendOnStream(_ credential: RequestLifecycle.Credential) {
+        guard let link = http2, let stream = link.stream else { return }
+        sentAt = EventLoop.monotonicNow
+        captured = nil
+        link.trailersBeforeData = nil
+        link.trailers = []
+        stream.handler = self
+        let grpc = HTTP2ClientSession.isGRPC(head)
+        // A gRPC answer's head waits for its first message or its trailers: whether a message came decides
+        // whether its status can still be acted on (see `trailersBeforeData`).
+        stream.deferHeadUntilBody = grpc
+        switch body {
+        case .kept(let bytes):
+            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: !bytes.isEmpty) {
+                writeForwardedFields(into: &$0, credential)
+                // HTTP/1.1's hop-by-hop `te` was dropped with the other hop-by-hop fields; gRPC servers want it.
+                if grpc { $0.append(name: "te", value: "trailers") }
+            }
+            if !bytes.isEmpty {
+                stream.sendBody(bytes)
+                stream.finishRequest()
+            }
+        case .streamed:
+            // Not built yet: a body over limits.max_body_bytes is not streamed to an HTTP/2 upstream.
+            stream.cancel()
+            link.stream = nil
+            let failure = RequestLifecycle.UpstreamFailure(
+                kind: .invalidResponse, responseStarted: false,
+                description: "request bodies over limits.max_body_bytes are not streamed to an HTTP/2 upstream yet")
+            let now = EventLoop.monotonicNow
+            step { $0.upstreamFailed(failure, now: now) }
+        }
+    }
+
+    /// The stream is no longer this request's: one still open (the response not read to its end, or the
+    /// client gone) is reset, so that the server stops working for nobody.
+    func releaseStream() {
+        guard let link = http2, let stream = link.stream else { return }
+        link.stream = nil
+        stream.handler = nil
+        upstreamReadingPaused = false
+        stream.cancel()
+    }
+
+    func resumeStreamReading() {
+        guard upstreamReadingPaused, let stream = http2?.stream else { return }
+        upstreamReadingPaused = false
+        stream.resumeReading()
+    }
+
+    // MARK: - The stream's reports
+
+    func stream(_ stream: HTTP2ClientStream, receivedHead head: ReceivedResponseHead) {
+        guard stream === http2?.stream else { return }
+        upstreamReceivedHead(head, bodyBytesSent: 0)
+    }
+
+    func stream(_ stream: HTTP2ClientStream, receivedBody bytes: UnsafeRawBufferPointer) {
+        guard stream === http2?.stream else { return }
+        upstreamReceivedBody(bytes)
+    }
+
+    func stream(_ stream: HTTP2ClientStream, receivedTrailers fields: [(name: String, value: String)], beforeAnyData: Bool, trailersOnly: Bool) {
+        guard let link = http2, stream === link.stream else { return }
+        if beforeAnyData { link.trailersBeforeData = UpstreamTrailers(fields: fields, beforeAnyData: true, trailersOnly: trailersOnly) }
+        // A Trailers-Only response's fields are its head's, relayed with it.
+        if !trailersOnly { link.trailers = fields }
+    }
+
+    func streamReceivedEnd(_ stream: HTTP2ClientStream) {
+        guard stream === http2?.stream else { return }
+        http2?.stream = nil
+        let now = EventLoop.monotonicNow
+        step { $0.responseEnded(now: now) }
+    }
+
+    func streamCanSendMore(_ stream: HTTP2ClientStream) {}
+
+    func stream(_ stream: HTTP2ClientStream, failed: HTTP2ClientStream.Failure) {
+        guard let link = http2, stream === link.stream else { return }
+        link.stream = nil
+        let failure: RequestLifecycle.UpstreamFailure
+        switch failed {
+        case .notProcessed:
+            // The server said it did not act on it: as safe to send again as a connection never made.
+            failure = .init(kind: .connect, responseStarted: false, description: failed.description)
+        case .lost(let why, let started):
+            failure = .init(kind: .connectionLost, responseStarted: started, description: why)
+        case .invalidResponse:
+            failure = .init(kind: .invalidResponse, responseStarted: true, description: failed.description)
+        }
+        let now = EventLoop.monotonicNow
+        let unsent = lifecycle.phase == .relaying && client.withdrawUnsentResponse()
+        step { $0.upstreamFailed(failure, responseUnsent: unsent, now: now) }
+    }
+}

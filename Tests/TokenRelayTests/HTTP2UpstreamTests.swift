@@ -1,0 +1,191 @@
+import Foundation
+import XCTest
+@testable import TokenRelay
+
+/// `upstream.http2`: requests go to an HTTP/2 upstream (the Python h2 fixture), from HTTP/1.1 and h2c
+/// clients alike, multiplexed on few connections within the server's SETTINGS_MAX_CONCURRENT_STREAMS,
+/// with GOAWAY, a 401 refresh and gRPC passed through.
+final class HTTP2UpstreamTests: RelayTestCase {
+    private var h2: H2Upstream!
+
+    override func tearDownWithError() throws {
+        h2?.stop()
+        try super.tearDownWithError()
+    }
+
+    private func requireTools() throws {
+        for tool in ["curl", "nghttp"] where !toolExists(tool) {
+            throw XCTSkip("\(tool) is not installed (scripts/ensure-deps --test installs nghttp2-client)")
+        }
+        guard ["/usr/bin/python3", "python3"].contains(where: { (try? runTool($0, ["-c", "import h2"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 h2 is not installed (scripts/ensure-deps --test installs python3-h2)")
+        }
+    }
+
+    private func startWithH2Upstream(_ upstream: [String: Any] = [:], _ overrides: [String: Any] = [:]) throws -> TokenRelayProcess {
+        try requireTools()
+        h2 = try H2Upstream(workDir: workDir, settings: upstream)
+        return try startRelay(overrides.merging(["data_plane": "transport",
+                                                 "upstream": ["url": h2.url, "http2": "prior_knowledge"]]) { $1 })
+    }
+
+    private func curlH2(_ relay: TokenRelayProcess, _ path: String, _ extra: [String] = []) throws -> ToolResult {
+        try runTool("curl", ["-sS", "-i", "--http2-prior-knowledge", "--max-time", "20"] + extra + ["\(relay.proxyURL)\(path)"], timeout: 30)
+    }
+
+    private var token: String { tokenServer.currentAccessToken ?? "" }
+
+    func testCurlWithPriorKnowledgeReachesAnH2cUpstreamWithTheToken() throws {
+        let relay = try startWithH2Upstream()
+        let result = try curlH2(relay, "/resource?x=1", ["-H", "Authorization: Bearer client-own", "-H", "X-Trace: abc"])
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("ok /resource?x=1 0"), result.stdout)
+        let seen = try XCTUnwrap(h2.requests.first)
+        XCTAssertEqual(seen.field("authorization"), "Bearer \(token)", "the token, not the client's own")
+        XCTAssertEqual(seen.field("x-trace"), "abc")
+        XCTAssertEqual(seen.field(":authority"), "127.0.0.1:\(h2.port)", "Host mapped to :authority")
+        XCTAssertEqual(seen.field(":scheme"), "http")
+        XCTAssertNil(seen.field("host"))
+    }
+
+    func testAnHTTP1ClientReachesAnH2cUpstreamAndHopByHopFieldsAreDropped() throws {
+        let relay = try startWithH2Upstream()
+        let response = try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/upload",
+                                               headers: [("Connection", "keep-alive, X-Drop"), ("X-Drop", "1"), ("Keep-Alive", "timeout=5"),
+                                                         ("TE", "gzip"), ("Content-Type", "text/plain")], body: Data("hello h2".utf8))
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "ok /upload 8\n")
+        let seen = try XCTUnwrap(h2.requests.first)
+        XCTAssertEqual(seen.field(":method"), "POST")
+        XCTAssertEqual(seen.field("authorization"), "Bearer \(token)")
+        for name in ["connection", "keep-alive", "x-drop", "te", "transfer-encoding", "upgrade"] {
+            XCTAssertNil(seen.field(name), "\(name) must not reach an HTTP/2 upstream")
+        }
+        XCTAssertEqual(seen.bodyBytes, 8)
+    }
+
+    /// 100 concurrent streams from one h2c client go upstream as streams of few connections (the server
+    /// allows 100 per connection): multiplexed, not a connection each.
+    func testAHundredConcurrentStreamsShareFewUpstreamConnections() throws {
+        let relay = try startWithH2Upstream(["delay_ms": 20])
+        let uris = (1...100).map { "\(relay.proxyURL)/r/\($0)" }
+        let result = try runTool("nghttp", ["-n", "-s"] + uris, timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.stdout + result.stderr)
+        XCTAssertEqual(Set(h2.requests.map(\.path)).count, 100)
+        XCTAssertEqual(h2.requests.count, 100)
+        XCTAssertLessThanOrEqual(h2.connectionCount, 2, "streams multiplexed on few connections")
+    }
+
+    /// The server allows 2 streams per connection: the pool opens more connections, every request answered.
+    func testASmallMaxConcurrentStreamsOpensMoreConnections() throws {
+        let relay = try startWithH2Upstream(["max_concurrent_streams": 2, "delay_ms": 50])
+        let uris = (1...20).map { "\(relay.proxyURL)/r/\($0)" }
+        let result = try runTool("nghttp", ["-n", "-s"] + uris, timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.stdout + result.stderr)
+        XCTAssertEqual(Set(h2.requests.map(\.path)).count, 20)
+        XCTAssertGreaterThan(h2.connectionCount, 1, "beyond 2 streams a new connection")
+        // No connection ever carried more than 2 streams at once is the server's own rule (it would reset
+        // a third); every request went through, and none twice.
+        XCTAssertEqual(h2.requests.count, 20)
+    }
+
+    /// GOAWAY from the upstream after 10 of 50 requests: the ones it did not process go again on a new
+    /// connection; every request answered 200, each processed exactly once.
+    func testGoawayMidBurstLosesNothing() throws {
+        let relay = try startWithH2Upstream(["goaway_after": 10, "delay_ms": 20], ["log": ["access": true]])
+        let uris = (1...50).map { "\(relay.proxyURL)/r/\($0)" }
+        let result = try runTool("nghttp", ["-n", "-s"] + uris, timeout: 60)
+        XCTAssertEqual(result.exitCode, 0, result.stdout + result.stderr)
+        let paths = h2.requests.map(\.path)
+        XCTAssertEqual(Set(paths).count, 50, "every request reached the upstream")
+        XCTAssertEqual(paths.count, 50, "none processed twice")
+        XCTAssertEqual(h2.requests.filter { $0.connection == 1 }.count, 10, "the first connection processed what its GOAWAY said")
+        XCTAssertGreaterThan(h2.connectionCount, 1)
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.components(separatedBy: "status=200").count - 1 == 50 }, relay.stderrText)
+    }
+
+    /// An h2 upstream's 401 for a dead token: one refresh, the request replayed with the new token.
+    func testAnExpiredTokenOnAnH2UpstreamIsRefreshedOnceAndReplayed() throws {
+        let relay = try startWithH2Upstream()
+        let old = token
+        try h2.reject([old])
+        let response = try get(relay, "/resource")
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(h2.requests.map { $0.field("authorization") }, ["Bearer \(old)", "Bearer \(token)"])
+        XCTAssertNotEqual(old, token)
+    }
+
+    /// A gRPC call (grpcio, insecure channel) through tokenrelay to an h2c upstream: passed through with the
+    /// token and `te: trailers`, the reply and the trailers (grpc-status 0) back to the client.
+    func testAGRPCCallIsPassedToAnH2Upstream() throws {
+        let relay = try startWithH2Upstream()
+        guard let python = ["/usr/bin/python3", "python3"].first(where: { (try? runTool($0, ["-c", "import grpc"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 grpcio is not installed (scripts/ensure-deps --test installs python3-grpcio)")
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/grpc_call.py")
+        let result = try runTool(python, [script.path, String(relay.proxyPort), "/pkg.Service/Method"], timeout: 60)
+        let outcome = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], result.stdout + result.stderr)
+        XCTAssertEqual(outcome["code"] as? String, "OK", result.stdout)
+        XCTAssertEqual(outcome["reply"] as? String, "0801", "the message echoed")
+        let seen = try XCTUnwrap(h2.requests.first)
+        XCTAssertEqual(seen.field("te"), "trailers")
+        XCTAssertEqual(seen.field("authorization"), "Bearer \(token)")
+    }
+
+    /// Trailers from the upstream reach an h2 client (curl prints them after the body).
+    func testResponseTrailersReachAnH2Client() throws {
+        let relay = try startWithH2Upstream()
+        var frame: [UInt8] = [0, 0, 0, 0, 2, 8, 1]
+        let body = Data(frame)
+        frame = []
+        let bodyFile = workDir.appendingPathComponent("grpc-body")
+        try body.write(to: bodyFile)
+        let result = try curlH2(relay, "/pkg.Service/Method", ["-X", "POST", "-H", "Content-Type: application/grpc", "-H", "TE: trailers",
+                                                               "--data-binary", "@\(bodyFile.path)"])
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.hasPrefix("HTTP/2 200"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("grpc-status: 0"), result.stdout)
+        XCTAssertTrue(result.stdout.contains("x-trailer: seen"), result.stdout)
+    }
+
+    /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
+    func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
+        try requireTools()
+        let relay = try startRelay(["data_plane": "transport"])
+        let result = try curlH2(relay, "/pkg.Service/Method", ["-X", "POST", "-H", "Content-Type: application/grpc", "-H", "TE: trailers", "--data-binary", "x"])
+        XCTAssertTrue(result.stdout.contains("grpc-status: 14"), result.stdout)
+        XCTAssertEqual(api.requestCount, 0)
+    }
+}
+
+/// `upstream.http2` in the configuration: its three values, and a bad one named in one line.
+final class HTTP2UpstreamConfigTests: XCTestCase {
+    private func parse(_ upstream: [String: Any]) throws -> Config {
+        let object: [String: Any] = [
+            "listen": "127.0.0.1:8080", "upstream": upstream, "tokens": ["file": "/tmp/tokens.json"],
+            "refresh": ["grant": "refresh_token", "token_url": "http://127.0.0.1:9001/t", "client_id": "a",
+                        "client_secret_env": "S", "client_auth": "client_secret_basic"],
+        ]
+        return try ConfigLoader.parse(JSONSerialization.data(withJSONObject: object))
+    }
+
+    func testValuesAndDefault() throws {
+        XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000"]).upstream.http2, .never)
+        XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000", "http2": "prior_knowledge"]).upstream.http2, .priorKnowledge)
+        XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000", "http2": "never"]).upstream.http2, .never)
+    }
+
+    func testABadValueIsNamedInOneLine() {
+        XCTAssertThrowsError(try parse(["url": "http://127.0.0.1:9000", "http2": "always"])) { error in
+            let text = (error as? ConfigError)?.description ?? ""
+            XCTAssertTrue(text.hasPrefix("upstream.http2: must be one of"), text)
+            XCTAssertFalse(text.contains("\n"))
+        }
+        XCTAssertThrowsError(try parse(["url": "http://127.0.0.1:9000", "http2": "alpn"])) { error in
+            XCTAssertTrue(((error as? ConfigError)?.description ?? "").hasPrefix("upstream.http2:"))
+        }
+    }
+}
