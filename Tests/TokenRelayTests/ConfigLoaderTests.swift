@@ -79,6 +79,28 @@ final class ConfigLoaderTests: XCTestCase {
         XCTAssertEqual(error(with(["timeouts", "continue_seconds"], "1"))?.description, "timeouts.continue_seconds: must be a number")
     }
 
+    /// `refresh.trigger_grpc_statuses`: 16 (UNAUTHENTICATED) always, like 401 for `trigger_statuses`; gRPC's
+    /// codes only; a named identity reads its own from its refresh block.
+    func testGRPCTriggerStatusesDefaultTo16AndAreChecked() throws {
+        XCTAssertEqual(try parse(valid).refresh.triggerGRPCStatuses, [16])
+        XCTAssertEqual(try parse(with(["refresh", "trigger_grpc_statuses"], [7])).refresh.triggerGRPCStatuses, [7, 16])
+        XCTAssertEqual(try parse(with(["refresh", "trigger_grpc_statuses"], [])).refresh.triggerGRPCStatuses, [16])
+        XCTAssertEqual(error(with(["refresh", "trigger_grpc_statuses"], [17]))?.description,
+                       "refresh.trigger_grpc_statuses[0]: must be a whole number between 1 and 16")
+        XCTAssertEqual(error(with(["refresh", "trigger_grpc_statuses"], [16, 0.5]))?.field, "refresh.trigger_grpc_statuses[1]")
+        XCTAssertEqual(error(with(["refresh", "trigger_grpc_statuses"], "16"))?.description, "refresh.trigger_grpc_statuses: must be an array of numbers")
+        var refresh = valid["refresh"] as! [String: Any]
+        refresh["trigger_grpc_statuses"] = [14]
+        var object = valid
+        object["identities"] = ["hr": ["tokens": ["file": "/var/lib/tokenrelay/hr.json"], "refresh": refresh]]
+        var identityRefresh = refresh
+        identityRefresh["trigger_grpc_statuses"] = [99]
+        let config = try parse(object)
+        XCTAssertEqual(config.identities.first?.refresh.triggerGRPCStatuses, [14, 16])
+        object["identities"] = ["hr": ["tokens": ["file": "/var/lib/tokenrelay/hr.json"], "refresh": identityRefresh]]
+        XCTAssertEqual(error(object)?.field, "identities.hr.refresh.trigger_grpc_statuses[0]")
+    }
+
     func testClientAuthIsExplicitAndConsistentWithTheSecret() {
         XCTAssertEqual(error(with(["refresh", "client_auth"], nil))?.field, "refresh.client_auth")
         XCTAssertEqual(error(with(["refresh", "client_auth"], "basic"))?.field, "refresh.client_auth")

@@ -111,6 +111,9 @@ final class ConfigSchemaTests: XCTestCase {
             Self.invalid("client_cert without client_key", [("upstream.url", "https://api.example.com"), ("upstream.tls", ["client_cert": "/c.pem"])],
                          "upstream.tls.client_key: is required"),
             Self.invalid("trigger status out of range", [("refresh.trigger_statuses", [200])], "refresh.trigger_statuses[0]"),
+            Self.invalid("gRPC trigger status out of range", [("refresh.trigger_grpc_statuses", [0])], "refresh.trigger_grpc_statuses[0]"),
+            Self.invalid("gRPC trigger status not a list", [("refresh.trigger_grpc_statuses", 16)], "refresh.trigger_grpc_statuses: must be an array"),
+            Self.valid("gRPC trigger statuses", [("refresh.trigger_grpc_statuses", [16, 7])]),
             Self.invalid("passthrough prefix without slash", [("upstream.passthrough_prefixes", ["auth"])], "upstream.passthrough_prefixes[0]: must start with /"),
             Self.valid("https targets and refresh lifecycle keys", [
                 ("upstream.url", "https://api.example.com:8443/v1"), ("upstream.tls", ["server_name": "api.internal", "insecure_skip_verify": false]),

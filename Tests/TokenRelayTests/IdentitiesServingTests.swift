@@ -62,6 +62,25 @@ final class IdentitiesServingTests: ReloadTestCase {
         })
     }
 
+    /// A route's answers are judged by its identity's `refresh.trigger_statuses` (and `trigger_grpc_statuses`),
+    /// not the top level's: b counts 419, the top level does not.
+    func testAnIdentitysOwnTriggerStatusesApplyToItsRoute() throws {
+        var config = twoIdentities
+        var identities = config["identities"] as! [String: [String: Any]]
+        var refresh = identities["b"]!["refresh"] as! [String: Any]
+        refresh["trigger_statuses"] = [419]
+        identities["b"]!["refresh"] = refresh
+        config["identities"] = identities
+        let relay = try startRelay(config)
+        let servedB = Locked(0), servedA = Locked(0)
+        apiB.responseOverride = { _ in servedB.withLock { $0 += 1; return $0 } == 1 ? TestResponse(status: 419) : nil }
+        api.responseOverride = { _ in servedA.withLock { $0 += 1; return $0 } == 1 ? TestResponse(status: 419) : nil }
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/b/item").status, 200, "b's 419 is refreshed and replayed")
+        XCTAssertEqual(tokenServerB.successfulRefreshes, 1)
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/a/item").status, 419, "the top level does not count 419")
+        XCTAssertEqual(tokenServer.refreshCalls, 0)
+    }
+
     func testOneTokenServerDownLeavesTheOtherRouteServing() throws {
         let relay = try startRelay(twoIdentities)
         tokenServerB.stop()

@@ -137,6 +137,9 @@ public struct Config: Sendable {
         public var backoffSeconds = 0.5
         /// Upstream statuses that may mean "access token expired" (401 always does).
         public var triggerStatuses: Set<Int> = [401]
+        /// gRPC statuses (`grpc-status`, answered before any response message) that may mean "access token
+        /// expired" (16, UNAUTHENTICATED, always does): gRPC answers an expired token with `:status 200`.
+        public var triggerGRPCStatuses: Set<Int> = [16]
         /// Refresh before expiry, so that requests almost never wait.
         public var proactive = true
         /// How long before expiry to refresh; nil: 10% of the token's lifetime, within 1 s ... 5 min.

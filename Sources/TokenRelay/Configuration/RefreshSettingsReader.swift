@@ -5,6 +5,7 @@ extension ConfigLoader {
     static func readRefresh(_ object: JSONObjectReader) throws -> Config.Refresh {
         object.declareKeys(["grant", "token_url", "client_id", "client_secret_env", "client_secret_file", "client_auth", "scope",
                             "audience", "resource", "request", "response", "max_attempts", "backoff_seconds", "trigger_statuses",
+                            "trigger_grpc_statuses",
                             "proactive", "skew_seconds", "storm_max_refreshes", "storm_window_seconds", "tls", "assertion"]
                            + clientAssertionKeys + tokenExchangeKeys)
         let grantText = try object.string("grant")
@@ -41,6 +42,9 @@ extension ConfigLoader {
         if let backoff = try object.optionalNumber("backoff_seconds", range: 0.01...60) { refresh.backoffSeconds = backoff }
         if let statuses = try object.optionalIntegerArray("trigger_statuses", range: 400...499) {
             refresh.triggerStatuses = Set(statuses).union([401])
+        }
+        if let statuses = try object.optionalIntegerArray("trigger_grpc_statuses", range: 1...16) {
+            refresh.triggerGRPCStatuses = Set(statuses).union([16])
         }
         if let proactive = try object.optionalBool("proactive") { refresh.proactive = proactive }
         refresh.skewSeconds = try object.optionalNumber("skew_seconds", range: 0...3600)

@@ -15,9 +15,12 @@ final class ExchangeContext {
     let accessLog: Config.AccessLog
     /// `limits.max_body_bytes`: a larger request body is streamed, not kept for a replay.
     let maxBodyBytes: Int
-    /// `refresh.trigger_statuses`, as configured and as a bit set (the membership test for every response).
+    /// `refresh.trigger_statuses` of this route's identity, as configured and as a bit set (the membership
+    /// test for every response).
     let triggerStatuses: Set<Int>
     let triggerStatusSet: StatusCodeSet
+    /// `refresh.trigger_grpc_statuses` of this route's identity (asked only of gRPC answers without a message).
+    let triggerGRPCStatuses: Set<Int>
     let coordinator: RefreshCoordinator
     let metrics: RelayMetrics
     /// `tokenrelay_requests_total` of this context's route (labelled with it when there are routes).
@@ -43,8 +46,10 @@ final class ExchangeContext {
     }
 
     /// `injection`: the route's token header (the top-level `inject` unless the route has its own).
-    init(config: Config, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer, coordinator: RefreshCoordinator, metrics: RelayMetrics,
-         requestCounters: RelayMetrics.RequestCounters) {
+    /// `refresh`: the refresh settings of the route's identity (the top-level ones unless it names one): its
+    /// trigger statuses are the ones its upstream's answers are judged by.
+    init(config: Config, refresh: Config.Refresh, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer,
+         coordinator: RefreshCoordinator, metrics: RelayMetrics, requestCounters: RelayMetrics.RequestCounters) {
         self.requestCounters = requestCounters
         self.proxy = proxy
         self.route = route
@@ -54,8 +59,9 @@ final class ExchangeContext {
         forwarding = config.forwarding
         accessLog = config.accessLog
         maxBodyBytes = config.limits.maxBodyBytes
-        triggerStatuses = config.refresh.triggerStatuses
-        triggerStatusSet = StatusCodeSet(config.refresh.triggerStatuses)
+        triggerStatuses = refresh.triggerStatuses
+        triggerStatusSet = StatusCodeSet(refresh.triggerStatuses)
+        triggerGRPCStatuses = refresh.triggerGRPCStatuses
         self.coordinator = coordinator
         self.metrics = metrics
         dpop = coordinator.dpop

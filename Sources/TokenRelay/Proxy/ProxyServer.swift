@@ -88,9 +88,11 @@ final class ProxyServer {
     /// `routeName`: nil for the top-level route.
     private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
                              identity: String? = nil, routeName: String? = nil) -> ExchangeContext {
-        ExchangeContext(config: config, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS), injection: injection, proxy: self,
-                        coordinator: identityCoordinator(identity), metrics: metrics,
-                        requestCounters: requestCounters(config, routeName: routeName))
+        // A route's identity has its own refresh block, trigger statuses included (the checks make a missing one impossible).
+        let refresh = identity.flatMap { name in config.identities.first { $0.name == name }?.refresh } ?? config.refresh
+        return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS),
+                               injection: injection, proxy: self, coordinator: identityCoordinator(identity), metrics: metrics,
+                               requestCounters: requestCounters(config, routeName: routeName))
     }
 
     /// Request counters per route name, kept across reloads (a route's series goes on counting).

@@ -82,7 +82,10 @@ struct RequestLifecycle {
     private var clientLeftUnanswered = false
     /// A body that is streamed (not kept) can be sent only once: after its first byte has gone, a
     /// refresh-triggering answer is passed to the client as it is.
-    private var bodyIsReplayable = true
+    private(set) var bodyIsReplayable = true
+    /// The answer captured is a gRPC status (`grpcStatusBeforeMessage`), not an HTTP 401: a rejected
+    /// refresh that gives it back to the client is still an "unauthorized" end of a hold.
+    var capturedGRPCRefusal = false
     /// Whether a pool-wait or connect deadline may be armed: set when the machine schedules it, cleared
     /// where the ordinary path cancels it. The ordinary request (an idle connection at once, or a reused
     /// one) thus asks for no cancel of a deadline it never set or cancelled already: these steps run for
@@ -161,6 +164,7 @@ struct RequestLifecycle {
         sentOnReusedConnection = reused
         if case .token(let generation) = credential { sentGeneration = generation }
         capturedStatus = nil
+        capturedGRPCRefusal = false
         phase = .awaitingResponse
         // Written out whole: this runs for every request, and growing an array is an allocation each time.
         let send = Action.send(credential), headDeadline = Action.schedule(.responseHead, after: settings.upstreamSeconds)
@@ -202,7 +206,7 @@ struct RequestLifecycle {
     /// longer accepted (see `RefreshTrigger`).
     mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> ActionList {
         guard phase == .awaitingResponse else { return ActionList() }
-        if attempts - nonceResends == 1 && !passthrough && indicatesExpiredToken && bodyIsReplayable {
+        if indicatesExpiredToken && answerMayBeReplaced {
             phase = .capturing
             capturedStatus = status
             // The 401's body is only needed if the refresh fails; a body that drips (never silent, so never
@@ -242,6 +246,13 @@ struct RequestLifecycle {
     }
 
     /// Back to the pool for the resend after a nonce challenge.
+    /// A refresh-triggering answer now would be captured and the request sent again: this is the first send
+    /// (not a replay, whose answer is the client's: the loop guard), it carries the token, and its body can
+    /// still be sent whole.
+    var answerMayBeReplaced: Bool {
+        phase == .awaitingResponse && attempts - nonceResends == 1 && !passthrough && bodyIsReplayable
+    }
+
     private mutating func resendForNonce() -> Action {
         capturingNonceChallenge = false
         nonceResends += 1
@@ -431,6 +442,7 @@ struct RequestLifecycle {
             case _ where answeredByUpstream: .replayed
             case 503: .unavailable
             case 401: .unauthorized
+            case _ where capturedGRPCRefusal: .unauthorized
             default: .other
             }
             summary.hold = (max(0, now - since), outcome)
