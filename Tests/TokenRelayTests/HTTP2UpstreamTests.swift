@@ -135,6 +135,24 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(seen.field("authorization"), "Bearer \(token)")
     }
 
+    /// A gRPC call whose token the upstream refuses (Trailers-Only grpc-status 16): one refresh, the call
+    /// replayed with the new token, and the client sees OK.
+    func testAGRPCUnauthenticatedFromAnH2UpstreamIsRefreshedOnceAndReplayed() throws {
+        let relay = try startWithH2Upstream()
+        guard let python = ["/usr/bin/python3", "python3"].first(where: { (try? runTool($0, ["-c", "import grpc"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 grpcio is not installed (scripts/ensure-deps --test installs python3-grpcio)")
+        }
+        let old = token
+        try h2.reject([old])
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/grpc_call.py")
+        let result = try runTool(python, [script.path, String(relay.proxyPort), "/pkg.Service/Method"], timeout: 60)
+        let outcome = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], result.stdout + result.stderr)
+        XCTAssertEqual(outcome["code"] as? String, "OK", result.stdout)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        XCTAssertEqual(h2.requests.map { $0.field("authorization") }, ["Bearer \(old)", "Bearer \(token)"])
+    }
+
     /// Trailers from the upstream reach an h2 client (curl prints them after the body).
     func testResponseTrailersReachAnH2Client() throws {
         let relay = try startWithH2Upstream()

@@ -10,6 +10,8 @@ final class HTTP2UpstreamLink {
     var trailersBeforeData: UpstreamTrailers?
     /// Trailers that came after the body: relayed to an HTTP/2 client at the response's end.
     var trailers: [(name: String, value: String)] = []
+    /// The request is a gRPC call (`HTTP2ClientSession.isGRPC`).
+    var isGRPC = false
 
     func cancelWait() {
         ticket?.cancel()
@@ -68,9 +70,11 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
         link.trailers = []
         stream.handler = self
         let grpc = HTTP2ClientSession.isGRPC(head)
-        // A gRPC answer's head waits for its first message or its trailers: whether a message came decides
-        // whether its status can still be acted on (see `trailersBeforeData`).
-        stream.deferHeadUntilBody = grpc
+        link.isGRPC = grpc
+        // A gRPC answer's head waits for its first message or its trailers while a refusal could still be
+        // replayed: whether a message came decides whether its status can still be acted on (see
+        // `trailersBeforeData`). A replay's or a streamed call's head goes at once (its status is the client's).
+        stream.deferHeadUntilBody = grpc && lifecycle.withholdsGRPCResponseHead
         switch body {
         case .kept(let bytes):
             stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: !bytes.isEmpty) {

@@ -459,6 +459,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
                                                            triggerStatuses: running.triggerStatuses)
         }
+        // A gRPC answer with no message (HTTP/2 upstreams only): its status is in the trailers it ended with.
+        if let early = trailersBeforeData, http2?.isGRPC == true {
+            let refused = GRPCRefreshTrigger.indicatesExpiredToken(grpcStatus: early.field("grpc-status"), triggerStatuses: context.triggerGRPCStatuses)
+            return step(arriving: head) { $0.grpcStatusBeforeMessage(status: head.status, indicatesExpiredToken: refused) }
+        }
         step(arriving: head) { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }
     }
 
