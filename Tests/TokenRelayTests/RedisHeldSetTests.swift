@@ -33,4 +33,21 @@ final class RedisHeldSetTests: XCTestCase {
         XCTAssertEqual(RedisHeldSet.importStamp(now: now, stored: nil), 1_800_000_000_500)
         XCTAssertEqual(RedisHeldSet.importStamp(now: now, stored: 1_900_000_000_000), 1_900_000_000_001, "a clock behind the last importer's")
     }
+
+    /// The local cache's mark survives the token file's encoding, and is taken off before the tokens are used.
+    func testTheCachesMarkRoundTripsAndIsTakenOff() throws {
+        let tokens = TokenSet(accessToken: "a2", refreshToken: "r2", expiresAt: Date(timeIntervalSince1970: 1_800_000_000), otherFields: ["note": "kept"])
+        let marked = UnacknowledgedWriteMark.marking(tokens, .init(overVersion: 7, importStamp: 1_800_000_000_123))
+        let read = try TokenFile.decode(TokenFile.encode(marked), path: "cache")
+        let (plain, mark) = UnacknowledgedWriteMark.take(from: read)
+        XCTAssertEqual(mark, .init(overVersion: 7, importStamp: 1_800_000_000_123))
+        XCTAssertNil(plain.otherFields[UnacknowledgedWriteMark.field])
+        XCTAssertEqual(plain.otherFields["note"] as? String, "kept")
+        XCTAssertFalse(String(decoding: try TokenFile.encode(plain), as: UTF8.self).contains(UnacknowledgedWriteMark.field))
+        XCTAssertNil(UnacknowledgedWriteMark.take(from: tokens).mark)
+        var unusable = tokens
+        unusable.otherFields[UnacknowledgedWriteMark.field] = "seven"
+        XCTAssertNil(UnacknowledgedWriteMark.take(from: unusable).mark)
+        XCTAssertNil(UnacknowledgedWriteMark.take(from: unusable).tokens.otherFields[UnacknowledgedWriteMark.field])
+    }
 }

@@ -80,10 +80,24 @@ final class RefreshCoordinator {
         self.metrics = metrics
         self.redactor = redactor
         self.logger = logger
+        var startTokens = initialTokens
+        if let redis = store as? RedisTokenStore {
+            let (tokens, mark) = UnacknowledgedWriteMark.take(from: initialTokens)
+            startTokens = tokens
+            if let mark {
+                do {
+                    try redis.holdUnacknowledged(tokens, mark)
+                    logger.warning("the local token cache holds a token set Redis never acknowledged; it is written back once Redis answers",
+                                   metadata: ["over_version": "\(mark.overVersion)"])
+                } catch {
+                    logger.error("could not prepare the local cache's unacknowledged token set for Redis", metadata: ["error": "\(error)"])
+                }
+            }
+        }
         let machineSettings = Self.machineSettings(settings, refreshTimeout: refreshTimeout, lockTimeout: lockTimeout,
                                                    needsRefreshToken: endpoint.needsRefreshToken, storeWriteTimeout: storeWriteTimeout,
                                                    sharedStore: store.isShared)
-        machine = RefreshMachine(tokens: initialTokens, settings: machineSettings,
+        machine = RefreshMachine(tokens: startTokens, settings: machineSettings,
                                  now: RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: 0.5))
         cachedGeneration = machine.generation
         if store.isShared { machine.awaitStore("connecting to \(store.kind)") }
@@ -361,6 +375,7 @@ final class RefreshCoordinator {
                 self.execute(self.machine.tokenEndpointAnswered(result, retryAfter: retryAfter, now: self.now()))
             }
         case .persist(let tokens):
+            markInCache(tokens)
             write(tokens)
         case .readStore:
             store.read { [weak self] read in
@@ -465,6 +480,14 @@ final class RefreshCoordinator {
             guard let self else { return }
             self.deliver(read, source: source) { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: self.now()) }
         }
+    }
+
+    /// Fleet mode: tokens on their way to Redis go to the local cache too, marked as not acknowledged
+    /// (`UnacknowledgedWriteMark`); the unmarked write after Redis's acknowledgement replaces them.
+    private func markInCache(_ tokens: TokenSet) {
+        guard let cache, let redis = store as? RedisTokenStore else { return }
+        cacheWrite.pending = UnacknowledgedWriteMark.marking(tokens, .init(overVersion: redis.version, importStamp: redis.lineageImportStamp))
+        flushCache(cache)
     }
 
     /// Fleet mode: the last adopted tokens go to the local cache, one write at a time, newest last.

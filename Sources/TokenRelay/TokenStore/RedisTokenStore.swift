@@ -406,6 +406,16 @@ final class RedisTokenStore: TokenStore {
 
     var version: Int64 { baseVersion }
 
+    /// The import stamp of the record the next write replaces (what its mark in the local cache names).
+    var lineageImportStamp: Int64? { lastRead?.importStamp ?? held?.importStamp }
+
+    /// A token set from the local cache that Redis never acknowledged (`UnacknowledgedWriteMark`): held as the
+    /// version past the one its write expected, so that Redis answering with that version (or a lower one of
+    /// the same lineage) gets it written back (`putBack`).
+    func holdUnacknowledged(_ tokens: TokenSet, _ mark: UnacknowledgedWriteMark.Mark) throws {
+        held = RedisHeldSet(version: mark.overVersion + 1, value: try codec.encode(tokens), loginRequired: "", importStamp: mark.importStamp)
+    }
+
     func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
         compareAndSet(tokens, loginRequired: nil, completion: completion)
     }
