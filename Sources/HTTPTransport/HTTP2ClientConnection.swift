@@ -60,13 +60,22 @@ public final class HTTP2ClientConnection {
     var onStreamClosed: (() -> Void)?
     var onClosed: (() -> Void)?
 
-    /// Starts connecting; `tls`: h2 over TLS (the context must offer `h2` in ALPN when the server is to choose).
+    /// Over TLS, the server did not select `h2` in ALPN (`http1Allowed` was true): the connection was
+    /// closed without a frame, and the upstream is to be spoken to over HTTP/1.1.
+    public private(set) var serverChoseHTTP1 = false
+    private let http1Allowed: Bool
+
+    /// Starts connecting. Over TLS (`tls`), `h2` is offered in ALPN, with `http/1.1` beside it when
+    /// `http1Allowed` (then a server that selects anything but `h2` ends the connection as
+    /// `serverChoseHTTP1`); without it the connection speaks HTTP/2 whatever the server selected.
     public init(loop: TransportLoop, host: String, port: UInt16, tls: TransportTLSClientContext?, connectTimeout: Double?,
-                settings: Settings) throws(HTTPClientConnection.ConnectError) {
+                settings: Settings, http1Allowed: Bool = false) throws(HTTPClientConnection.ConnectError) {
         self.host = host
         self.settings = settings
+        self.http1Allowed = http1Allowed
         scheme = tls == nil ? "http" : "https"
-        let connector = try HTTPClientConnection(loop: loop, host: host, port: port, tls: tls, connectTimeout: connectTimeout)
+        let connector = try HTTPClientConnection(loop: loop, host: host, port: port, tls: tls, connectTimeout: connectTimeout,
+                                                 alpn: tls == nil ? [] : (http1Allowed ? ["h2", "http/1.1"] : ["h2"]))
         self.connector = connector
         selfRetain = self
         flushTimer = TransportTimer(loop: loop) { [unowned self] in
@@ -119,6 +128,15 @@ public final class HTTP2ClientConnection {
     private func connected() {
         guard let connector, let endpoint = connector.detachConnected() else { return }
         self.connector = nil
+        if http1Allowed && scheme == "https" && endpoint.stream.selectedProtocol != "h2" {
+            serverChoseHTTP1 = true
+            connectFailure = "the upstream selected \(endpoint.stream.selectedProtocol ?? "no protocol") in ALPN, not h2"
+            self.endpoint = endpoint
+            endpoint.markUsed()
+            self.stream = endpoint.stream
+            endpoint.stream.owner = self
+            return endpoint.stream.close()
+        }
         self.endpoint = endpoint
         endpoint.markUsed()
         let stream = endpoint.stream

@@ -17,6 +17,8 @@ public final class HTTP2UpstreamPool {
         /// Seconds a connection with no stream is kept (0: until the upstream closes it).
         public var idleTimeout: Double
         public var connection: HTTP2ClientConnection.Settings
+        /// Over TLS: let the server choose HTTP/1.1 in ALPN (`upstream.http2` "alpn").
+        public var http1Allowed = false
 
         public init(maxConnections: Int = 128, maxWaiters: Int = 4096, idleTimeout: Double = 0,
                     connection: HTTP2ClientConnection.Settings = .init()) {
@@ -59,6 +61,10 @@ public final class HTTP2UpstreamPool {
     private var arriving: [Ticket] = []
     private var idleTimer: TransportTimer?
     public private(set) var isRetired = false
+    /// The server selected HTTP/1.1 in ALPN: requests go to the HTTP/1.1 pool from now on (the caller's
+    /// choice; this pool refuses them with `connectFailed`). Learnt once, kept for the pool's life (a
+    /// reload makes a new pool, which asks again).
+    public private(set) var serverChoseHTTP1 = false
     /// Connections opened over the pool's life (a test's or a metric's look).
     public private(set) var connectionsOpened = 0
     public var openCount: Int { connections.count }
@@ -83,9 +89,9 @@ public final class HTTP2UpstreamPool {
     @discardableResult
     public func acquire(lane: UpstreamPool.Lane, _ ready: @escaping Grant) -> Ticket {
         let ticket = Ticket(ready, lane: lane, pool: self)
-        if isRetired {
+        if isRetired || serverChoseHTTP1 {
             ticket.ready = nil
-            ready(.failure(.retired))
+            ready(.failure(isRetired ? .retired : .connectFailed("the upstream speaks HTTP/1.1")))
             return ticket
         }
         if waitingCount == 0, let connection = connections.first(where: { $0.hasRoom }) {
@@ -140,7 +146,8 @@ public final class HTTP2UpstreamPool {
         let connection: HTTP2ClientConnection
         do {
             connection = try HTTP2ClientConnection(loop: loop, host: host, port: port, tls: settings.tls,
-                                                   connectTimeout: settings.connectTimeout, settings: settings.connection)
+                                                   connectTimeout: settings.connectTimeout, settings: settings.connection,
+                                                   http1Allowed: settings.http1Allowed)
         } catch {
             return failWaiters(.connectFailed(error.description))
         }
@@ -157,6 +164,7 @@ public final class HTTP2UpstreamPool {
 
     private func closed(_ connection: HTTP2ClientConnection) {
         connections.removeAll { $0 === connection }
+        if connection.serverChoseHTTP1 { serverChoseHTTP1 = true }
         if !connection.isReady, let reason = connection.connectFailure {
             // The waiters were waiting for this connection: they learn why it did not come (the request
             // machine decides whether to try once more).

@@ -191,11 +191,14 @@ public final class HTTPClientConnection {
     ///   everything later ends the connection as `.connectFailed`.
     public init(loop: TransportLoop, host: String, port: UInt16, limits: HTTPWireLimits = HTTPWireLimits(),
                 inputCapacity: Int = 64 * 1024, tls: TransportTLSClientContext? = nil,
-                connectTimeout: Double? = nil) throws(ConnectError) {
+                connectTimeout: Double? = nil, alpn: [String] = []) throws(ConnectError) {
         var session: TLSSession?
         if let tls {
             guard let made = tls.makeSession(host: host) else {
                 throw ConnectError(description: "\(host): cannot be used as a TLS server name")
+            }
+            if !alpn.isEmpty && !made.offerProtocols(alpn) {
+                throw ConnectError(description: "\(host): cannot offer \(alpn.joined(separator: ", ")) in ALPN")
             }
             session = made
         }

@@ -93,6 +93,8 @@ final class SocketStream {
     /// What OpenSSL said when a read or write on an open TLS stream failed (an alert from the peer, say):
     /// `streamFailed` carries only an errno, and this is the cause in words.
     private(set) var failureReason: String?
+    /// The protocol the TLS server selected in ALPN (nil: plain TCP, or none selected).
+    var selectedProtocol: String? { tls?.selectedProtocol }
     /// The last handshake failed because our verification refused the peer's certificate.
     var rejectedPeerCertificate: Bool { tls?.rejectedPeerCertificate ?? false }
     /// OpenSSL needs the socket writable to continue a read, or readable to continue a write.

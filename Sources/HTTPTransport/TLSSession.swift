@@ -42,6 +42,26 @@ final class TLSSession {
         SSL_free(ssl)
     }
 
+    /// Offers these protocols in ALPN (RFC 7301: each name preceded by its length), before the handshake.
+    func offerProtocols(_ names: [String]) -> Bool {
+        var wire: [UInt8] = []
+        for name in names where !name.isEmpty && name.utf8.count < 256 {
+            wire.append(UInt8(name.utf8.count))
+            wire.append(contentsOf: name.utf8)
+        }
+        // OpenSSL's one inverted return: 0 is success here.
+        return SSL_set_alpn_protos(ssl, wire, UInt32(wire.count)) == 0
+    }
+
+    /// The protocol the server selected in ALPN after the handshake; nil when it selected none.
+    var selectedProtocol: String? {
+        var data: UnsafePointer<UInt8>?
+        var length: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &data, &length)
+        guard let data, length > 0 else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: data, count: Int(length)), as: UTF8.self)
+    }
+
     /// The socket of this connection attempt (a retry on the next address gets a new one).
     func attach(fd: Int32) -> Bool {
         ERR_clear_error()

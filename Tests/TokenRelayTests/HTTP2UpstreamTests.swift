@@ -177,7 +177,66 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertTrue(result.stdout.contains("grpc-status: 14"), result.stdout)
         XCTAssertEqual(api.requestCount, 0)
     }
+
+    // MARK: - ALPN (h2 over TLS)
+
+    /// A self-signed certificate for 127.0.0.1 (the relay trusts it through `tls.ca_file`).
+    private func makeCertificate() throws -> (cert: String, key: String) {
+        let cert = workDir.appendingPathComponent("h2-cert.pem").path, key = workDir.appendingPathComponent("h2-key.pem").path
+        let made = try runTool("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                                           "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                                           "-addext", "subjectAltName=IP:127.0.0.1"], timeout: 30)
+        XCTAssertEqual(made.exitCode, 0, made.stderr)
+        return (cert, key)
+    }
+
+    private func startWithTLSUpstream(alpnHTTP11Only: Bool) throws -> TokenRelayProcess {
+        try requireTools()
+        let (cert, key) = try makeCertificate()
+        h2 = try H2Upstream(workDir: workDir, settings: ["cert_file": cert, "key_file": key, "alpn_http11_only": alpnHTTP11Only])
+        return try startRelay(["data_plane": "transport",
+                               "upstream": ["url": "https://127.0.0.1:\(h2.port)", "http2": "alpn", "tls": ["ca_file": cert]]])
+    }
+
+    /// "alpn" against a TLS server that selects h2: the requests go as HTTP/2 streams over TLS.
+    func testALPNSpeaksH2WhenTheServerSelectsIt() throws {
+        let relay = try startWithTLSUpstream(alpnHTTP11Only: false)
+        for _ in 0..<2 {
+            let response = try get(relay, "/resource")
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "ok /resource 0\n")
+        }
+        XCTAssertEqual(h2.requests.count, 2)
+        XCTAssertEqual(h2.requests.first?.field(":scheme"), "https")
+        XCTAssertEqual(h2.requests.first?.field("authorization"), "Bearer \(token)")
+        XCTAssertEqual(h2.connectionCount, 1, "both requests on one h2 connection")
+    }
+
+    /// "alpn" against a TLS server that offers only http/1.1: the requests go over HTTP/1.1, and keep doing so.
+    func testALPNFallsBackToHTTP1WhenTheServerSelectsIt() throws {
+        let relay = try startWithTLSUpstream(alpnHTTP11Only: true)
+        for _ in 0..<2 {
+            let response = try get(relay, "/resource")
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(String(decoding: response.body, as: UTF8.self), "http/1.1\n")
+        }
+        XCTAssertEqual(h2.requests.count, 0, "no HTTP/2 request reached it")
+    }
+
+    /// RST_STREAM from the upstream ends that stream only: the other streams on the connection are answered.
+    func testAnUpstreamResetEndsThatStreamOnly() throws {
+        let relay = try startWithH2Upstream(["reset_paths": ["/reset"], "delay_ms": 50], ["log": ["access": true]])
+        let uris = ["/a", "/reset", "/b", "/c"].map { "\(relay.proxyURL)\($0)" }
+        _ = try runTool("nghttp", ["-n", "-s"] + uris, timeout: 60)
+        XCTAssertEqual(Set(h2.requests.map(\.path)), ["/a", "/b", "/c"])
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.components(separatedBy: "msg=request ").count - 1 == 4 }, relay.stderrText)
+        let log = relay.stderrText
+        XCTAssertEqual(log.components(separatedBy: "status=200").count - 1, 3, log)
+        XCTAssertEqual(log.components(separatedBy: "status=502").count - 1, 1, log)
+        XCTAssertEqual(h2.connectionCount, 1, "the connection outlived the reset")
+    }
 }
+
 
 /// `upstream.http2` in the configuration: its three values, and a bad one named in one line.
 final class HTTP2UpstreamConfigTests: XCTestCase {
@@ -194,6 +253,7 @@ final class HTTP2UpstreamConfigTests: XCTestCase {
         XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000"]).upstream.http2, .never)
         XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000", "http2": "prior_knowledge"]).upstream.http2, .priorKnowledge)
         XCTAssertEqual(try parse(["url": "http://127.0.0.1:9000", "http2": "never"]).upstream.http2, .never)
+        XCTAssertEqual(try parse(["url": "https://api.example.com", "http2": "alpn"]).upstream.http2, .alpn)
     }
 
     func testABadValueIsNamedInOneLine() {

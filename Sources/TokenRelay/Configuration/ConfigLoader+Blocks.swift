@@ -23,9 +23,6 @@ extension ConfigLoader {
             let allowed = Config.Upstream.HTTP2Mode.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
             throw ConfigError(object.fieldPath("http2"), "must be one of \(allowed)")
         }
-        if mode == .alpn {
-            throw ConfigError(object.fieldPath("http2"), "\"alpn\" is not supported yet (use \"prior_knowledge\" or \"never\")")
-        }
         if mode == .alpn && !url.usesTLS {
             throw ConfigError(object.fieldPath("http2"), "\"alpn\" needs an https:// upstream url (use \"prior_knowledge\" for h2c)")
         }

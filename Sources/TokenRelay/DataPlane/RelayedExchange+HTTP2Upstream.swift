@@ -42,6 +42,16 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
             switch result {
             case .success(let stream): self.streamGranted(stream)
             case .failure(.tooManyWaiters): self.step { $0.connectionRefused(now: now) }
+            case .failure where pool.serverChoseHTTP1:
+                // "alpn": the server selected HTTP/1.1. The request goes to the HTTP/1.1 pool, unless it is a
+                // gRPC call, which cannot be carried there.
+                self.http2 = nil
+                guard !HTTP2ClientSession.isGRPC(self.head) else {
+                    let failure = RequestLifecycle.UpstreamFailure(kind: .invalidResponse, responseStarted: false,
+                                                                   description: "gRPC needs HTTP/2; the upstream selected HTTP/1.1 in ALPN")
+                    return self.step { $0.upstreamFailed(failure, now: now) }
+                }
+                self.acquireConnection(lane: lane, fresh: false)
             case .failure(let failure):
                 let failure = RequestLifecycle.UpstreamFailure(kind: .connect, responseStarted: false, description: failure.description)
                 self.step { $0.upstreamFailed(failure, now: now) }

@@ -279,8 +279,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     /// `lane`: a request released by a refresh was admitted already and queues in order, never refused
     /// by the waiter bound meant for new arrivals. The wait itself is bounded by the machine's deadline.
-    private func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
-        if let http2Pool = route.http2Pool { return acquireStream(http2Pool, lane: lane) }
+    func acquireConnection(lane: HTTPTransport.UpstreamPool.Lane, fresh: Bool) {
+        if let http2Pool = route.http2Pool, !http2Pool.serverChoseHTTP1 { return acquireStream(http2Pool, lane: lane) }
         let pool = route.pool
         if !fresh, let connection = pool.takeIdleConnection() { return connectionGranted(connection) }
         let ready: HTTPTransport.UpstreamPool.Grant = { [weak self] result in

@@ -19,12 +19,15 @@ enum TransportUpstream {
 
     /// The HTTP/2 connections to an upstream that `upstream.http2` says speaks it: as many connections as
     /// `limits.max_upstream_connections`, each with up to 100 streams (fewer if the server says so).
-    static func makeHTTP2Pool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTP2UpstreamPool {
+    /// `http1Allowed`: "alpn": the server may select HTTP/1.1, after which the route uses its HTTP/1.1 pool.
+    static func makeHTTP2Pool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
+                              http1Allowed: Bool) -> HTTP2UpstreamPool {
         var settings = HTTP2UpstreamPool.Settings(maxConnections: config.limits.maxUpstreamConnections,
                                                   maxWaiters: config.limits.maxUpstreamWaiters,
                                                   idleTimeout: config.timeouts.poolIdleSeconds)
         settings.tls = tls
         settings.connectTimeout = config.timeouts.connectSeconds
+        settings.http1Allowed = http1Allowed
         return HTTP2UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port), settings: settings)
     }
 

@@ -16,6 +16,8 @@ final class UpstreamRoute {
     let pool: HTTPTransport.UpstreamPool
     /// The upstream's HTTP/2 connections when `upstream.http2` says to speak HTTP/2 to it; nil: HTTP/1.1.
     let http2Pool: HTTP2UpstreamPool?
+    /// Requests go over HTTP/2: `upstream.http2` is on, and (with "alpn") the server has not selected HTTP/1.1.
+    var speaksHTTP2: Bool { http2Pool.map { !$0.serverChoseHTTP1 } ?? false }
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
     /// The upstream URL has no path of its own: an origin-form target is sent as it came.
@@ -29,8 +31,9 @@ final class UpstreamRoute {
         passthroughPrefixes = settings.passthroughPrefixes
         forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop)
-        http2Pool = settings.http2 == .priorKnowledge
-            ? TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop) : nil
+        http2Pool = settings.http2 == .never ? nil
+            : TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
+                                              http1Allowed: settings.http2 == .alpn)
         targets = RequestTarget(upstream: settings.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 

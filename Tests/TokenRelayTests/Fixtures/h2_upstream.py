@@ -9,6 +9,7 @@ Settings (all optional):
   delay_ms                each answer waits this long on the server (so that streams overlap)
   events_file             one JSON line per event: {"event": "connection", "conn": n} and
                           {"event": "request", "conn": n, "stream": id, "headers": [[name, value], ...], "body": len}
+  reset_paths             requests to these paths are answered with RST_STREAM INTERNAL_ERROR
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
@@ -113,6 +114,8 @@ class Connection:
             if event.stream_id in self.streams:
                 self.streams[event.stream_id]["body"] += event.data
             self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.StreamEnded) and dict(self.streams.get(event.stream_id, {}).get("headers", [])).get(":path") in settings.get("reset_paths", []):
+            self.conn.reset_stream(event.stream_id, error_code=2)
         elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.get(event.stream_id)
             if stream is None or (self.goaway_last is not None and event.stream_id > self.goaway_last):
