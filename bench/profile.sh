@@ -8,6 +8,7 @@
 #   ENGINE=evhttp PATH_=large COUNT=40 bench/profile.sh
 #   BIN=/path/to/tokenrelay SKIP_BUILD=1 bench/profile.sh   # another build (before/after a change)
 #   UPSTREAM_TLS=1 bench/profile.sh     # the upstream over TLS (kept alive, verified against a throwaway CA)
+#   DPOP=ES256 bench/profile.sh         # a DPoP proof signed per request (files get a -dpop-ALG suffix)
 #
 # Knobs: ENGINE (transport|evhttp), PATH_ (small|large), COUNT (requests counted), CONNECTIONS (wrk, 4),
 # BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix),
@@ -117,13 +118,33 @@ $([[ "$UPSTREAM_TLS" == 1 ]] && printf '        ssl_certificate %s;\n        ssl
     }
 }
 EOF
-printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
+DPOP_JSON=""
+if [[ -n "${DPOP:-}" ]]; then
+    # As bench/run.sh: a key made by openssl, the bench tokens bound to it (a proof signed per request).
+    case "$DPOP" in
+        ES256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/dpop.pem" 2>/dev/null ;;
+        EdDSA) openssl genpkey -algorithm ED25519 -out "$TMP/dpop.pem" 2>/dev/null ;;
+        *) die "DPOP must be ES256 or EdDSA" ;;
+    esac
+    DPOP_JKT=$(openssl pkey -in "$TMP/dpop.pem" -pubout -outform DER 2>/dev/null | python3 -c '
+import base64, hashlib, json, sys
+der = sys.stdin.buffer.read()
+b = lambda x: base64.urlsafe_b64encode(x).rstrip(b"=").decode()
+jwk = {"crv": "P-256", "kty": "EC", "x": b(der[-64:-32]), "y": b(der[-32:])} if sys.argv[1] == "ES256" else {"crv": "Ed25519", "kty": "OKP", "x": b(der[-32:])}
+print(b(hashlib.sha256(json.dumps(jwk, separators=(",", ":"), sort_keys=True).encode()).digest()))' "$DPOP")
+    DPOP_JSON="\"dpop\": { \"alg\": \"$DPOP\", \"key_file\": \"$TMP/dpop.pem\" },"
+    printf '{"access_token":"%s","refresh_token":"bench-refresh-123456","dpop_jkt":"%s"}\n' "$TOKEN" "$DPOP_JKT" >"$TMP/tokens.json"
+    TAG="-dpop-$DPOP$TAG"
+else
+    printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tokens.json"
+fi
 chmod 0600 "$TMP/tokens.json"
 cat >"$TMP/tokenrelay.json" <<EOF
 { "listen": "127.0.0.1:$TR_PORT",
   "data_plane": "$ENGINE",
   "upstream": $UPSTREAM_JSON,
   "tokens": { "file": "$TMP/tokens.json" },
+  $DPOP_JSON
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$ADMIN_PORT" } }
 EOF

@@ -93,10 +93,34 @@ int jose_sign(struct evp_pkey_st *key, int alg, const uint8_t *message, size_t m
 // the provider, the key's provider data bound): each signature then signs on a copy of it, which skips
 // the fetches and look-ups of an init. Each signature still draws its own ECDSA nonce (inside
 // EVP_DigestSign, on the copy): nothing random is prepared ahead or shared between signatures.
+//
+// ECDSA goes further: the message is hashed on one digest context re-initialised per signature with the
+// digest fetched once, and the hash signed by EVP_PKEY_sign on one key context initialised once: no
+// context allocated, copied or freed per signature. EVP_PKEY_sign draws a fresh nonce on every call (the
+// key context keeps no k or r between calls unless a known-answer test sets them, which we never do).
 struct jose_prepared {
     EVP_MD_CTX *template;
     size_t width;
+    EVP_MD *digest;             // ECDSA only, else NULL (and the template path signs)
+    EVP_MD_CTX *hashing;
+    EVP_PKEY_CTX *signing;
 };
+
+static void prepare_ecdsa(struct jose_prepared *prepared, struct evp_pkey_st *key) {
+    prepared->digest = EVP_MD_fetch(NULL, prepared->width == 32 ? "SHA256" : "SHA384", NULL);
+    prepared->hashing = EVP_MD_CTX_new();
+    prepared->signing = EVP_PKEY_CTX_new_from_pkey(NULL, key, NULL);
+    if (prepared->digest == NULL || prepared->hashing == NULL || prepared->signing == NULL || EVP_PKEY_sign_init(prepared->signing) != 1) {
+        // The template path still signs: a failure here only costs speed.
+        EVP_MD_free(prepared->digest);
+        EVP_MD_CTX_free(prepared->hashing);
+        EVP_PKEY_CTX_free(prepared->signing);
+        prepared->digest = NULL;
+        prepared->hashing = NULL;
+        prepared->signing = NULL;
+        ERR_clear_error();
+    }
+}
 
 struct jose_prepared *jose_prepared_new(struct evp_pkey_st *key, int alg, const char **reason) {
     struct jose_prepared *prepared = OPENSSL_zalloc(sizeof *prepared);
@@ -107,11 +131,27 @@ struct jose_prepared *jose_prepared_new(struct evp_pkey_st *key, int alg, const 
         jose_prepared_free(prepared);
         return NULL;
     }
+    if (prepared->width) prepare_ecdsa(prepared, key);
     return prepared;
+}
+
+static int sign_ecdsa(const struct jose_prepared *prepared, const uint8_t *message, size_t message_count,
+                      uint8_t *signature, size_t *count, const char **reason) {
+    unsigned char hash[EVP_MAX_MD_SIZE];
+    unsigned int hash_count = 0;
+    if (EVP_DigestInit_ex2(prepared->hashing, prepared->digest, NULL) != 1
+        || EVP_DigestUpdate(prepared->hashing, message, message_count) != 1
+        || EVP_DigestFinal_ex(prepared->hashing, hash, &hash_count) != 1) return fail(reason, "signing failed (digest)");
+    uint8_t der[160];   // a P-384 DER signature is at most 104 bytes
+    size_t length = sizeof der;
+    if (EVP_PKEY_sign(prepared->signing, der, &length, hash, hash_count) != 1) return fail(reason, "signing failed");
+    if (!der_to_raw(der, length, prepared->width, signature, count)) return fail(reason, "signing failed (malformed ECDSA signature)");
+    return 1;
 }
 
 int jose_prepared_sign(const struct jose_prepared *prepared, const uint8_t *message, size_t message_count,
                        uint8_t *signature, size_t *count, const char **reason) {
+    if (prepared->signing != NULL) return sign_ecdsa(prepared, message, message_count, signature, count, reason);
     EVP_MD_CTX *context = EVP_MD_CTX_new();
     if (context == NULL) return fail(reason, "out of memory");
     int ok = EVP_MD_CTX_copy_ex(context, prepared->template) == 1
@@ -124,5 +164,8 @@ int jose_prepared_sign(const struct jose_prepared *prepared, const uint8_t *mess
 void jose_prepared_free(struct jose_prepared *prepared) {
     if (prepared == NULL) return;
     EVP_MD_CTX_free(prepared->template);
+    EVP_MD_free(prepared->digest);
+    EVP_MD_CTX_free(prepared->hashing);
+    EVP_PKEY_CTX_free(prepared->signing);
     OPENSSL_free(prepared);
 }

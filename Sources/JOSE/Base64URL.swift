@@ -2,6 +2,39 @@
 public enum Base64URL {
     private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
+    /// Appends base64url(`bytes`), no padding, to `output`: one capacity check and a pointer loop, for
+    /// callers building a JWS in one reused buffer (a DPoP proof per request).
+    public static func append(_ bytes: [UInt8], to output: inout [UInt8]) {
+        let count = bytes.count
+        let encoded = (count * 4 + 2) / 3
+        let start = output.count
+        output.append(contentsOf: repeatElement(0, count: encoded))
+        bytes.withUnsafeBufferPointer { input in
+            alphabet.withUnsafeBufferPointer { table in
+                output.withUnsafeMutableBufferPointer { out in
+                    var read = 0
+                    var write = start
+                    while read + 3 <= count {
+                        let group = UInt32(input[read]) << 16 | UInt32(input[read + 1]) << 8 | UInt32(input[read + 2])
+                        out[write] = table[Int(group >> 18 & 63)]
+                        out[write + 1] = table[Int(group >> 12 & 63)]
+                        out[write + 2] = table[Int(group >> 6 & 63)]
+                        out[write + 3] = table[Int(group & 63)]
+                        read += 3
+                        write += 4
+                    }
+                    let rest = count - read
+                    if rest > 0 {
+                        let group = UInt32(input[read]) << 16 | (rest == 2 ? UInt32(input[read + 1]) << 8 : 0)
+                        out[write] = table[Int(group >> 18 & 63)]
+                        out[write + 1] = table[Int(group >> 12 & 63)]
+                        if rest == 2 { out[write + 2] = table[Int(group >> 6 & 63)] }
+                    }
+                }
+            }
+        }
+    }
+
     public static func encode(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count * 4 + 2) / 3)

@@ -25,6 +25,17 @@ final class Base64URLTests: XCTestCase {
         }
     }
 
+    /// The appending encoder (one reused buffer, as a DPoP proof is built) writes what `encode` returns, after
+    /// whatever the buffer held, for every length remainder.
+    func testAppendWritesWhatEncodeReturnsAfterTheExistingBytes() {
+        for count in 0..<70 {
+            let bytes = (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 97 &+ 13) }
+            var output = Array("prefix.".utf8)
+            Base64URL.append(bytes, to: &output)
+            XCTAssertEqual(String(decoding: output, as: UTF8.self), "prefix." + Base64URL.encode(bytes), "length \(count)")
+        }
+    }
+
     func testBadInputIsNil() {
         for bad in ["a", "abcde", "Zg==", "Zm8=", "Zm+v", "Zm/v", "Zm 9v", "Zm9v\n", "Zé", "Zm9v.", "%%%%"] {
             XCTAssertNil(Base64URL.decode(Substring(bad)), bad)

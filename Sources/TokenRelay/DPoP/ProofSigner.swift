@@ -18,7 +18,7 @@ final class ProofSigner {
     private var templates: [String: [UInt8]] = [:]
     /// Bounded: the htu comes from client paths, which must not grow this for ever.
     static let maxTemplates = 1024
-    private var lastAth: (token: String, ath: String)?
+    private var lastAth: (token: String, ath: [UInt8])?
     private(set) var proofsSigned = 0
     /// Told of every proof signed (the metrics counter).
     var onSigned: (() -> Void)?
@@ -38,32 +38,58 @@ final class ProofSigner {
     /// A fresh proof. `htu`: the target URL without query and fragment; `accessToken`: for `ath` (proxied
     /// requests; none on token requests); `nonce`: the server's latest, already validated (`DPoPNonce`).
     func proof(method: String, htu: String, accessToken: String?, nonce: String?, now: Double) throws -> String {
-        var payload = template(method: method, htu: htu)
-        payload.append(contentsOf: #","iat":"#.utf8)
-        payload.append(contentsOf: String(Int64(clamping: Int64(exactly: now.rounded(.down)) ?? 0)).utf8)
-        payload.append(contentsOf: #","jti":""#.utf8)
-        appendJti(to: &payload)
+        // Built in two buffers kept from proof to proof (no allocation but the result): the payload, then
+        // the compact JWS (header segment, base64url(payload), the signature) written into `jws`.
+        payload.removeAll(keepingCapacity: true)
+        appendTemplate(method: method, htu: htu)
+        payload.append(contentsOf: Self.iatMember)
+        Self.appendDigits(of: UInt64(clamping: Int64(exactly: now.rounded(.down)) ?? 0), radix: 10, to: &payload)
+        payload.append(contentsOf: Self.jtiMember)
+        payload.append(contentsOf: jtiPrefix)
+        payload.append(UInt8(ascii: "."))
+        jtiCounter &+= 1
+        Self.appendDigits(of: jtiCounter, radix: 36, to: &payload)
         payload.append(UInt8(ascii: "\""))
         if let accessToken {
-            payload.append(contentsOf: #","ath":""#.utf8)
-            payload.append(contentsOf: ath(accessToken).utf8)
+            payload.append(contentsOf: Self.athMember)
+            payload.append(contentsOf: ath(accessToken))
             payload.append(UInt8(ascii: "\""))
         }
         if let nonce {
             // Validated: no quote, backslash or control byte, so it needs no escaping.
-            payload.append(contentsOf: #","nonce":""#.utf8)
+            payload.append(contentsOf: Self.nonceMember)
             payload.append(contentsOf: nonce.utf8)
             payload.append(UInt8(ascii: "\""))
         }
         payload.append(UInt8(ascii: "}"))
-        var signingInput = headerSegment
-        signingInput.append(contentsOf: Base64URL.encode(payload).utf8)
-        let signature = try prepared.sign(signingInput)
-        signingInput.append(UInt8(ascii: "."))
-        signingInput.append(contentsOf: Base64URL.encode(signature).utf8)
+        jws.removeAll(keepingCapacity: true)
+        jws.append(contentsOf: headerSegment)
+        Base64URL.append(payload, to: &jws)
+        let signature = try prepared.sign(jws)
+        jws.append(UInt8(ascii: "."))
+        Base64URL.append(signature, to: &jws)
         proofsSigned &+= 1
         onSigned?()
-        return String(decoding: signingInput, as: UTF8.self)
+        return String(decoding: jws, as: UTF8.self)
+    }
+
+    private var payload: [UInt8] = []
+    private var jws: [UInt8] = []
+    private static let iatMember = Array(#","iat":"#.utf8)
+    private static let jtiMember = Array(#","jti":""#.utf8)
+    private static let athMember = Array(#","ath":""#.utf8)
+    private static let nonceMember = Array(#","nonce":""#.utf8)
+
+    /// `value` in `radix` (10 or 36), lower case, without a String in between.
+    private static func appendDigits(of value: UInt64, radix: UInt64, to output: inout [UInt8]) {
+        let start = output.count
+        var rest = value
+        repeat {
+            let digit = UInt8(truncatingIfNeeded: rest % radix)
+            output.append(digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10)
+            rest /= radix
+        } while rest > 0
+        output[start...].reverse()   // written least significant first
     }
 
     /// 96 random bits drawn once per signer (base64url, 16 characters), then a counter: unique per proof
@@ -72,11 +98,17 @@ final class ProofSigner {
     private let jtiPrefix = Array(Base64URL.encode(SecureRandom.bytes(12)).utf8)
     private var jtiCounter: UInt64 = 0
 
-    private func appendJti(to payload: inout [UInt8]) {
-        payload.append(contentsOf: jtiPrefix)
-        payload.append(UInt8(ascii: "."))
-        jtiCounter &+= 1
-        payload.append(contentsOf: String(jtiCounter, radix: 36).utf8)
+    /// The last (method, htu) and its template: a client repeating one path finds it without building a key.
+    private var lastTemplate: (method: String, htu: String, bytes: [UInt8])?
+
+    private func appendTemplate(method: String, htu: String) {
+        if let lastTemplate, lastTemplate.method == method, lastTemplate.htu == htu {
+            payload.append(contentsOf: lastTemplate.bytes)
+            return
+        }
+        let made = template(method: method, htu: htu)
+        lastTemplate = (method, htu, made)
+        payload.append(contentsOf: made)
     }
 
     private func template(method: String, htu: String) -> [UInt8] {
@@ -92,9 +124,9 @@ final class ProofSigner {
     }
 
     /// base64url(SHA-256(token)), once per access token (every request under one token shares it).
-    private func ath(_ token: String) -> String {
+    private func ath(_ token: String) -> [UInt8] {
         if let lastAth, lastAth.token == token { return lastAth.ath }
-        let ath = Base64URL.encode(Digest.sha256(Array(token.utf8)))
+        let ath = Array(Base64URL.encode(Digest.sha256(Array(token.utf8))).utf8)
         lastAth = (token, ath)
         return ath
     }
