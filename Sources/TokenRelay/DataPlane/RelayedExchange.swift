@@ -459,9 +459,12 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             expired = RefreshTrigger.indicatesExpiredToken(status: head.status, challenges: challenges,
                                                            triggerStatuses: running.triggerStatuses)
         }
-        // A gRPC answer with no message (HTTP/2 upstreams only): its status is in the trailers it ended with.
+        // A gRPC answer that ended with no message (HTTP/2 upstreams only; its head was withheld until then):
+        // its status is in the trailers it ended with (Trailers-Only: the head's own fields), and decides like
+        // a 401 (`RequestLifecycle+GRPC`); an HTTP status that triggers (a gateway's bare 401) still does.
         if let early = trailersBeforeData, http2?.isGRPC == true {
-            let refused = GRPCRefreshTrigger.indicatesExpiredToken(grpcStatus: early.field("grpc-status"), triggerStatuses: context.triggerGRPCStatuses)
+            let refused = expired || GRPCRefreshTrigger.indicatesExpiredToken(grpcStatus: early.field("grpc-status"),
+                                                                              triggerStatuses: running.triggerGRPCStatuses)
             return step(arriving: head) { $0.grpcStatusBeforeMessage(status: head.status, indicatesExpiredToken: refused) }
         }
         step(arriving: head) { $0.responseHead(status: head.status, indicatesExpiredToken: expired) }

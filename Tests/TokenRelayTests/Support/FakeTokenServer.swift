@@ -29,6 +29,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     /// the `X-Refresh-Token` header, a JSON body `{"clientId": …}`, and the answer nested under `data`
     /// (`{"data":{"accessToken":…,"refreshToken":…,"expiresIn":…}}`), rotating on every call.
     static let seedPath = "/auth/token"
+    /// `GET /introspect?token=T`: 204 when T is a current access token (`isAccessTokenValid`), else 401.
+    static let introspectionPath = "/introspect"
 
     let clientID: String
     /// The secret client authentication must present; a test may rotate it (`clientSecret = …`).
@@ -146,6 +148,12 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     // MARK: - Request handling
 
     private func handle(_ request: RecordedRequest) -> TestResponse {
+        // An API in another process (the gRPC test server) asks here whether a token is current. Not a
+        // token request: neither recorded nor counted.
+        if request.method == "GET" && request.path == Self.introspectionPath {
+            let token = request.query.map(Self.parseForm)?["token"] ?? ""
+            return TestResponse(status: isAccessTokenValid(token) ? 204 : 401)
+        }
         let isSeed = request.path == Self.seedPath
         let mode: FailureMode? = state.withLock { s in
             s.received.append(request)

@@ -15,8 +15,9 @@ final class PythonFixtureProcess: @unchecked Sendable { // immutable after init;
 
     var stderrText: String { (try? String(contentsOf: stderrURL, encoding: .utf8)) ?? "" }
 
-    /// `name`: what the script is, for file names and for the error when it does not start.
-    init(script: URL, settings: [String: Any], workDir: URL, name: String, portCount: Int) throws {
+    /// `name`: what the script is, for file names and for the error when it does not start. `python`: the
+    /// interpreter (a path, or a name looked up on PATH).
+    init(script: URL, settings: [String: Any], workDir: URL, name: String, portCount: Int, python: String = "python3") throws {
         let base = "\(name)-\(UUID().uuidString.prefix(8))"
         let configURL = workDir.appendingPathComponent("\(base).json")
         try JSONSerialization.data(withJSONObject: settings).write(to: configURL)
@@ -25,7 +26,7 @@ final class PythonFixtureProcess: @unchecked Sendable { // immutable after init;
         for url in [stdoutURL, stderrURL] { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", script.path, configURL.path]
+        process.arguments = [python, script.path, configURL.path]
         process.standardInput = FileHandle.nullDevice
         let out = try FileHandle(forWritingTo: stdoutURL), err = try FileHandle(forWritingTo: stderrURL)
         defer { try? out.close(); try? err.close() }
