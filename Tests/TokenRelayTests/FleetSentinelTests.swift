@@ -26,7 +26,7 @@ class FleetSentinelTestCase: FleetTestCase {
         var tokens = config["tokens"] as? [String: Any] ?? [:]
         var redisSettings = tokens["redis"] as? [String: Any] ?? [:]
         redisSettings["url"] = nil
-        redisSettings["sentinel"] = ["addresses": group.addresses, "master": group.masterName]
+        redisSettings["sentinel"] = ["addresses": (group.extraAddressFirst.map { [$0] } ?? []) + group.addresses, "master": group.masterName]
         tokens["redis"] = redisSettings
         config["tokens"] = tokens
         config["timeouts"] = ["refresh_seconds": 2, "hold_seconds": hold]
@@ -65,6 +65,8 @@ class FleetSentinelTestCase: FleetTestCase {
 
 final class FleetSentinelTests: FleetSentinelTestCase {
     func testRelaysFindTheMasterThroughTheSentinels() throws {
+        // A sentinel that does not answer comes first: the others are asked in turn.
+        group.extraAddressFirst = "127.0.0.1:\(try RedisServerProcess.freeLoopbackPort())"
         try importThroughSentinels()
         let masterPort = try XCTUnwrap(group.nodes[0].tcpPort)
         XCTAssertEqual(try group.nodes[0].cli(["HGET", key, "version"]), "1", "the import went to the master")

@@ -80,4 +80,20 @@ final class RedisSentinelConfigTests: XCTestCase {
             return XCTFail("port 0 is refused")
         }
     }
+
+    /// What `check` runs (Preflight): the sentinels' password variable and TLS files are checked, one line
+    /// naming the field; nothing is contacted.
+    func testCheckValidatesTheSentinelLogin() throws {
+        let settings = try XCTUnwrap(config(redis: ["sentinel": sentinel.merging(["username": "s", "password_env": "TOKENRELAY_TEST_UNSET_SENTINEL_PW"]) { $1 },
+                                                    "key": "k"]).tokens.redis)
+        XCTAssertThrowsError(try Preflight.redisEndpoint(settings)) { error in
+            XCTAssertEqual("\(error)", "tokens.redis.sentinel.password_env: environment variable TOKENRELAY_TEST_UNSET_SENTINEL_PW is not set or empty")
+        }
+        let badTLS = try XCTUnwrap(config(redis: ["sentinel": sentinel.merging(["tls": ["ca_file": "/nonexistent/ca.pem"]]) { $1 }, "key": "k"]).tokens.redis)
+        XCTAssertThrowsError(try Preflight.redisEndpoint(badTLS)) { error in
+            XCTAssertTrue("\(error)".hasPrefix("tokens.redis.sentinel.tls: "), "\(error)")
+        }
+        let fine = try XCTUnwrap(config(redis: ["sentinel": sentinel, "key": "k"]).tokens.redis)
+        XCTAssertNoThrow(try Preflight.redisEndpoint(fine))
+    }
 }

@@ -155,6 +155,18 @@ final class RedisSentinelLocator {
         }
     }
 
+    /// The node a sentinel named did not work out (unreachable, or no master): the next lookup starts with
+    /// the next sentinel. Race it prevents: the sentinels learn a failover one after another (the leader
+    /// first, the others from its announcements, seconds later); asking the same one again keeps getting
+    /// the dead master's address while another already names the new one.
+    func askAnotherFirst() {
+        preferred = (preferred + 1) % target.sentinels.count
+    }
+
+    /// The reconnect backoff's cap with Sentinel (2 s with `url`): a failover is expected to end within a few
+    /// seconds, and each attempt is one sentinel question and one connect.
+    static let longestReconnectDelay = 0.5
+
     // MARK: - +switch-master
 
     func startWatching() {

@@ -218,7 +218,8 @@ final class RedisTokenStore: TokenStore {
         let timer = LoopEvent(loop: loop) { [weak self] _ in self?.connect() }
         timer.schedule(after: reconnectDelay)
         reconnectTimer = timer
-        reconnectDelay = min(reconnectDelay * 2, 2)
+        reconnectDelay = min(reconnectDelay * 2, sentinel == nil ? 2 : RedisSentinelLocator.longestReconnectDelay)
+        sentinel?.askAnotherFirst()
     }
 
     private func subscribe() {

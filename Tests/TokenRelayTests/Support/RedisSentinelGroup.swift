@@ -52,6 +52,8 @@ final class RedisSentinelGroup: @unchecked Sendable {
     deinit { stop() }
 
     var addresses: [String] { sentinels.map { "127.0.0.1:\($0.port)" } }
+    /// An address to name before the sentinels in the relays' config (one where nothing answers).
+    var extraAddressFirst: String?
 
     /// The node the sentinels name as master now (asked of the first sentinel that answers).
     var masterPortNamedBySentinels: Int? {
