@@ -115,6 +115,16 @@ final class FleetSentinelFailoverTests: FleetSentinelTestCase {
         let seen = try load.wait(timeout: 60)
 
         let counts = Dictionary(grouping: seen, by: \.status).mapValues(\.count)
+        if let directory = ProcessInfo.processInfo.environment["TOKENRELAY_FAILOVER_LOGS"],
+           !Set(counts.keys).subtracting([200, 503]).isEmpty || recoveredAt.timeIntervalSince(killedAt) > 3.5 {
+            let stamp = Int(killedAt.timeIntervalSince1970)
+            let firstOther = seen.filter { $0.status != 200 && $0.status != 503 }.map(\.at).min()
+            for (index, relay) in relays.enumerated() {
+                try? (relay.stderrText + "\nkilled at \(killedAt.timeIntervalSince1970) promoted \(promotedAt.timeIntervalSince1970) recovered "
+                      + "\(recoveredAt.timeIntervalSince1970) first other status \(firstOther?.timeIntervalSince1970 ?? 0)\n")
+                    .write(toFile: "\(directory)/relay-\(stamp)-\(index).log", atomically: true, encoding: .utf8)
+            }
+        }
         XCTAssertEqual(Set(counts.keys).subtracting([200, 503]), [], "only 200s and clean 503s: \(counts)")
         XCTAssertGreaterThan(counts[200] ?? 0, 100, "\(counts)")
         let unavailable = seen.filter { $0.status == 503 }

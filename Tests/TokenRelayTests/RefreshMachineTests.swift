@@ -832,6 +832,39 @@ final class RefreshMachineTests: XCTestCase {
         XCTAssertEqual(writes.count, 3, "no write after the acknowledgement")
     }
 
+    /// The store acknowledged only after the new token had expired (a failover longer than a short token
+    /// lives): the held requests are not released with a dead token (each would get the API's 401 after
+    /// its one replay); one more refresh under the lock, then they are.
+    func testATokenThatExpiredWhileItsWriteWaitedIsRefreshedBeforeTheRelease() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2", expiresIn: 2))
+        record(machine.persistFailed("Redis did not answer", now: now))
+        advance(3)
+        XCTAssertEqual(writes.map(\.refreshToken), ["r2", "r2"], "written again after the backoff")
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [], "not released with a token that expired while the write waited")
+        XCTAssertEqual(machine.state, .refreshing)
+        attemptReachesTokenEndpoint()
+        XCTAssertEqual(presentations, 2, "the saved refresh token is presented once more")
+        answer(grant("a3", "r3"))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 3)])
+        XCTAssertEqual(machine.tokens.accessToken, "a3")
+    }
+
+    /// A write acknowledged at once is released as always, however short the token.
+    func testAShortTokenSavedAtOnceIsReleased() {
+        makeFleetMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2", expiresIn: 0.01), after: 0.05)
+        advance(0.02)
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)], "only a write that waited for the store is held back")
+    }
+
     func testATokenFileSealedWithAKeyWeLackStopsThePresentationAndTheWrite() {
         makeMachine()
         XCTAssertEqual(unauthorized(1), .hold)

@@ -141,6 +141,8 @@ extension RefreshMachine {
             return
         }
         guard case .refreshing(let cycle) = phase, case .persisting(let next, let lifetime, let purpose, false) = cycle.step else { return }
+        // A write of ours failed before this one (`unsaved`): the answer waited for the store.
+        let waitedForTheStore = unsaved != nil
         cycleWriteAwaitingRetry = false
         if let error, settings.sharedStore, !stopped {
             // Persist before release, fleet form. Race it prevents: the fleet's other relays read the
@@ -166,6 +168,19 @@ extension RefreshMachine {
             emit(.releaseLock)
             log(.info, "refresh succeeded", ["generation": "\(generation)", "attempt": "\(cycle.attempt)",
                                               "expires_at": tokens.expiresAt.map(Timestamp.format) ?? "unknown"])
+            if waitedForTheStore, let expiresAt = tokens.expiresAt, expiresAt <= now.wall {
+                // The store took longer to acknowledge than the new token lives (a failover with short
+                // tokens). Race it prevents: releasing the held requests with it earns each a 401 from the
+                // API, and a replayed request's answer goes to its client as it is. They stay held for one
+                // more refresh instead (the write landed, so its refresh token is the fleet's).
+                log(.warning, "the refreshed access token expired while its write waited for the shared token store; "
+                    + "refreshing again before releasing held requests")
+                phase = .idle
+                lastOutcome = ("success", now.wall)
+                startCycle(.reactive, .expired, now)
+                emit(.tokenEndpointIdle)
+                return
+            }
             endCycle(.renewed(generation: generation), description: "success", now)
         case .keepRotatedRefreshToken(let reason):
             tokens.refreshToken = next.refreshToken

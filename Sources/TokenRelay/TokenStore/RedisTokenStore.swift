@@ -204,6 +204,7 @@ final class RedisTokenStore: TokenStore {
         isConnected = false
         isSubscribed = false
         pollTimer = nil
+        if holdsLock { lockMayLinger = true }
         holdsLock = false
         lockValidUntil = nil
         let previous = outage
@@ -530,11 +531,20 @@ final class RedisTokenStore: TokenStore {
 
     func release() {
         acquisition = nil
-        guard holdsLock else { return }
+        guard holdsLock || lockMayLinger else { return }
         holdsLock = false
         lockValidUntil = nil
+        guard isConnected else { return }
+        lockMayLinger = false
         deleteOwnLock()
     }
+
+    /// A lock we held when the connection failed may still be in Redis (on a promoted replica after a
+    /// failover, replicated with its expiry): deleted (compare-and-delete, so only if still ours) at the
+    /// next release, once the answer it covered is stored. Race it prevents: the fleet waiting out a
+    /// lock whose holder already finished, its refresh answer written by the retry; with short tokens
+    /// that wait turned into 401s and seconds of 503s after a failover.
+    private var lockMayLinger = false
 
     private func deleteOwnLock() {
         commands?.send(RedisScripts.releaseArguments(lockKey: lockKey, owner: ownerID)) { _ in }
