@@ -94,6 +94,17 @@ public final class HTTP2ServerStream {
         return true
     }
 
+    /// The request's trailer fields (a HEADERS frame after the body), in the order received; bounded like
+    /// the head (what is over `maxHeadBytes` is dropped).
+    public private(set) var requestTrailers: [(name: String, value: String)] = []
+    private var requestTrailerBytes = 0
+
+    func addTrailer(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+        requestTrailerBytes += name.count + value.count + 32
+        guard requestTrailerBytes <= maxHeadBytes else { return }
+        requestTrailers.append((String(decoding: name, as: UTF8.self), String(decoding: value, as: UTF8.self)))
+    }
+
     func receivedBody(_ bytes: UnsafeRawBufferPointer) {
         // After the body's end, or with nobody to hand it to (answered here, or the exchange is over):
         // acknowledged and dropped, so that the connection's window stays open for the other streams.

@@ -72,8 +72,13 @@ enum HTTP2Session {
     private static let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
         guard let frame, let connection = connection(userData),
               let stream = connection.stream(frame.pointee.hd.stream_id) else { return 0 }
-        // Request headers and request trailers both arrive here; only the head is kept.
-        guard isRequestHeaders(frame) else { return 0 }
+        // Request headers and request trailers both arrive here: the trailers are kept apart (relayed to an
+        // HTTP/2 upstream, dropped for an HTTP/1.1 one).
+        guard isRequestHeaders(frame) else {
+            stream.addTrailer(name: UnsafeRawBufferPointer(start: name, count: nameLength),
+                              value: UnsafeRawBufferPointer(start: value, count: valueLength))
+            return 0
+        }
         stream.addField(name: UnsafeRawBufferPointer(start: name, count: nameLength),
                         value: UnsafeRawBufferPointer(start: value, count: valueLength))
         return 0
@@ -89,7 +94,7 @@ enum HTTP2Session {
             if isRequestHeaders(frame) {
                 connection.headComplete(stream, endStream: endStream)
             } else if endStream {
-                // Request trailers: they end the body (not relayed to an HTTP/1.1 upstream).
+                // Request trailers: they end the body (relayed to an HTTP/2 upstream only).
                 stream.receivedEnd()
             }
         case NGHTTP2_DATA.rawValue:

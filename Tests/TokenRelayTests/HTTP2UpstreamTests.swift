@@ -169,6 +169,20 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertTrue(result.stdout.contains("x-trailer: seen"), result.stdout)
     }
 
+    /// Request trailers from an h2 client reach the h2 upstream after the body.
+    func testRequestTrailersReachAnH2Upstream() throws {
+        let relay = try startWithH2Upstream()
+        let client = try RawHTTP2Client(port: relay.proxyPort)
+        try client.sendHeaders(stream: 1, RawHTTP2Client.request("POST", "/with-trailers", extra: [("content-type", "text/plain")]), endStream: false)
+        try client.sendData(stream: 1, Data("hello".utf8), endStream: false)
+        try client.sendHeaders(stream: 1, [("x-checksum", "abc123")], endStream: true)
+        let read = client.readFrames { $0.stream == 1 && $0.flags & RawHTTP2Client.endStream != 0 }
+        XCTAssertFalse(read.ended, "the answer came on an open connection")
+        let seen = try XCTUnwrap(h2.requests.first)
+        XCTAssertEqual(seen.bodyBytes, 5)
+        XCTAssertEqual(seen.trailers.map { "\($0.name): \($0.value)" }, ["x-checksum: abc123"])
+    }
+
     /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
     func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
         try requireTools()

@@ -13,6 +13,8 @@ protocol ExchangeClient: AnyObject {
     func finishResponse()
     /// Ends the response with trailer fields (HTTP/2; an HTTP/1.1 client's response ends without them).
     func finishResponse(trailers: [(name: String, value: String)])
+    /// The request's trailer fields (HTTP/2 only; an HTTP/1.1 request's chunked trailers are not kept).
+    var requestTrailers: [(name: String, value: String)] { get }
     func flushPendingHead()
     func withdrawUnsentResponse() -> Bool
     func respond(_ response: HTTPResponseHead, body: [UInt8])
@@ -31,6 +33,7 @@ extension HTTPServerConnection: ExchangeClient {
     var http1Connection: HTTPServerConnection? { self }
     /// Trailers are dropped: an HTTP/1.1 client of a relayed response gets none.
     func finishResponse(trailers: [(name: String, value: String)]) { finishResponse() }
+    var requestTrailers: [(name: String, value: String)] { [] }
 }
 
 extension HTTP2ServerStream: ExchangeClient {

@@ -87,14 +87,18 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
         stream.deferHeadUntilBody = grpc && lifecycle.withholdsGRPCResponseHead
         switch body {
         case .kept(let bytes):
-            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: !bytes.isEmpty) {
+            // An h2 client's request trailers go on (a gRPC client may send some); the request then has a
+            // body section even when it is empty.
+            let trailers = client.requestTrailers
+            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget,
+                                hasBody: !bytes.isEmpty || !trailers.isEmpty) {
                 writeForwardedFields(into: &$0, credential)
                 // HTTP/1.1's hop-by-hop `te` was dropped with the other hop-by-hop fields; gRPC servers want it.
                 if grpc { $0.append(name: "te", value: "trailers") }
             }
-            if !bytes.isEmpty {
+            if !bytes.isEmpty || !trailers.isEmpty {
                 stream.sendBody(bytes)
-                stream.finishRequest()
+                stream.finishRequest(trailers: trailers)
             }
         case .streamed:
             // Not built yet: a body over limits.max_body_bytes is not streamed to an HTTP/2 upstream.

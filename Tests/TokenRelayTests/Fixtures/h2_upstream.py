@@ -110,6 +110,9 @@ class Connection:
                 frame.error_code = 0
                 self.send()
                 self.sock.sendall(frame.serialize())
+        elif isinstance(event, h2.events.TrailersReceived):
+            if event.stream_id in self.streams:
+                self.streams[event.stream_id]["trailers"] = [list(h) for h in event.headers]
         elif isinstance(event, h2.events.DataReceived):
             if event.stream_id in self.streams:
                 self.streams[event.stream_id]["body"] += event.data
@@ -121,7 +124,8 @@ class Connection:
             if stream is None or (self.goaway_last is not None and event.stream_id > self.goaway_last):
                 return
             self.unanswered.add(event.stream_id)
-            log({"event": "request", "conn": self.number, "stream": event.stream_id, "headers": stream["headers"], "body": len(stream["body"])})
+            log({"event": "request", "conn": self.number, "stream": event.stream_id, "headers": stream["headers"], "body": len(stream["body"]),
+                 "trailers": stream.get("trailers", [])})
             delay = settings.get("delay_ms", 0)
             if delay:
                 threading.Thread(target=self.answer_later, args=(event.stream_id, stream, delay / 1000.0), daemon=True).start()

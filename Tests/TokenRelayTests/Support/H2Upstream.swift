@@ -9,6 +9,7 @@ final class H2Upstream {
         let stream: Int
         let fields: [(name: String, value: String)]
         let bodyBytes: Int
+        let trailers: [(name: String, value: String)]
 
         func field(_ name: String) -> String? { fields.first { $0.name == name }?.value }
         var path: String { field(":path") ?? "" }
@@ -49,8 +50,9 @@ final class H2Upstream {
     var requests: [Request] {
         events.filter { $0["event"] as? String == "request" }.map { event in
             let pairs = (event["headers"] as? [[String]] ?? []).map { (name: $0[0], value: $0[1]) }
+            let trailers = (event["trailers"] as? [[String]] ?? []).map { (name: $0[0], value: $0[1]) }
             return Request(connection: event["conn"] as? Int ?? 0, stream: event["stream"] as? Int ?? 0, fields: pairs,
-                           bodyBytes: event["body"] as? Int ?? 0)
+                           bodyBytes: event["body"] as? Int ?? 0, trailers: trailers)
         }
     }
 }
