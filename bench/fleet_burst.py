@@ -20,8 +20,15 @@ With --load-generator (the `fleet-burst-load` product), the burst's clients and 
 (on HTTPTransport, in two processes of their own) instead of asyncio in this one: Python's per-request cost
 was most of the release figure. The token endpoint stays here (one request).
 
+With --steady SECONDS (issue 24), no burst: the relays refresh proactively under steady load (--clients
+connections in a loop, spread over the relays) with tokens living --lifetime seconds, and the upstream accepts
+every access token until it expires (as most APIs do: a relay that has not adopted the newest set yet gets no
+401). Measured: refreshes in the window, per second and per token lifetime, reuse and non-200 answers; run it
+with --relays 1 for the rate the fleet must not exceed.
+
 Usage: bench/fleet_burst.py [--relays 10] [--count 1000] [--binary .build/release/tokenrelay]
                             [--load-generator .build/release/fleet-burst-load]
+       bench/fleet_burst.py --steady 12 --lifetime 2 [--clients 6] [--relays 3] [--binary ...]
 """
 import argparse
 import asyncio
@@ -65,6 +72,89 @@ class Identity:
 
     async def upstream(self, request):
         return upstream_answer(request[1], self.valid_access)
+
+
+class SteadyIdentity:
+    """Token endpoint with rotation and reuse detection whose tokens live `lifetime` seconds, and an upstream
+    that accepts every access token issued until it expires."""
+
+    def __init__(self, lifetime):
+        self.lifetime = lifetime
+        self.valid_access = "access-0"
+        self.current_refresh = "refresh-0"
+        self.expiry = {"access-0": time.monotonic() + lifetime}
+        self.calls = 0
+        self.reuse = 0
+
+    async def token_endpoint(self, request):
+        form = dict(part.split("=", 1) for part in request[2].decode().split("&") if "=" in part)
+        if form.get("refresh_token") != self.current_refresh:
+            self.reuse += 1
+            return json_response("400 Bad Request", b'{"error":"invalid_grant"}')
+        self.calls += 1
+        self.current_refresh = "refresh-%d" % self.calls
+        self.valid_access = "access-%d" % self.calls
+        self.expiry[self.valid_access] = time.monotonic() + self.lifetime
+        return json_response("200 OK", {"access_token": self.valid_access, "refresh_token": self.current_refresh,
+                                        "expires_in": self.lifetime, "token_type": "Bearer"})
+
+    async def upstream(self, request):
+        token = request[1].get("authorization", "")[len("Bearer "):]
+        if self.expiry.get(token, 0) > time.monotonic():
+            return b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        return b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer error=\"invalid_token\"\r\nContent-Length: 0\r\n\r\n"
+
+
+async def steady(args, workdir):
+    """(refreshes in the window, reuse, answers by status)."""
+    identity = SteadyIdentity(args.lifetime)
+    api = await asyncio.start_server(serve(identity.upstream), "127.0.0.1", 0, backlog=1024)
+    token_server = await asyncio.start_server(serve(identity.token_endpoint), "127.0.0.1", 0)
+    socket_path = os.path.join(workdir, "redis.sock")
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700",
+                              "--save", "", "--appendonly", "no", "--dir", workdir], stdout=subprocess.DEVNULL)
+    relays = []
+    try:
+        for _ in range(200):
+            if os.path.exists(socket_path):
+                break
+            await asyncio.sleep(0.02)
+        config = relay_config(api.sockets[0].getsockname()[1], token_server.sockets[0].getsockname()[1],
+                              {"redis": {"url": "unix://" + socket_path, "key": "bench:steady"}}, 1)
+        config["refresh"]["proactive"] = True
+        config_file = os.path.join(workdir, "config.json")
+        with open(config_file, "w") as f:
+            json.dump(config, f)
+        seed = os.path.join(workdir, "seed.json")
+        with open(seed, "w") as f:
+            json.dump({"access_token": "access-0", "refresh_token": "refresh-0", "expires_in": args.lifetime}, f)
+        subprocess.run([args.binary, "token", "import", "--config", config_file, "--from", seed], check=True, stdout=subprocess.DEVNULL)
+        ports = []
+        for index in range(args.relays):
+            process, proxy, admin = await start_relay(args.binary, config_file, os.path.join(workdir, "relay-%d.log" % index))
+            relays.append(process)
+            ports.append((proxy, admin))
+        for _, admin in ports:
+            while (await admin_json(admin, "/status")).get("ready") is not True:
+                await asyncio.sleep(0.02)
+        answers = {}
+        before = identity.calls
+        deadline = time.monotonic() + args.steady
+
+        async def client(index):
+            n = 0
+            while time.monotonic() < deadline:
+                status, _ = await one_request(await connect(ports[(index + n) % len(ports)][0]), "/steady/%d/%d" % (index, n))
+                answers[status] = answers.get(status, 0) + 1
+                n += 1
+        await asyncio.gather(*[client(i) for i in range(args.clients)])
+        return identity.calls - before, identity.reuse, answers
+    finally:
+        stop_relays(relays)
+        redis.terminate()
+        redis.wait(timeout=10)
+        api.close()
+        token_server.close()
 
 
 def cpu_seconds(pid):
@@ -222,7 +312,17 @@ def main():
     parser.add_argument("--binary", default=".build/release/tokenrelay")
     parser.add_argument("--load-generator", default=None,
                         help="fleet-burst-load binary: native clients and upstream instead of asyncio ones")
+    parser.add_argument("--steady", type=float, default=0, help="seconds of steady load instead of a burst")
+    parser.add_argument("--lifetime", type=int, default=2, help="--steady: the access tokens' lifetime (s)")
+    parser.add_argument("--clients", type=int, default=6, help="--steady: connections sending in a loop")
     args = parser.parse_args()
+    if args.steady > 0:
+        with tempfile.TemporaryDirectory() as workdir:
+            refreshes, reuse, answers = asyncio.run(steady(args, workdir))
+        print("relays %d, %.0f s of steady load, %d-s tokens: refreshes %d (%.2f per s, %.2f per token lifetime), reuse %d, answers %s"
+              % (args.relays, args.steady, args.lifetime, refreshes, refreshes / args.steady, refreshes * args.lifetime / args.steady,
+                 reuse, dict(sorted(answers.items()))))
+        raise SystemExit(0 if reuse == 0 and set(answers) == {200} else 1)
     with tempfile.TemporaryDirectory() as workdir:
         calls, reuse, bad, release, adoptions = asyncio.run(run(args, workdir))
     p = lambda q: adoptions[min(len(adoptions) - 1, int(len(adoptions) * q))] * 1000 if adoptions else float("nan")
