@@ -169,3 +169,56 @@ final class FleetSentinelTests: FleetSentinelTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0, "the refresh token the lost write burnt was never presented")
     }
 }
+
+/// Sentinels that require a password (`sentinel.password_env`): found with it; a wrong one leaves the
+/// relay unreachable with the sentinel's refusal as the reason, and the password in no log line or
+/// /status.
+final class FleetSentinelLoginTests: FleetTestCase {
+    private var group: RedisSentinelGroup!
+    private let password = "sentinel-secret-4f1c9a"
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        group = try RedisSentinelGroup(replicaCount: 1, sentinelPassword: password)
+    }
+
+    override func tearDownWithError() throws {
+        try super.tearDownWithError()
+        group?.stop()
+        group = nil
+    }
+
+    private func config(password variable: String) -> [String: Any] {
+        var config = fleetConfig()
+        var tokens = config["tokens"] as? [String: Any] ?? [:]
+        var redisSettings = tokens["redis"] as? [String: Any] ?? [:]
+        redisSettings["url"] = nil
+        redisSettings["sentinel"] = ["addresses": group.addresses, "master": group.masterName, "password_env": variable]
+        tokens["redis"] = redisSettings
+        config["tokens"] = tokens
+        return config
+    }
+
+    func testSentinelsWithAPasswordAreAskedWithIt() throws {
+        let masterPort = try XCTUnwrap(group.nodes[0].tcpPort)
+        try group.nodes[0].cli(["HSET", key, "version", "1", "tokens", String(data: try Data(contentsOf: tokenFileURL), encoding: .utf8) ?? ""])
+        let good = try startRelay(config(password: "TOKENRELAY_SENTINEL_PASSWORD"), environment: ["TOKENRELAY_SENTINEL_PASSWORD": password])
+        let bad = try startRelay(config(password: "TOKENRELAY_SENTINEL_PASSWORD"), environment: ["TOKENRELAY_SENTINEL_PASSWORD": "wrong-password-77"])
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(good, "/readyz").status) == 200 }, good.stderrText.suffix(1500).description)
+        let found = (try status(good)["token_store"] as? [String: Any])?["master"] as? [String: Any] ?? [:]
+        XCTAssertEqual(found["address"] as? String, "127.0.0.1:\(masterPort)/0")
+        var reason = ""
+        XCTAssertTrue(waitUntil(timeout: 10) {
+            reason = ((try? self.status(bad)["token_store"] as? [String: Any])?["unreachable_reason"] as? String) ?? ""
+            return reason.contains("authentication failed")
+        }, reason)
+        XCTAssertTrue(reason.contains("no sentinel named the master"), reason)
+        for relay in [good, bad] {
+            let texts = [relay.stderrText, try admin(relay, "/status").bodyText, try admin(relay, "/metrics").bodyText]
+            for text in texts {
+                XCTAssertFalse(text.contains(password), "the sentinels' password never shows")
+                XCTAssertFalse(text.contains("wrong-password-77"), "nor a wrong one")
+            }
+        }
+    }
+}

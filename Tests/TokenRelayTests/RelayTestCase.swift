@@ -66,10 +66,10 @@ class RelayTestCase: XCTestCase {
 
     @discardableResult
     func startRelay(_ overrides: [String: Any] = [:], subdirectory: String = "relay", wrapper: [String] = [],
-                    startupTimeout: Double = 15) throws -> TokenRelayProcess {
+                    startupTimeout: Double = 15, environment: [String: String] = [:]) throws -> TokenRelayProcess {
         let directory = workDir.appendingPathComponent("\(subdirectory)-\(relays.count)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let relay = try TokenRelayProcess.start(config: config(overrides), environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret],
+        let relay = try TokenRelayProcess.start(config: config(overrides), environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret].merging(environment) { $1 },
                                                 workDir: directory, wrapper: wrapper, startupTimeout: startupTimeout)
         relays.append(relay)
         return relay

@@ -13,7 +13,8 @@ final class RedisSentinelGroup: @unchecked Sendable {
     private(set) var nodes: [RedisServerProcess] = []
     private(set) var sentinels: [SentinelProcess] = []
 
-    init(replicaCount: Int = 2, downAfterMilliseconds: Int = 500, failoverTimeoutMilliseconds: Int = 2000) throws {
+    /// With `sentinelPassword`, the sentinels require it (`requirepass`); the data nodes stay open.
+    init(replicaCount: Int = 2, downAfterMilliseconds: Int = 500, failoverTimeoutMilliseconds: Int = 2000, sentinelPassword: String? = nil) throws {
         try RedisServerProcess.requireInstalled()
         // No pause before a full sync (Redis waits 5 s by default for more replicas to join one transfer):
         // a replica must hold the data, not only be connected, before WAIT can count it.
@@ -33,7 +34,7 @@ final class RedisSentinelGroup: @unchecked Sendable {
         }
         for _ in 0..<3 {
             sentinels.append(try SentinelProcess(masterName: masterName, masterPort: masterPort, downAfter: downAfterMilliseconds,
-                                                 failoverTimeout: failoverTimeoutMilliseconds))
+                                                 failoverTimeout: failoverTimeoutMilliseconds, password: sentinelPassword))
         }
         // A failover needs the sentinels to know each other (a majority authorises it) and the replicas:
         // both are learnt through the master, so wait until every sentinel has.
@@ -81,9 +82,11 @@ final class RedisSentinelGroup: @unchecked Sendable {
 final class SentinelProcess: @unchecked Sendable {
     let port: Int
     let directory: URL
+    private let password: String?
     private var process: Process?
 
-    init(masterName: String, masterPort: Int, downAfter: Int, failoverTimeout: Int) throws {
+    init(masterName: String, masterPort: Int, downAfter: Int, failoverTimeout: Int, password: String? = nil) throws {
+        self.password = password
         directory = makeTemporaryDirectory(prefix: "tokenrelay-sentinel")
         port = try RedisServerProcess.freeLoopbackPort()
         let config = directory.appendingPathComponent("sentinel.conf")
@@ -96,6 +99,7 @@ final class SentinelProcess: @unchecked Sendable {
         sentinel down-after-milliseconds \(masterName) \(downAfter)
         sentinel failover-timeout \(masterName) \(failoverTimeout)
         sentinel parallel-syncs \(masterName) 2
+        \(password.map { "requirepass \($0)" } ?? "")
 
         """.write(to: config, atomically: true, encoding: .utf8)
         let process = Process()
@@ -132,7 +136,8 @@ final class SentinelProcess: @unchecked Sendable {
 
     @discardableResult
     func cli(_ arguments: [String]) throws -> String {
-        let result = try runTool("redis-cli", ["-h", "127.0.0.1", "-p", String(port)] + arguments, timeout: 10)
+        let login = password.map { ["-a", $0, "--no-auth-warning"] } ?? []
+        let result = try runTool("redis-cli", ["-h", "127.0.0.1", "-p", String(port)] + login + arguments, timeout: 10)
         guard result.exitCode == 0 else { throw TestSupportError("redis-cli \(arguments.first ?? ""): \(result.stderr)") }
         return result.stdout.trimmingCharacters(in: .newlines)
     }
