@@ -5,6 +5,9 @@ import HTTPWire
 /// pieces, trailers, the end; or `ended` when the stream failed first (after which nothing more comes).
 public protocol HTTP2ClientStreamHandler: AnyObject {
     func stream(_ stream: HTTP2ClientStream, receivedHead head: ReceivedResponseHead)
+    /// The response head arrived and is kept back (`deferHeadUntilBody`): `receivedHead` follows with the
+    /// first DATA or the trailers. What waits for a head can stop waiting; nothing is known of it yet.
+    func streamWithheldHead(_ stream: HTTP2ClientStream)
     /// Valid only during the call.
     func stream(_ stream: HTTP2ClientStream, receivedBody bytes: UnsafeRawBufferPointer)
     /// The response's trailer fields, before `streamReceivedEnd`. `beforeAnyData`: no DATA byte came
@@ -212,7 +215,12 @@ public final class HTTP2ClientStream {
             handler?.stream(self, receivedHead: head)
             return
         }
-        if deferHeadUntilBody { heldHead = head } else { handler?.stream(self, receivedHead: head) }
+        if deferHeadUntilBody {
+            heldHead = head
+            handler?.streamWithheldHead(self)
+        } else {
+            handler?.stream(self, receivedHead: head)
+        }
     }
 
     private func report(trailers: [(name: String, value: String)], trailersOnly: Bool) {

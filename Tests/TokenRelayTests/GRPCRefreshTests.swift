@@ -73,6 +73,17 @@ final class GRPCRefreshTests: RelayTestCase {
         XCTAssertEqual(tokenServer.refreshCalls, 0, "no refresh")
     }
 
+    /// A server-streaming call whose first message takes longer than `timeouts.upstream_seconds` (a watch
+    /// with nothing to report yet): its head is in, withheld, and the wait is bounded by
+    /// `timeouts.stream_idle_seconds` instead; the call gets both messages and OK, not a 504.
+    func testAFirstMessageSlowerThanTheHeadDeadlineStillArrives() throws {
+        let relay = try startGRPCRelay(["timeouts": ["upstream_seconds": 0.5, "stream_idle_seconds": 30]])
+        let outcome = try grpc.client(port: relay.proxyPort, "slow", [2000])
+        XCTAssertEqual(outcome["messages"] as? [String], ["first", "second"], "\(outcome)")
+        XCTAssertEqual(outcome["code"] as? String, "OK")
+        XCTAssertEqual(try grpc.count("calls", "Slow"), 1)
+    }
+
     /// The server ends each connection with GOAWAY at 300 ms of age while calls keep coming: every call
     /// still succeeds (those the server did not take go again on a new connection), across at least 3.
     func testGoawayFromTheServerMidBurstLosesNoCall() throws {

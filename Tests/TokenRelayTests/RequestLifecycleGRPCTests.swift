@@ -112,6 +112,22 @@ final class RequestLifecycleGRPCTests: XCTestCase {
         XCTAssertEqual(summary(machine.responseEnded(now: 1), of: machine)?.attempts, 1)
     }
 
+    /// The head is in but withheld: the head deadline gives way to the stream-idle one (a watch may wait long
+    /// for its first message), and the connect deadline is done with; the answer then decides as ever.
+    func testAWithheldHeadWaitsUnderTheStreamIdleDeadline() {
+        var machine = Machine(settings: Machine.Settings(idempotent: false, holdSeconds: 10, poolWaitSeconds: 2, upstreamSeconds: 30,
+                                                         connectSeconds: 5, streamIdleSeconds: 300))
+        _ = machine.start(admission: token1, now: 0)
+        _ = machine.connectionAcquired(reused: false, admission: token1, now: 0)
+        XCTAssertEqual(machine.responseHeadWithheld(), [.cancel(.connect), .schedule(.responseHead, after: 300)])
+        XCTAssertEqual(machine.responseHead(status: 200, indicatesExpiredToken: false), [.cancel(.responseHead), .relayResponse])
+        XCTAssertEqual(machine.responseHeadWithheld(), [], "relaying: nothing withheld any more")
+        var silent = sent()
+        _ = silent.responseHeadWithheld()
+        let cut = silent.timerFired(.responseHead, now: 300)
+        XCTAssertEqual(cut.answer?.status, 504, "nothing reached the client: it is told")
+    }
+
     /// Before the send there is no answer to withhold, and after the refusal was captured nothing more is.
     func testTheHeadIsWithheldOnlyWhileAnAnswerIsAwaited() {
         var machine = Machine(settings: settings)

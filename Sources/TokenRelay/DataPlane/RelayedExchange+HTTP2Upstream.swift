@@ -135,6 +135,11 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
         upstreamReceivedHead(head, bodyBytesSent: 0)
     }
 
+    func streamWithheldHead(_ stream: HTTP2ClientStream) {
+        guard stream === http2?.stream else { return }
+        step { $0.responseHeadWithheld() }
+    }
+
     func stream(_ stream: HTTP2ClientStream, receivedBody bytes: UnsafeRawBufferPointer) {
         guard stream === http2?.stream else { return }
         upstreamReceivedBody(bytes)

@@ -79,7 +79,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         let timeouts = context.timeouts
         lifecycle = RequestLifecycle(settings: .init(
             idempotent: head.method.isIdempotent, holdSeconds: timeouts.holdSeconds, poolWaitSeconds: timeouts.poolWaitSeconds,
-            upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds))
+            upstreamSeconds: timeouts.upstreamSeconds, connectSeconds: timeouts.connectSeconds, streamIdleSeconds: timeouts.streamIdleSeconds))
         // Stored last, after every read of the argument: moved in, not copied.
         self.head = head
         self.body = body

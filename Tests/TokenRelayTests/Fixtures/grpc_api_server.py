@@ -10,6 +10,9 @@ Messages are raw bytes (no protobuf): the methods of service `test.Api` are
   /test.Api/Collect        client streaming: the request messages -> JSON {"messages": n, "bytes": total}
   /test.Api/Watch          server streaming: one message b"first", then UNAUTHENTICATED ("token revoked
                            mid-stream"), whatever the token: the status a client gets after a message
+  /test.Api/Slow           server streaming: the response head at once, then after the delay in
+                           milliseconds the request gives (at most 30000) the first message b"first"
+                           (a watch with nothing to report yet), then b"second", then OK
 
 Settings (JSON file, argv[1]):
   introspect_url           the token server's introspection endpoint
@@ -22,6 +25,7 @@ GET /stats: {"calls": {method: n}, "ok": {method: n}, "unauthenticated": {method
 import json
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -88,6 +92,15 @@ class Api:
         self.count("unauthenticated", "Watch")
         context.abort(grpc.StatusCode.UNAUTHENTICATED, "token revoked mid-stream")
 
+    def slow(self, request, context):
+        self.admit("Slow", context)
+        # The response head now (grpcio would send it with the first message): the call is under way.
+        context.send_initial_metadata((("x-watch", "started"),))
+        time.sleep(min(max(int(request or b"0"), 0), 30000) / 1000)
+        yield b"first"
+        yield b"second"
+        self.count("ok", "Slow")
+
     def snapshot(self):
         with self.lock:
             return dict(self.stats, connections=len(self.peers))
@@ -106,6 +119,7 @@ def main():
         "Unary": grpc.unary_unary_rpc_method_handler(api.unary),
         "Collect": grpc.stream_unary_rpc_method_handler(api.collect),
         "Watch": grpc.unary_stream_rpc_method_handler(api.watch),
+        "Slow": grpc.unary_stream_rpc_method_handler(api.slow),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Api", handlers),))
     port = server.add_insecure_port("127.0.0.1:0")

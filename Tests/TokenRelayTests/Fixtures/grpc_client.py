@@ -8,6 +8,7 @@ with prior knowledge), printing one JSON object with the outcome. Usage: grpc_cl
                            calls -> {"codes": [...], "connections": highest reported}
   collect N                one client-streaming call of N messages -> {"code": ..., "reply": ...}
   watch                    one server-streaming call -> {"messages": [...], "code": ..., "details": ...}
+  slow MS                  one server-streaming call whose first message comes after MS ms, as for watch
 Every call has a 20 s deadline.
 """
 import json
@@ -52,8 +53,9 @@ def main():
             call = channel.stream_unary("/test.Api/Collect")
             code, _, reply = code_of(call.future(iter([b"m" * 100] * args[0]), timeout=DEADLINE))
             print(json.dumps({"code": code, "reply": json.loads(reply) if reply else None}))
-        elif mode == "watch":
-            call = channel.unary_stream("/test.Api/Watch")(b"watch", timeout=DEADLINE)
+        elif mode in ("watch", "slow"):
+            method, request = ("/test.Api/Watch", b"watch") if mode == "watch" else ("/test.Api/Slow", str(args[0]).encode())
+            call = channel.unary_stream(method)(request, timeout=DEADLINE)
             messages = []
             try:
                 for message in call:

@@ -13,6 +13,16 @@ extension RequestLifecycle {
     /// request or a streamed body gets its head relayed at once: its status would be the client's anyway.
     var withholdsGRPCResponseHead: Bool { answerMayBeReplaced }
 
+    /// The head of a gRPC answer is in and withheld (`withholdsGRPCResponseHead`) until its first message or
+    /// its end. `upstream_seconds` was for the head: what follows is the silence of a started answer, which
+    /// `timeouts.stream_idle_seconds` bounds, as for any response (a watch-style server-streaming call may
+    /// wait minutes for its first message; cut by the head deadline it got a 504 after 60 s). Still nothing
+    /// has reached the client, so that deadline passing answers 504. The head also proves the connection.
+    mutating func responseHeadWithheld() -> ActionList {
+        guard phase == .awaitingResponse else { return ActionList() }
+        return connected() + ActionList(.schedule(.responseHead, after: settings.streamIdleSeconds))
+    }
+
     /// A gRPC answer ended with no response message: Trailers-Only (the HEADERS with `:status` carried
     /// END_STREAM), or HEADERS then trailers with no DATA; its head has not reached the client.
     /// `indicatesExpiredToken`: its `grpc-status` is one of `refresh.trigger_grpc_statuses` (see

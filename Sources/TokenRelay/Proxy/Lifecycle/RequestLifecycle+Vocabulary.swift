@@ -12,6 +12,9 @@ extension RequestLifecycle {
         /// From sending until the whole response head is in.
         var upstreamSeconds: Double
         var connectSeconds: Double
+        /// `timeouts.stream_idle_seconds`: silence allowed once a response has started; here, while a gRPC
+        /// answer's head is withheld until its first message (`responseHeadWithheld`).
+        var streamIdleSeconds: Double = 300
     }
 
     /// Deadlines the machine sets; the driver arms one timer per kind and reports it with `timerFired`.
