@@ -51,3 +51,23 @@ final class RedisHeldSetTests: XCTestCase {
         XCTAssertNil(UnacknowledgedWriteMark.take(from: unusable).tokens.otherFields[UnacknowledgedWriteMark.field])
     }
 }
+
+/// Versions and stamps come from outside (a Redis record, the local cache file): the largest one must not
+/// trap when the next one is made from it.
+final class RedisVersionArithmeticTests: XCTestCase {
+    func testAnImportOverTheLargestStoredStampDoesNotTrap() {
+        XCTAssertEqual(RedisHeldSet.importStamp(now: Date(timeIntervalSince1970: 1_800_000_000), stored: Int64.max), Int64.max)
+    }
+
+    func testACacheMarkWithTheLargestVersionDoesNotTrap() throws {
+        let tokens = TokenSet(accessToken: "a2", refreshToken: "r2")
+        var cached = tokens
+        cached.otherFields[UnacknowledgedWriteMark.field] = ["over_version": JSONNumber(1e19)] as [String: Any]
+        let (plain, mark) = UnacknowledgedWriteMark.take(from: cached)
+        let taken = try XCTUnwrap(mark)
+        let loop = try EventLoop()
+        let store = RedisTokenStore(loop: loop, settings: RedisSettings(endpoint: RedisEndpoint(address: .unix(path: "/nonexistent")), key: "k"),
+                                    endpoint: RedisEndpoint(address: .unix(path: "/nonexistent")), refreshSeconds: 5)
+        XCTAssertNoThrow(try store.holdUnacknowledged(plain, taken))
+    }
+}

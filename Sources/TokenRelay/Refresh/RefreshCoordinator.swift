@@ -494,7 +494,14 @@ final class RefreshCoordinator {
     private func writeCacheIfChanged() {
         guard let cache, store.isShared, machine.generation != cachedGeneration, !machine.tokens.accessToken.isEmpty else { return }
         cachedGeneration = machine.generation
-        cacheWrite.pending = machine.tokens
+        // Tokens taken into service before Redis acknowledged them (a drain that ended with the write still
+        // failing) keep the mark. Race it prevents: an unmarked copy replacing the marked one, so that the next
+        // start follows Redis's older version and presents the refresh token this rotation burnt.
+        if machine.hasUnsavedTokens, let redis = store as? RedisTokenStore {
+            cacheWrite.pending = UnacknowledgedWriteMark.marking(machine.tokens, .init(overVersion: redis.version, importStamp: redis.lineageImportStamp))
+        } else {
+            cacheWrite.pending = machine.tokens
+        }
         flushCache(cache)
     }
 

@@ -39,6 +39,7 @@ struct RedisHeldSet {
     /// importer's must not make a new import look older than the lineage it replaces).
     static func importStamp(now: Date, stored: Int64?) -> Int64 {
         let milliseconds = Int64(max(0, min(now.timeIntervalSince1970 * 1000, 9e15)).rounded(.down))
-        return max(milliseconds, (stored ?? 0) + 1)
+        // Clamped: the stored stamp is Redis's, and its largest value must not trap.
+        return max(milliseconds, min(stored ?? 0, Int64.max - 1) + 1)
     }
 }

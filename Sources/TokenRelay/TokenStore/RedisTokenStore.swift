@@ -415,7 +415,8 @@ final class RedisTokenStore: TokenStore {
     /// version past the one its write expected, so that Redis answering with that version (or a lower one of
     /// the same lineage) gets it written back (`putBack`).
     func holdUnacknowledged(_ tokens: TokenSet, _ mark: UnacknowledgedWriteMark.Mark) throws {
-        held = RedisHeldSet(version: mark.overVersion + 1, value: try codec.encode(tokens), loginRequired: "", importStamp: mark.importStamp)
+        // Clamped: the mark is read from a file, and its largest version must not trap.
+        held = RedisHeldSet(version: min(mark.overVersion, Int64.max - 1) + 1, value: try codec.encode(tokens), loginRequired: "", importStamp: mark.importStamp)
     }
 
     func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
