@@ -66,6 +66,8 @@ public final class HTTP2ClientStream {
     private var finishing = false
     private var requestTrailers: [(name: String, value: String)] = []
     private var deferred = false
+    /// The request's last frame (END_STREAM) is handed to nghttp2.
+    private var requestSent = false
     var wantsCanSendMore = false
     private var released = false
     public private(set) var isEnded = false
@@ -94,8 +96,9 @@ public final class HTTP2ClientStream {
         pathName.withUTF8 { name in target.withUnsafeBytes { list.append(name: UnsafeRawBufferPointer(name), value: $0) } }
         list.append(contentsOf: rest)
         if !connection.submit(self, fields: list, hasBody: hasBody) {
-            fail(.notProcessed("the connection takes no new stream"))
+            return fail(.notProcessed("the connection takes no new stream"))
         }
+        if !hasBody { requestSent = true }
     }
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
@@ -136,11 +139,14 @@ public final class HTTP2ClientStream {
         }
     }
 
-    /// Cancels the request (RST_STREAM CANCEL); nothing more is reported.
+    /// Lets go of the stream: nothing more is reported. One still open (the response not complete, or
+    /// complete while the request body is unfinished) is reset with CANCEL, so that it does not hold a
+    /// place of the connection's stream limit.
     public func cancel() {
         handler = nil
-        guard !isEnded else { return }
         isEnded = true
+        // Both ends done: nghttp2 closes the stream by itself (a reset would only be one more frame).
+        guard !released, !(endSeen && requestSent) else { return }
         if id > 0 {
             connection.submitControl { session in
                 _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, UInt32(NGHTTP2_CANCEL.rawValue))
@@ -170,6 +176,7 @@ public final class HTTP2ClientStream {
         }
         if outbound.count == outboundStart && finishing {
             flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
+            requestSent = true
             if !requestTrailers.isEmpty, let session = connection.sessionForStreams {
                 flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_NO_END_STREAM.rawValue)
                 var list = HTTP2FieldList()
@@ -204,7 +211,7 @@ public final class HTTP2ClientStream {
         if headDone {
             // Trailers (nghttp2 has checked that they carry END_STREAM and no pseudo-header).
             report(trailers: stringFields(), trailersOnly: false)
-            return
+            return responseComplete()
         }
         if status >= 100 && status < 200 { return }   // an interim response: the final one follows
         headDone = true
@@ -213,7 +220,7 @@ public final class HTTP2ClientStream {
         if endStream {
             handler?.stream(self, receivedTrailers: stringFields(), beforeAnyData: true, trailersOnly: true)
             handler?.stream(self, receivedHead: head)
-            return
+            return responseComplete()
         }
         if deferHeadUntilBody {
             heldHead = head
@@ -245,6 +252,17 @@ public final class HTTP2ClientStream {
     func receivedEnd() {
         endSeen = true
         releaseHeldHead()
+        responseComplete()
+    }
+
+    /// END_STREAM from the server: the response is complete, whether or not our request body is (a server
+    /// may answer early; `cancel` then resets the stream).
+    private func responseComplete() {
+        guard headDone, !isEnded else { return }
+        isEnded = true
+        let told = handler
+        handler = nil
+        told?.streamReceivedEnd(self)
     }
 
     /// The stream is closed: complete when the response ended, otherwise a failure.
@@ -255,11 +273,7 @@ public final class HTTP2ClientStream {
         }
         guard !isEnded else { return release() }
         if endSeen && headDone {
-            isEnded = true
-            releaseHeldHead()
-            let told = handler
-            handler = nil
-            told?.streamReceivedEnd(self)
+            responseComplete()
             return release()
         }
         if notProcessed && !responseStarted {

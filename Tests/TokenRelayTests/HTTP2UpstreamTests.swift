@@ -183,6 +183,19 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(seen.trailers.map { "\($0.name): \($0.value)" }, ["x-checksum: abc123"])
     }
 
+    /// Bodies over `limits.max_body_bytes` are streamed to an h2 upstream, from an HTTP/1.1 client and from
+    /// an h2c one (flow control on both streams holds the client back instead of buffering).
+    func testAStreamedUploadReachesAnH2UpstreamWhole() throws {
+        let relay = try startWithH2Upstream([:], ["limits": ["max_body_bytes": 65536]])
+        let file = workDir.appendingPathComponent("upload.bin")
+        try Data(repeating: 0x61, count: 3 * 1024 * 1024).write(to: file)
+        let h1 = try runTool("curl", ["-sS", "--max-time", "30", "-X", "POST", "--data-binary", "@\(file.path)", "\(relay.proxyURL)/up1"], timeout: 40)
+        XCTAssertEqual(h1.stdout, "ok /up1 3145728\n", h1.stderr)
+        let h2c = try curlH2(relay, "/up2", ["-X", "POST", "--data-binary", "@\(file.path)"])
+        XCTAssertTrue(h2c.stdout.hasSuffix("ok /up2 3145728\n"), h2c.stdout + h2c.stderr)
+        XCTAssertEqual(h2.requests.map(\.bodyBytes), [3145728, 3145728])
+    }
+
     /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
     func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
         try requireTools()

@@ -100,15 +100,15 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
                 stream.sendBody(bytes)
                 stream.finishRequest(trailers: trailers)
             }
-        case .streamed:
-            // Not built yet: a body over limits.max_body_bytes is not streamed to an HTTP/2 upstream.
-            stream.cancel()
-            link.stream = nil
-            let failure = RequestLifecycle.UpstreamFailure(
-                kind: .invalidResponse, responseStarted: false,
-                description: "request bodies over limits.max_body_bytes are not streamed to an HTTP/2 upstream yet")
-            let now = EventLoop.monotonicNow
-            step { $0.upstreamFailed(failure, now: now) }
+        case .streamed(let streamed):
+            // As on HTTP/1.1: a client that left while its request waited gets no head sent for a body that
+            // will never come.
+            if client.endIfPeerLeftWhilePaused() { return }
+            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: true) {
+                writeForwardedFields(into: &$0, credential)
+                if grpc { $0.append(name: "te", value: "trailers") }
+            }
+            streamed.attach(stream)
         }
     }
 
@@ -117,6 +117,7 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
     func releaseStream() {
         guard let link = http2, let stream = link.stream else { return }
         link.stream = nil
+        streamed?.detach()
         stream.handler = nil
         upstreamReadingPaused = false
         stream.cancel()
@@ -153,17 +154,22 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
     }
 
     func streamReceivedEnd(_ stream: HTTP2ClientStream) {
+        // The stream stays the exchange's until the machine releases it (`releaseStream`): one whose
+        // request body is still unfinished is reset there.
         guard stream === http2?.stream else { return }
-        http2?.stream = nil
         let now = EventLoop.monotonicNow
         step { $0.responseEnded(now: now) }
     }
 
-    func streamCanSendMore(_ stream: HTTP2ClientStream) {}
+    func streamCanSendMore(_ stream: HTTP2ClientStream) {
+        guard stream === http2?.stream, !finished else { return }
+        streamed?.upstreamCanTakeMore(stream)
+    }
 
     func stream(_ stream: HTTP2ClientStream, failed: HTTP2ClientStream.Failure) {
         guard let link = http2, stream === link.stream else { return }
         link.stream = nil
+        streamed?.detach()
         let failure: RequestLifecycle.UpstreamFailure
         switch failed {
         case .notProcessed:

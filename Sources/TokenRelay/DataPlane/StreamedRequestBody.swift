@@ -16,8 +16,34 @@ final class StreamedRequestBody {
     let length: BodyLength
     private var pending: [UInt8]
     private var clientEnded = false
-    /// The connection the request is being sent on, from `attach` until `detach`.
-    private var upstream: HTTPClientConnection?
+    /// Where the request is being sent, from `attach` until `detach`: an HTTP/1.1 connection or an HTTP/2 stream.
+    private var upstream: Sink?
+
+    enum Sink {
+        case connection(HTTPClientConnection)
+        case stream(HTTP2ClientStream)
+
+        func sendBody(_ bytes: UnsafeRawBufferPointer) {
+            switch self {
+            case .connection(let connection): connection.sendBody(bytes)
+            case .stream(let stream): stream.sendBody(bytes)
+            }
+        }
+
+        func finishRequest() {
+            switch self {
+            case .connection(let connection): connection.finishRequest()
+            case .stream(let stream): stream.finishRequest()
+            }
+        }
+
+        var canSendMore: Bool {
+            switch self {
+            case .connection(let connection): connection.canSendMore
+            case .stream(let stream): stream.canSendMore
+            }
+        }
+    }
     private var flowing = false
     private var finishedUpstream = false
     /// Told each time body bytes are handed to the upstream.
@@ -35,10 +61,26 @@ final class StreamedRequestBody {
     /// The request head has gone out on `connection` with `Expect: 100-continue`; the body waits for
     /// `upstreamCanTakeMore`.
     func attach(_ connection: HTTPClientConnection) {
-        upstream = connection
+        upstream = .connection(connection)
         flowing = false
         finishedUpstream = false
         client.pauseReading()
+    }
+
+    /// The request head has gone out on an HTTP/2 stream: the body flows at once (flow control, not
+    /// `100 Continue`, holds it back), so a 401 that comes after its first bytes is the client's.
+    func attach(_ stream: HTTP2ClientStream) {
+        upstream = .stream(stream)
+        flowing = true
+        finishedUpstream = false
+        client.sendContinue()
+        pump()
+    }
+
+    /// The HTTP/2 stream can take body bytes again.
+    func upstreamCanTakeMore(_ stream: HTTP2ClientStream) {
+        guard case .stream(let current) = upstream, current === stream else { return }
+        pump()
     }
 
     /// The connection is no longer this request's (its answer is complete, or it failed or was closed):
@@ -53,7 +95,7 @@ final class StreamedRequestBody {
     /// bytes that had to wait were written. A final answer that came first (`finalResponseFirst`) leaves
     /// the body where it is.
     func upstreamCanTakeMore(_ connection: HTTPClientConnection) {
-        guard connection === upstream else { return }
+        guard case .connection(let current) = upstream, current === connection else { return }
         if !flowing {
             guard connection.continueState == .received || connection.continueState == .waitExpired else { return }
             flowing = true
@@ -69,7 +111,7 @@ final class StreamedRequestBody {
             // Kept bytes go first, and at once: the upstream's send buffer takes them (they are bounded).
             let bytes = pending
             pending = []
-            hand(bytes.count) { upstream.sendBody(bytes) }
+            hand(bytes.count) { bytes.withUnsafeBytes { upstream.sendBody($0) } }
         }
         if clientEnded {
             if !finishedUpstream {
