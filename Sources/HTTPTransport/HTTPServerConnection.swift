@@ -64,11 +64,19 @@ public final class HTTPServerConnection {
     public var closeAfterResponse = false
 
     let stream: SocketStream
-    private var parser: HeadParser
-    private var head = RequestHead()
-    /// The last request head's bytes, handed to the handler (see `refillHeadBytes`).
-    private var headBytes: [UInt8] = []
-    private var chunked: ChunkedDecoder
+    /// A response head not written yet (empty when there is none): it goes out with the first body piece
+    /// (one write instead of two). The buffer keeps its capacity for the next head. Not in the scratch:
+    /// every response uses it three times, and reaching it through the scratch cost a retain and a
+    /// release each (about 200 instructions per request); its storage is made with the first head.
+    private let pendingHead = HeadBuffer()
+    /// Parser, parsed head and decoder, made when first needed (see `RequestScratch`).
+    private(set) var scratchIfMade: RequestScratch?
+    private var scratch: RequestScratch {
+        if let scratchIfMade { return scratchIfMade }
+        let made = RequestScratch(limits: limits)
+        scratchIfMade = made
+        return made
+    }
     /// The server's settings when this connection was accepted, shared with the others accepted under
     /// them: an idle client connection should not carry its own copy of the limits and the refusal.
     private let fixed: FixedSettings
@@ -99,9 +107,6 @@ public final class HTTPServerConnection {
     private var requestIsHead = false
     private var requestKeepAlive = true
     private var responseCloses = false
-    /// A response head not written yet (empty when there is none): it goes out with the first body piece
-    /// (one write instead of two). The buffer keeps its capacity for the next head.
-    private let pendingHead = HeadBuffer()
     /// Body bytes still owed under a known length: more are never sent (the client would take them for
     /// the next response), fewer end the connection (the client would wait for them).
     private var bodyOwed = 0
@@ -161,8 +166,6 @@ public final class HTTPServerConnection {
         loopBase = loop.base
         self.sequence = sequence
         quietSince = monotonicSeconds()
-        parser = HeadParser(limits: fixed.limits)
-        chunked = ChunkedDecoder(limits: fixed.limits)
         stream = SocketStream(loop: loop, fd: fd, inputCapacity: max(settings.inputCapacity, fixed.limits.maxHeadBytes))
         stream.owner = self
         stream.sendStallLimit = max(0, settings.sendTimeout)
@@ -577,6 +580,10 @@ public final class HTTPServerConnection {
         defer { processing = false }
         // The stream and its buffer are the connection's for life: one reference for the whole loop.
         let input = stream.input
+        // Every state waits for bytes (or for the response): nothing to do without them. The scratch is
+        // made here, with the first byte.
+        guard input.count > 0 else { return }
+        let scratch = self.scratch
         while !hasEnded && !readingPausedByHandler {
             switch readState {
             case .ended, .awaitingResponse:
@@ -599,7 +606,7 @@ public final class HTTPServerConnection {
                     }
                 }
                 do {
-                    guard try parser.parseRequest(input.unconsumed, into: &head) else {
+                    guard try scratch.parser.parseRequest(input.unconsumed, into: &scratch.head) else {
                         if HeadParser.requestCannotBeHTTP(UnsafeRawBufferPointer(input.unconsumed)) {
                             refuse(.invalidMethod)
                             return
@@ -614,36 +621,36 @@ public final class HTTPServerConnection {
                 }
                 disarmHeadTimer()
                 sawRequestHead = true
-                refillHeadBytes(&headBytes, from: input, count: head.headLength)
-                input.consume(head.headLength)
-                requestVersion = head.semantics.version
-                requestKeepAlive = head.semantics.keepAlive
-                requestIsHead = head.method == .head
-                requestExpectsContinue = head.expectsContinue && head.semantics.version == .http11
+                refillHeadBytes(&scratch.headBytes, from: input, count: scratch.head.headLength)
+                input.consume(scratch.head.headLength)
+                requestVersion = scratch.head.semantics.version
+                requestKeepAlive = scratch.head.semantics.keepAlive
+                requestIsHead = scratch.head.method == .head
+                requestExpectsContinue = scratch.head.expectsContinue && scratch.head.semantics.version == .http11
                 continueSent = false
                 bodyReceived = 0
-                upgradeRequested = head.semantics.version == .http11 && head.semantics.connection.contains(.upgrade)
-                    && head.semantics.framing == .none && head.fields.contains { field in
-                        field.name.count == 7 && asciiEqualIgnoringCase(headBytes[field.name], Array("upgrade".utf8))
+                upgradeRequested = scratch.head.semantics.version == .http11 && scratch.head.semantics.connection.contains(.upgrade)
+                    && scratch.head.semantics.framing == .none && scratch.head.fields.contains { field in
+                        field.name.count == 7 && asciiEqualIgnoringCase(scratch.headBytes[field.name], Array("upgrade".utf8))
                     }
                 // Only a connection over the limit asks the server (the common case costs no call).
                 if isOverLimit, let server, !server.admitRequest(on: self) {
                     refuseOverLimit()
                     return
                 }
-                if maxBodyBytes > 0, case .length(let n) = head.semantics.framing, n > maxBodyBytes {
+                if maxBodyBytes > 0, case .length(let n) = scratch.head.semantics.framing, n > maxBodyBytes {
                     // At once, before any body byte: a client waiting for 100 Continue must not wait for
                     // a timeout to learn that the body will not be taken.
                     refuse(status: 413, reason: "Content Too Large", message: "request body larger than the limit", end: .bodyTooLarge)
                     return
                 }
-                switch head.semantics.framing {
+                switch scratch.head.semantics.framing {
                 case .length(let n): readState = n == 0 ? .awaitingResponse : .lengthBody(remaining: n)
-                case .chunked: readState = .chunkedBody; chunked = ChunkedDecoder(limits: limits)
+                case .chunked: readState = .chunkedBody; scratch.chunked = ChunkedDecoder(limits: limits)
                 case .none, .untilClose: readState = .awaitingResponse
                 }
                 armActivityTimer()
-                handler?.connection(self, receivedHead: ReceivedRequestHead(bytes: headBytes, parsed: head))
+                handler?.connection(self, receivedHead: ReceivedRequestHead(bytes: scratch.headBytes, parsed: scratch.head))
                 if case .awaitingResponse = readState { handler?.connectionReceivedEnd(self) }
             case .lengthBody(let remaining):
                 guard input.count > 0 else { return }
@@ -662,7 +669,7 @@ public final class HTTPServerConnection {
                 let used: Int
                 var overCap = false
                 do {
-                    used = try chunked.decode(UnsafeRawBufferPointer(input.unconsumed)) { piece in
+                    used = try scratch.chunked.decode(UnsafeRawBufferPointer(input.unconsumed)) { piece in
                         guard !overCap else { return }
                         if maxBodyBytes > 0 && piece.count > maxBodyBytes - bodyReceived {
                             overCap = true
@@ -680,7 +687,7 @@ public final class HTTPServerConnection {
                     return
                 }
                 input.consume(used)
-                if chunked.isComplete {
+                if scratch.chunked.isComplete {
                     readState = .awaitingResponse
                     handler?.connectionReceivedEnd(self)
                 }

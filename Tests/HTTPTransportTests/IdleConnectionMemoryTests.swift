@@ -3,7 +3,8 @@ import Foundation
 import XCTest
 
 /// Issue 26: a client connection that has sent nothing holds only what it needs to be woken (its read
-/// event and idle timer); the head timer comes with the first byte of a head and the write event the
+/// event and idle timer); the head timer comes with the first byte of a head, the request scratch
+/// (parser, parsed head, decoder, response-head buffer) with the first byte, and the write event the
 /// first time output has to wait. Made late, each must still do its job.
 final class IdleConnectionMemoryTests: XCTestCase {
 
@@ -14,8 +15,8 @@ final class IdleConnectionMemoryTests: XCTestCase {
         XCTAssertEqual(server.sync { $0.connections.count }, count)
     }
 
-    private func holdings(_ server: TransportTestServer) -> [(headTimer: Bool, writeEvent: Bool)] {
-        server.sync { $0.connections.values.map { ($0.holdsHeadTimer, $0.stream.holdsWriteEvent) } }
+    private func holdings(_ server: TransportTestServer) -> [(headTimer: Bool, writeEvent: Bool, scratch: Bool)] {
+        server.sync { $0.connections.values.map { ($0.holdsHeadTimer, $0.stream.holdsWriteEvent, $0.holdsRequestScratch) } }
     }
 
     func testSilentConnectionHoldsNeitherHeadTimerNorWriteEventAndIsServedLater() throws {
@@ -23,10 +24,11 @@ final class IdleConnectionMemoryTests: XCTestCase {
         defer { server.stop() }
         let client = try LoopbackClient(port: server.port)
         waitForConnections(server, 1)
-        XCTAssertTrue(holdings(server).allSatisfy { !$0.headTimer && !$0.writeEvent })
+        XCTAssertTrue(holdings(server).allSatisfy { !$0.headTimer && !$0.writeEvent && !$0.scratch })
         try client.send("GET /echo?first HTTP/1.1\r\nHost: h\r\n\r\n")
         XCTAssertEqual(String(decoding: try client.readResponse().body, as: UTF8.self), "GET /echo?first\n")
         XCTAssertTrue(holdings(server).allSatisfy { !$0.headTimer }, "a head that came whole in one read never needed it")
+        XCTAssertTrue(holdings(server).allSatisfy { $0.scratch }, "kept after the first request, for the next")
         try client.send("GET /echo?second HTTP/1.1\r\n")
         let deadline = Date().addingTimeInterval(5)
         while !holdings(server).allSatisfy({ $0.headTimer }) && Date() < deadline { usleep(1000) }

@@ -34,6 +34,23 @@ final class ClientConnectionLimitTests: RelayTestCase {
         return calls
     }
 
+    /// A connection gets its session with its first request head (issue 26): until then it must still
+    /// count, and its end, with or without a session, must take it off the count.
+    func testSilentConnectionsCountAndLeaveTheCount() throws {
+        let relay = try startRelay()
+        let silent = try (0..<3).map { _ in try HTTPTestConnection(port: relay.proxyPort) }
+        let served = try HTTPTestConnection(port: relay.proxyPort)
+        XCTAssertEqual(try served.send(method: "GET", path: "/one").status, 200)
+        XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 4 }, "\(String(describing: openConnections(relay)))")
+        silent[0].close()
+        served.close()
+        XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 2 }, "\(String(describing: openConnections(relay)))")
+        XCTAssertEqual(try silent[1].send(method: "GET", path: "/late").status, 200, "a session made late serves")
+        silent[1].close()
+        silent[2].close()
+        XCTAssertTrue(waitUntil(timeout: 5) { openConnections(relay) == 0 }, "\(String(describing: openConnections(relay)))")
+    }
+
     func testIdleKeepAliveConnectionIsClosedToMakeRoom() throws {
         let relay = try startRelay(["limits": ["max_client_connections": 2]])
         let first = try HTTPTestConnection(port: relay.proxyPort)

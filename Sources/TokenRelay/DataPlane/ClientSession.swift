@@ -93,7 +93,7 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     }
 
     func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {
-        frontEnd.startHTTP2(self)
+        frontEnd.startHTTP2(connection)
     }
 
     func connectionCanSendMore(_ connection: HTTPServerConnection) {

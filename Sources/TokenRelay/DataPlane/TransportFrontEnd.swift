@@ -2,17 +2,22 @@ import HTTPTransport
 import HTTPWire
 
 /// The proxied port on HTTPTransport (`data_plane: transport`): accepts client connections and gives
-/// each a `ClientSession`, which turns its requests into `RelayedExchange`s.
+/// each a `ClientSession` with its first request head (`ClientSessionStarter` until then), which turns
+/// its requests into `RelayedExchange`s.
 final class TransportFrontEnd {
     private unowned let proxy: ProxyServer
     private let server: HTTPServer
+    /// Connections that have sent a request head.
     private var sessions: [ObjectIdentifier: ClientSession] = [:]
-    /// Connections that began with HTTP/2's preface. Their HTTP/1.1 session stays in `sessions` (it is
-    /// told when the socket closes), so they count as client connections like any other.
+    /// Connections that began with HTTP/2's preface. The starter stays their HTTP/1.1 handler (it is told
+    /// when the socket closes), so they count as client connections like any other.
     private var http2Sessions: [ObjectIdentifier: HTTP2ClientSession] = [:]
+    /// The handler of connections that have not sent a head yet.
+    private lazy var starter = ClientSessionStarter(frontEnd: self)
+    /// Client connections accepted and not ended, with or without a session.
+    private(set) var openConnections = 0
 
     var port: UInt16 { server.port }
-    var openConnections: Int { sessions.count }
 
     init(proxy: ProxyServer, config: Config) throws {
         self.proxy = proxy
@@ -61,6 +66,7 @@ final class TransportFrontEnd {
     /// At exit the server closes its connections, which reports their end: the sessions must not be
     /// told (their exchanges would reach back into a proxy that is being freed).
     deinit {
+        starter.frontEnd = nil
         for session in sessions.values { session.connection.handler = nil }
         for session in http2Sessions.values { session.connection.handler = nil }
     }
@@ -73,13 +79,13 @@ final class TransportFrontEnd {
 
     /// The connection's first bytes were HTTP/2's preface: its socket goes to an HTTP/2 connection with
     /// the limits of the running configuration.
-    func startHTTP2(_ session: ClientSession) {
-        guard let endpoint = session.connection.takeOverForHTTP2() else { return }
+    func startHTTP2(_ client: HTTPServerConnection) {
+        guard let endpoint = client.takeOverForHTTP2() else { return }
         let config = proxy.config
         let settings = HTTP2ServerConnection.Settings(
             maxConcurrentStreams: config.limits.maxConcurrentStreams, maxHeadBytes: config.limits.maxHeaderBytes,
             idleTimeout: config.timeouts.clientSeconds, sendTimeout: config.timeouts.clientSeconds)
-        let connection = HTTP2ServerConnection(loop: proxy.loop.transport, endpoint: endpoint, peer: session.connection.peer, settings: settings)
+        let connection = HTTP2ServerConnection(loop: proxy.loop.transport, endpoint: endpoint, peer: client.peer, settings: settings)
         let http2 = HTTP2ClientSession(proxy: proxy, frontEnd: self, connection: connection)
         http2Sessions[ObjectIdentifier(http2)] = http2
         connection.handler = http2
@@ -103,14 +109,31 @@ final class TransportFrontEnd {
         connection.halfCloseEndsTheConnection = true
         // h2c with prior knowledge is told from HTTP/1.1 by its first bytes, on the same port.
         connection.detectsHTTP2Preface = true
+        connection.handler = starter
+        openConnections += 1
+        proxy.metrics.clientConnections.record(Double(openConnections))
+    }
+
+    /// The connection's first request head has arrived: its session takes over as the handler.
+    func startSession(on connection: HTTPServerConnection) -> ClientSession {
         let session = ClientSession(proxy: proxy, frontEnd: self, connection: connection)
         sessions[ObjectIdentifier(session)] = session
         connection.handler = session
-        proxy.metrics.clientConnections.record(Double(sessions.count))
+        return session
     }
 
     func sessionEnded(_ session: ClientSession) {
         sessions[ObjectIdentifier(session)] = nil
-        proxy.metrics.clientConnections.record(Double(sessions.count))
+        connectionEnded()
+    }
+
+    func connectionEndedWithoutSession(_ ended: ConnectionEnd) {
+        if ended == .headTimeout { proxy.metrics.countClientConnectionLimit(action: "closed_slow_head") }
+        connectionEnded()
+    }
+
+    private func connectionEnded() {
+        openConnections -= 1
+        proxy.metrics.clientConnections.record(Double(openConnections))
     }
 }
