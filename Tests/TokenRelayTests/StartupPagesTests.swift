@@ -5,6 +5,7 @@ import XCTest
 final class StartupPagesTests: XCTestCase {
     func testOnlyFileBackedExecutableReadOnlyMappingsAreReleased() {
         let text = StartupPages.executableReadOnlyRange("55e3d50a6000-55e3d5e74000 r-xp 00a25000 fd:01 1234  /usr/bin/tokenrelay\n")
+        XCTAssertNotNil(StartupPages.executableReadOnlyRange("7f12c0000000-7f12c0021000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6"))
         XCTAssertEqual(text?.start, 0x55e3d50a6000)
         XCTAssertEqual(text?.end, 0x55e3d5e74000)
         for line in [
@@ -14,6 +15,9 @@ final class StartupPagesTests: XCTestCase {
             "7f0000000000-7f0000021000 rwxp 00000000 00:00 0 ",                           // anonymous, writable
             "ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]",
             "garbage",
+            "AnonHugePages:         0 kB",                                                // a field line
+            "Anonymous:             0 kB",
+            "55e3d50a6000-55e3d5e74000",
             "",
         ] {
             XCTAssertNil(StartupPages.executableReadOnlyRange(line), line)

@@ -14,45 +14,63 @@ import Glibc
 /// segment the loader wrote relocations into) is left alone, and so is code the loader patched (text
 /// relocations make private copies, `Anonymous` in smaps): dropping a page that was written would lose
 /// the write.
+///
+/// The list is read whole first and released at the end, with C-string scanning rather than `String`:
+/// whatever code runs after a release is mapped back, and the kernel maps 64 KiB around every page that
+/// faults (fault-around), so parsing with `String` between releases brought back about 1.5 MiB of the
+/// standard library's string code that nothing needs afterwards (issue 26).
 enum StartupPages {
     /// Bytes of mappings released (for the log line).
     @discardableResult
     static func release() -> Int {
         guard let maps = fopen("/proc/self/smaps", "r") else { return 0 }
-        defer { fclose(maps) }
-        var released = 0
+        var ranges: [(start: UInt, end: UInt)] = []
+        ranges.reserveCapacity(64)
         var line: UnsafeMutablePointer<CChar>? = nil
         var capacity = 0
-        defer { free(line) }
         // A mapping's header line, then its fields; the candidate is decided at its `Anonymous:` line.
         var candidate: (start: UInt, end: UInt)?
         // Bounded: /proc/self/smaps has a couple of dozen lines per mapping.
         for _ in 0..<1_000_000 {
             guard getline(&line, &capacity, maps) > 0, let line else { break }
-            let text = String(cString: line)
-            if text.hasPrefix("Anonymous:") {
-                let copied = text.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 1
-                if let range = candidate, copied == 0 {
-                    let length = Int(range.end - range.start)
-                    if madvise(UnsafeMutableRawPointer(bitPattern: range.start), length, MADV_DONTNEED) == 0 { released += length }
-                }
+            if strncmp(line, "Anonymous:", 10) == 0 {
+                if let range = candidate, strtol(line + 10, nil, 10) == 0 { ranges.append(range) }
                 candidate = nil
-            } else if text.split(separator: " ", maxSplits: 1).first?.contains("-") == true {
-                candidate = executableReadOnlyRange(text)
+            } else if let range = mappingRange(line) {
+                candidate = range.executableReadOnlyFile ? (range.start, range.end) : nil
             }
+        }
+        free(line)
+        fclose(maps)
+        var released = 0
+        for range in ranges {
+            let length = Int(range.end - range.start)
+            if madvise(UnsafeMutableRawPointer(bitPattern: range.start), length, MADV_DONTNEED) == 0 { released += length }
         }
         return released
     }
 
     /// `start-end r-xp offset dev inode path` for a file-backed mapping: its address range. Not the vDSO
     /// or vsyscall pages (no file behind them).
-    static func executableReadOnlyRange(_ line: String) -> (start: UInt, end: UInt)? {
-        let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count >= 6, parts[1] == "r-xp", parts[5].hasPrefix("/") else { return nil }
-        let bounds = parts[0].split(separator: "-")
-        guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16), end > start else {
-            return nil
-        }
-        return (start, end)
+    static func executableReadOnlyRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt)? {
+        guard let range = mappingRange(line), range.executableReadOnlyFile else { return nil }
+        return (range.start, range.end)
+    }
+
+    /// A smaps header line's range, and whether it is `r-xp` with a path; nil for any other line (field
+    /// lines such as `AnonHugePages:` start with a hex digit too, but no `-` follows it).
+    private static func mappingRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt, executableReadOnlyFile: Bool)? {
+        var cursor: UnsafeMutablePointer<CChar>? = nil
+        let start = UInt(strtoul(line, &cursor, 16))
+        guard var p = cursor.map({ UnsafePointer($0) }), p != line, p.pointee == 0x2D /* - */ else { return nil }
+        let end = UInt(strtoul(p + 1, &cursor, 16))
+        guard let afterEnd = cursor.map({ UnsafePointer($0) }), afterEnd != p + 1, afterEnd.pointee == 0x20, end > start else { return nil }
+        p = afterEnd
+        func skipSpaces() { while p.pointee == 0x20 || p.pointee == 0x09 { p += 1 } }
+        func skipWord() { while p.pointee != 0 && p.pointee != 0x20 && p.pointee != 0x09 && p.pointee != 0x0A { p += 1 } }
+        skipSpaces()
+        let executableReadOnly = strncmp(p, "r-xp ", 5) == 0
+        for _ in 0..<4 { skipWord(); skipSpaces() }   // permissions, offset, device, inode
+        return (start, end, executableReadOnly && p.pointee == 0x2F /* / */)
     }
 }

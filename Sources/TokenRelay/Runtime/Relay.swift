@@ -125,10 +125,11 @@ public final class Relay {
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()
         relay.announce()
-        // Everything from here on is the steady state: the code only starting needed goes back.
+        relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
+        // Everything from here on is the steady state: the code only starting needed goes back (last, so
+        // that no start-up code runs after it and is mapped back).
         let released = StartupPages.release()
         logger.debug("start-up code pages released", metadata: ["mapped_bytes": "\(released)"])
-        relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
         loop.run()
         relay.close()
         try relay.finishAtExit()
