@@ -14,6 +14,9 @@ number per TLS connection, so a test can tell reuse from reconnects), X-Resumed 
 TLS session was resumed), X-SNI and X-Client-CN. Paths:
 
 * GET /big?N: N bytes of the pattern i % 251;
+* GET /records?N: a 100-byte body in each of N TLS records after the head's (letters a, b, c, ... one per
+  record), all of them leaving in one TCP segment (TCP_CORK while they are written): what a reader takes
+  in one read(2) with read-ahead, and in two per record without;
 * POST or PUT anything: the request body's length and a checksum (sum of bytes mod 2**32) as text;
 * GET with `Upgrade: echo`: 101 Switching Protocols, then "early" in the same TLS record as the head,
   then every byte received is echoed until the client's close_notify, after which the server sends
@@ -145,6 +148,15 @@ class UpstreamHandler(TLSHandler):
             self.send_tls_stats()
         elif (self.headers.get("Upgrade") or "").lower() == "echo":
             self._tunnel()
+        elif self.path.startswith("/records?"):
+            n = int(self.path[9:])
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            self.send_response(200)
+            self.send_header("Content-Length", str(100 * n))
+            self.end_headers()   # the head: one record
+            for i in range(n):
+                self.connection.sendall(bytes([97 + i % 26]) * 100)   # one record each
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
         elif self.path.startswith("/big?"):
             n = int(self.path[5:])
             pattern = bytes(i % 251 for i in range(251 * 64))
