@@ -61,6 +61,24 @@ final class GRPCRefreshTests: RelayTestCase {
         XCTAssertEqual(try grpc.count("calls", "Unary"), 3, "none sent again")
     }
 
+    /// A refusal sent as a response head and then trailers, with no message between (not Trailers-Only):
+    /// the same rule (held, one refresh, replayed); and when the refresh is refused, the held calls get the
+    /// server's status and message although they came in trailers (the captured answer carries them).
+    func testARefusalInTrailersAfterAnEmptyHeadIsHandledAlike() throws {
+        let relay = try startGRPCRelay()
+        tokenServer.expireAccessTokens()
+        let outcome = try grpc.client(port: relay.proxyPort, "late", [10])
+        XCTAssertEqual(codes(outcome), Array(repeating: "OK", count: 10), "\(outcome)")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+        tokenServer.failureMode = .rejectAll
+        tokenServer.expireAccessTokens()
+        let refused = try grpc.client(port: relay.proxyPort, "late", [3])
+        XCTAssertEqual(codes(refused), Array(repeating: "UNAUTHENTICATED", count: 3), "\(refused)")
+        XCTAssertEqual(refused["details"] as? [String], Array(repeating: "invalid or expired access token", count: 3))
+        XCTAssertEqual(tokenServer.refreshCalls, 2)
+    }
+
     /// A server-streaming call that gets UNAUTHENTICATED after its first message: the client has seen that
     /// message, so the status is its answer, unchanged; the call is not sent again and nothing is refreshed.
     func testUnauthenticatedAfterAServerStreamsFirstMessageIsPassedToTheClient() throws {

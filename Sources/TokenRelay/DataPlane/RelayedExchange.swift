@@ -639,9 +639,15 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         if proxy.isDraining { client.closeAfterResponse = true }
         // The transport writes Content-Length for the kept body, which may be shorter than the original.
         let response = captured.head
+        // A gRPC refusal that came as a head and then trailers (no message) goes back Trailers-Only: its
+        // status and message are in those trailers, and a head without them is no gRPC answer at all.
+        let trailers = trailersBeforeData.flatMap { $0.trailersOnly ? nil : $0.fields } ?? []
         response.withFieldTable { table in
             client.respond(status: response.status, reason: UnsafeRawBufferPointer(rebasing: table.bytes[response.parsed.reason]),
-                           body: captured.body) { HeaderPolicy.writeForwardedResponseFields(table, into: &$0) }
+                           body: captured.body) { block in
+                HeaderPolicy.writeForwardedResponseFields(table, into: &block)
+                for field in trailers { block.append(name: field.name, value: field.value) }
+            }
         }
     }
 

@@ -7,6 +7,8 @@ gRPC status 16 (UNAUTHENTICATED) before any response message, which grpcio sends
 Messages are raw bytes (no protobuf): the methods of service `test.Api` are
 
   /test.Api/Unary          request bytes -> JSON {"echo": <request as text>, "connections": <distinct peers so far>}
+  /test.Api/Late           as Unary, but the response head goes before the token is checked: a refusal is
+                           then HEADERS and trailers with no DATA (not Trailers-Only)
   /test.Api/Collect        client streaming: the request messages -> JSON {"messages": n, "bytes": total}
   /test.Api/Watch          server streaming: one message b"first", then UNAUTHENTICATED ("token revoked
                            mid-stream"), whatever the token: the status a client gets after a message
@@ -77,6 +79,12 @@ class Api:
             connections = len(self.peers)
         return json.dumps({"echo": request.decode("utf-8", "replace"), "connections": connections}).encode()
 
+    def late(self, request, context):
+        context.send_initial_metadata((("x-head", "early"),))
+        self.admit("Late", context)
+        self.count("ok", "Late")
+        return json.dumps({"echo": request.decode("utf-8", "replace")}).encode()
+
     def collect(self, requests, context):
         self.admit("Collect", context)
         count = total = 0
@@ -117,6 +125,7 @@ def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=options)
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(api.unary),
+        "Late": grpc.unary_unary_rpc_method_handler(api.late),
         "Collect": grpc.stream_unary_rpc_method_handler(api.collect),
         "Watch": grpc.unary_stream_rpc_method_handler(api.watch),
         "Slow": grpc.unary_stream_rpc_method_handler(api.slow),

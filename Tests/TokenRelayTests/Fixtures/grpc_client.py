@@ -3,6 +3,7 @@
 with prior knowledge), printing one JSON object with the outcome. Usage: grpc_client.py PORT MODE [ARGS]
 
   burst N                  N unary calls at once on one channel -> {"codes": [...], "details": [...], "replies": [...]}
+  late N                   the same with /test.Api/Late (a refusal as HEADERS + trailers, no DATA)
   until_connections K MAX  unary calls in rounds of 20 concurrent ones until a reply reports K distinct
                            upstream connections at the server (each GOAWAY makes one more), at most MAX
                            calls -> {"codes": [...], "connections": highest reported}
@@ -27,8 +28,8 @@ def code_of(future):
         return error.code().name, error.details(), None
 
 
-def burst(channel, count, start=0):
-    call = channel.unary_unary("/test.Api/Unary")
+def burst(channel, count, start=0, method="/test.Api/Unary"):
+    call = channel.unary_unary(method)
     pending = [call.future(f"call-{start + index}".encode(), timeout=DEADLINE) for index in range(count)]
     return [code_of(future) for future in pending]
 
@@ -36,8 +37,8 @@ def burst(channel, count, start=0):
 def main():
     port, mode, args = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        if mode == "burst":
-            results = burst(channel, args[0])
+        if mode in ("burst", "late"):
+            results = burst(channel, args[0], method="/test.Api/Unary" if mode == "burst" else "/test.Api/Late")
             replies = [json.loads(reply) for _, _, reply in results if reply is not None]
             print(json.dumps({"codes": [code for code, _, _ in results], "details": [details for _, details, _ in results],
                               "replies": replies}))

@@ -40,7 +40,7 @@ final class GRPCTestServer: @unchecked Sendable { // immutable after init
         let script = Self.fixtures.appendingPathComponent("grpc_client.py")
         let result = try runTool(python, [script.path, String(port), mode] + arguments.map(String.init), timeout: timeout)
         guard let outcome = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] else {
-            throw TestSupportError("grpc_client.py \(mode) gave no outcome: \(result.stdout) \(result.stderr)")
+            throw TestSupportError("grpc_client.py \(mode) gave no outcome (exit \(result.exitCode)): \(result.stdout) \(result.stderr)")
         }
         return outcome
     }
