@@ -4,7 +4,7 @@ import XCTest
 /// `identities.<name>.dpop`: a named identity gets DPoP of its own (its key kept with its token state, its
 /// proofs and nonces), beside the top-level identity that stays bearer. The DPoP identity talks to the DPoP
 /// token server and API (`DPoPServer`, every proof verified), the bearer one to the fake token server and API.
-final class DPoPIdentitiesTests: RelayTestCase, SealedStateChecks {
+final class DPoPIdentitiesTests: ReloadTestCase, SealedStateChecks {
     private var dpopServer: DPoPServer!
     private var tokenFileD: URL { workDir.appendingPathComponent("tokens-d.json") }
 
@@ -116,5 +116,31 @@ final class DPoPIdentitiesTests: RelayTestCase, SealedStateChecks {
         XCTAssertEqual(second.exitCode, 0, second.stderr)
         XCTAssertTrue(second.stdout.contains("; WARNING: identities.d: dpop: the generated key is stored in clear"), second.stdout)
         XCTAssertFalse(second.stdout.contains("; WARNING: dpop:"), "the top level's key is sealed: \(second.stdout)")
+    }
+
+    /// An identity with `dpop` added by a reload: its key is made off the loop while the config is checked, and
+    /// its requests carry proofs the server verifies; the running top level is untouched.
+    func testAnIdentityWithDPoPAddedByAReloadSignsProofs() throws {
+        // Started with a bearer identity `e` already (a relay started without identities cannot add the first
+        // one by a reload yet: its metrics were registered without the identity label).
+        let tokenFileE = workDir.appendingPathComponent("tokens-e.json")
+        try FileManager.default.copyItem(at: tokenFileURL, to: tokenFileE)
+        let bearerIdentity: [String: Any] = ["tokens": ["file": tokenFileE.path], "refresh": config()["refresh"]!]
+        let relay = try startRelay(["identities": ["e": bearerIdentity]])
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/a/0").status, 200)
+        var next = identities
+        var named = next["identities"] as! [String: Any]
+        named["e"] = bearerIdentity
+        next["identities"] = named
+        try reload(relay, next)
+        XCTAssertTrue(relay.stderrText.contains("identity added by a config reload"), relay.stderrText)
+        for index in 0..<4 {
+            XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/d/items/\(index)").status, 200)
+        }
+        let stats = try dpopServer.stats()
+        XCTAssertEqual(stats["granted"] as? Int, 1)
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+        let stored = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileD)) as? [String: Any])
+        XCTAssertEqual(stored["dpop_jkt"] as? String, (stats["jkts"] as? [String])?.first)
     }
 }
