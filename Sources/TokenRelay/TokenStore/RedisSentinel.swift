@@ -185,6 +185,12 @@ final class RedisSentinelLocator {
             guard let self, let connection, self.watch === connection else { return }
             guard case .success(.array) = result else { return self.watchDropped() }
             self.isWatching = true
+            // An announcement made while no subscription was up is lost: ask once what the sentinels say
+            // now (a requested failover leaves the old master up, and a master until the sentinels
+            // reconfigure it, seconds later; nothing else would move us off it meanwhile).
+            self.locate { [weak self] result in
+                if case .success(let master) = result { self?.onSwitch?("the master before", master) }
+            }
         }
     }
 

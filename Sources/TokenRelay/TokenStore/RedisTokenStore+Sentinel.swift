@@ -27,10 +27,11 @@ extension RedisTokenStore {
     /// (the sentinels now name the new one), with the reconnect backoff reset — the announcement is the
     /// news the backoff was waiting for.
     func sentinelsSwitched(from: String, to: RedisEndpoint) {
-        guard !(isConnected && endpoint.address == to.address) else { return }
-        reconnectDelay = 0
         if commands != nil {
-            lost("the sentinels switched the master from \(from) to \(to.description) (+switch-master)")
+            // Connected or connecting: only another node is news.
+            guard endpoint.address != to.address else { return }
+            reconnectDelay = 0
+            lost("the sentinels name \(to.description) as the master now, not this node (was \(from))")
         } else if reconnectTimer != nil {
             connect()
         }
