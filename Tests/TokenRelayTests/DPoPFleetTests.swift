@@ -115,4 +115,42 @@ final class DPoPFleetTests: XCTestCase, SealedStateChecks {
         XCTAssertEqual(try HTTPTestClient.send(port: restarted.proxyPort, method: "GET", path: "/c").status, 200)
         for relay in relays { XCTAssertFalse(relay.stderrText.contains("PRIVATE KEY"), "a key was logged") }
     }
+
+    /// `tokenrelay login` in fleet mode: the polls are signed with the key it stores in the Redis record (none was
+    /// there), and a relay started after it signs with that key: the login's bound tokens work at once.
+    func testLoginInFleetModeStoresTheKeyTheRelaysThenUse() throws {
+        var loginConfig = config(sealingKey: nil)
+        loginConfig["login"] = ["device_authorization_url": "http://127.0.0.1:\(server.tokenPort)/device"]
+        let url = workDir.appendingPathComponent("login.json")
+        try JSONSerialization.data(withJSONObject: loginConfig).write(to: url)
+        let result = try TokenRelayProcess.runCommand(arguments: ["login", "--config", url.path, "--poll-interval-scale", "0.01"], timeout: 30)
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        XCTAssertTrue(result.stdout.contains("tokens stored in Redis"), result.stdout)
+        XCTAssertTrue(try redis.cli(["HGET", key, "dpop_key"]).contains("PRIVATE KEY"), "the key is in the record (clear: no tokens.encryption)")
+        let loginJKT = try XCTUnwrap((try server.stats()["jkts"] as? [String])?.first)
+
+        let directory = workDir.appendingPathComponent("relay-after-login")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let relay = try TokenRelayProcess.start(config: loginConfig, workDir: directory)
+        relays.append(relay)
+        XCTAssertEqual(try jkt(relay), loginJKT)
+        XCTAssertTrue(relay.stderrText.contains("dpop: the generated key is stored in clear in the Redis record"), relay.stderrText)
+        for index in 0..<3 {
+            XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/l/\(index)").status, 200)
+        }
+        let stats = try server.stats()
+        XCTAssertEqual(stats["granted"] as? Int, 1, "the login's grant only")
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+    }
+
+    /// Redis down at start and no local cache holding the key: no start (a key of its own would bind tokens the
+    /// rest of the fleet cannot use), with one line saying so.
+    func testARelayThatCannotReadTheKeyFromRedisDoesNotStart() throws {
+        redis.stop()
+        let directory = workDir.appendingPathComponent("relay-no-redis")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        XCTAssertThrowsError(try TokenRelayProcess.start(config: config(sealingKey: nil), workDir: directory)) { error in
+            XCTAssertTrue("\(error)".contains("dpop: the key kept in Redis cannot be read"), "\(error)")
+        }
+    }
 }
