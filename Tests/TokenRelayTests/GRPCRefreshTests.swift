@@ -79,6 +79,18 @@ final class GRPCRefreshTests: RelayTestCase {
         XCTAssertEqual(tokenServer.refreshCalls, 2)
     }
 
+    /// The replay-once guard: a server that refuses every token gets each call twice (the first send and one
+    /// replay after the one refresh); the second UNAUTHENTICATED is the client's. No loop, no second refresh.
+    func testASecondUnauthenticatedAfterTheReplayIsTheClients() throws {
+        let relay = try startGRPCRelay()
+        let outcome = try grpc.client(port: relay.proxyPort, "refuse", [4])
+        XCTAssertEqual(codes(outcome), Array(repeating: "UNAUTHENTICATED", count: 4), "\(outcome)")
+        XCTAssertEqual(outcome["details"] as? [String], Array(repeating: "refused whatever the token", count: 4))
+        XCTAssertEqual(try grpc.count("calls", "Refuse"), 8, "each call sent twice, never more")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections, 0)
+    }
+
     /// A server-streaming call that gets UNAUTHENTICATED after its first message: the client has seen that
     /// message, so the status is its answer, unchanged; the call is not sent again and nothing is refreshed.
     func testUnauthenticatedAfterAServerStreamsFirstMessageIsPassedToTheClient() throws {

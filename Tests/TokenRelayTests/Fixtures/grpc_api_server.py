@@ -9,6 +9,7 @@ Messages are raw bytes (no protobuf): the methods of service `test.Api` are
   /test.Api/Unary          request bytes -> JSON {"echo": <request as text>, "connections": <distinct peers so far>}
   /test.Api/Late           as Unary, but the response head goes before the token is checked: a refusal is
                            then HEADERS and trailers with no DATA (not Trailers-Only)
+  /test.Api/Refuse         unary: UNAUTHENTICATED ("refused whatever the token") before any message, every time
   /test.Api/Collect        client streaming: the request messages -> JSON {"messages": n, "bytes": total}
   /test.Api/Watch          server streaming: one message b"first", then UNAUTHENTICATED ("token revoked
                            mid-stream"), whatever the token: the status a client gets after a message
@@ -85,6 +86,11 @@ class Api:
         self.count("ok", "Late")
         return json.dumps({"echo": request.decode("utf-8", "replace")}).encode()
 
+    def refuse(self, request, context):
+        self.count("calls", "Refuse")
+        self.count("unauthenticated", "Refuse")
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "refused whatever the token")
+
     def collect(self, requests, context):
         self.admit("Collect", context)
         count = total = 0
@@ -126,6 +132,7 @@ def main():
     handlers = {
         "Unary": grpc.unary_unary_rpc_method_handler(api.unary),
         "Late": grpc.unary_unary_rpc_method_handler(api.late),
+        "Refuse": grpc.unary_unary_rpc_method_handler(api.refuse),
         "Collect": grpc.stream_unary_rpc_method_handler(api.collect),
         "Watch": grpc.unary_stream_rpc_method_handler(api.watch),
         "Slow": grpc.unary_stream_rpc_method_handler(api.slow),

@@ -4,6 +4,7 @@ with prior knowledge), printing one JSON object with the outcome. Usage: grpc_cl
 
   burst N                  N unary calls at once on one channel -> {"codes": [...], "details": [...], "replies": [...]}
   late N                   the same with /test.Api/Late (a refusal as HEADERS + trailers, no DATA)
+  refuse N                 the same with /test.Api/Refuse (always UNAUTHENTICATED)
   until_connections K MAX  unary calls in rounds of 20 concurrent ones until a reply reports K distinct
                            upstream connections at the server (each GOAWAY makes one more), at most MAX
                            calls -> {"codes": [...], "connections": highest reported}
@@ -37,8 +38,9 @@ def burst(channel, count, start=0, method="/test.Api/Unary"):
 def main():
     port, mode, args = sys.argv[1], sys.argv[2], [int(a) for a in sys.argv[3:]]
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        if mode in ("burst", "late"):
-            results = burst(channel, args[0], method="/test.Api/Unary" if mode == "burst" else "/test.Api/Late")
+        if mode in ("burst", "late", "refuse"):
+            method = {"burst": "/test.Api/Unary", "late": "/test.Api/Late", "refuse": "/test.Api/Refuse"}[mode]
+            results = burst(channel, args[0], method=method)
             replies = [json.loads(reply) for _, _, reply in results if reply is not None]
             print(json.dumps({"codes": [code for code, _, _ in results], "details": [details for _, details, _ in results],
                               "replies": replies}))
