@@ -76,7 +76,7 @@ final class RouteConfigTests: XCTestCase {
         let config = try parse(base)
         XCTAssertTrue(config.routes.isEmpty)
         XCTAssertTrue(config.identities.isEmpty)
-        XCTAssertNoThrow(try config.requireServedRoutes())
+        XCTAssertTrue(config.hasDefaultRoute)
         XCTAssertEqual(config.identityTokens(nil).tokens.file, "/var/lib/tokenrelay/tokens.json")
     }
 
@@ -99,16 +99,24 @@ final class RouteConfigTests: XCTestCase {
         XCTAssertEqual(config.identityTokens(nil).refresh.tokenURL.authority, "127.0.0.1:9001")
     }
 
-    func testRunServesRoutesOnTheMainListener() throws {
-        XCTAssertThrowsError(try parse(twoIdentities).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[1].listen") }
+    func testRoutesOnlyConfigHasNoDefaultRouteAndNeitherIsRefused() throws {
         var routesOnly = base
+        routesOnly["upstream"] = nil
         routesOnly["routes"] = [["name": "docs", "match": ["host": "docs.internal"], "upstream": ["url": "http://docs.internal"],
-                                 "inject": ["header": "X-Token"]]]
-        XCTAssertNoThrow(try parse(routesOnly).requireServedRoutes())
-        let ownListener = editing(routesOnly, route: 0) { $0["match"] = nil; $0["listen"] = "127.0.0.1:9999" }
-        XCTAssertThrowsError(try parse(ownListener).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[0].listen") }
-        let ownFormat = editing(routesOnly, route: 0) { $0["inject"] = ["format": "Token {token}"] }
-        XCTAssertThrowsError(try parse(ownFormat).requireServedRoutes()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[0].inject.format") }
+                                 "inject": ["header": "X-Token", "format": "Token {token}"], "max_held_requests": 7]]
+        let config = try parse(routesOnly)
+        XCTAssertFalse(config.hasDefaultRoute, "no top-level upstream: a request matching no route gets 404")
+        XCTAssertEqual(config.upstream.url.authority, "docs.internal", "the first route's upstream stands in")
+        XCTAssertEqual(config.routes[0].inject?.format, "Token {token}")
+        XCTAssertEqual(config.routes[0].maxHeldRequests, 7)
+        var neither = routesOnly
+        neither["routes"] = nil
+        assertRefused(neither, field: "upstream")
+        var empty = routesOnly
+        empty["routes"] = [Any]()
+        assertRefused(empty, field: "upstream")
+        assertRefused(editing(routesOnly, route: 0) { $0["upstream"] = ["url": "ftp://x"] }, field: "routes[0].upstream.url")
+        assertRefused(editing(routesOnly, route: 0) { $0["max_held_requests"] = 0 }, field: "routes[0].max_held_requests")
     }
 
     func testIdentityBlocksUseTheTopLevelReadersWithTheirOwnPaths() {
@@ -177,7 +185,17 @@ final class RouteConfigTests: XCTestCase {
         identities["payments"] = nil
         loadedObject["identities"] = identities
         loadedObject["routes"] = (loadedObject["routes"] as! [[String: Any]]).filter { $0["name"] as? String != "payments" }
-        let plan = ConfigReload(running: running, loaded: try parse(loadedObject))
+        // The payments route has its own listener, bound at start: removing it waits for a restart, and the
+        // route kept for it cannot lose its identity.
+        let removingListener = ConfigReload(running: running, loaded: try parse(loadedObject))
+        XCTAssertEqual(removingListener.needsRestart.map(\.field), ["routes[].listen", "identities.hr.tokens"])
+        XCTAssertEqual(removingListener.effective.routes.map(\.name), ["hr", "docs", "payments"])
+        XCTAssertThrowsError(try removingListener.validate()) { XCTAssertEqual(($0 as? ConfigError)?.field, "routes[2].identity") }
+        // Without the listener route in either config, the identity goes live.
+        var withoutListener = twoIdentities
+        withoutListener["routes"] = (twoIdentities["routes"] as! [[String: Any]]).filter { $0["name"] as? String != "payments" }
+        let plan = ConfigReload(running: try parse(withoutListener), loaded: try parse(loadedObject))
+        XCTAssertNoThrow(try plan.validate())
         XCTAssertEqual(plan.needsRestart.map(\.field), ["identities.hr.tokens"])
         XCTAssertEqual(plan.effective.identities.map(\.name), ["added", "hr"])
         XCTAssertEqual(plan.effective.identities[1].tokens.file, "/var/lib/tokenrelay/hr.json", "the running token store stays")

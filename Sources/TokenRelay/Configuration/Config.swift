@@ -3,7 +3,11 @@ import Glibc
 /// The whole configuration, validated. Every field is documented in `config/tokenrelay.schema.json`.
 public struct Config: Sendable {
     public var listen: ListenAddress
+    /// The default route's upstream; without a top-level `upstream` (`hasDefaultRoute` false), the first
+    /// route's, standing in for it where one upstream is named (never sent a request: see `ConfigLoader+Routes`).
     public var upstream: Upstream
+    /// Whether the config has a top-level `upstream`. Without one, a request matching no route gets 404.
+    public var hasDefaultRoute = true
     public var tokens: Tokens
     public var refresh: Refresh
     public var admin: Admin?

@@ -16,6 +16,18 @@ extension ConfigLoader {
         try RouteChecks.check(config)
     }
 
+    /// The top-level `upstream`, required unless `routes` has a route; without it the first route's
+    /// upstream stands in (`Config.upstream`) and `configured` is false.
+    static func readDefaultUpstream(_ root: JSONObjectReader) throws -> (settings: Config.Upstream, configured: Bool) {
+        if let value = root.optionalValue("upstream") { return (try readUpstream(JSONObjectReader(value, path: "upstream")), true) }
+        guard let routes = root.optionalValue("routes") as? [Any], let first = routes.first as? [String: Any],
+              let upstream = first["upstream"] else {
+            throw ConfigError("upstream", "is required unless routes has a route (then a request matching no route gets 404)")
+        }
+        // Read again with the route's own field path, so a fault in it names routes[0].upstream.
+        return (try readUpstream(JSONObjectReader(upstream, path: "routes[0].upstream")), false)
+    }
+
     private static func readIdentity(name: String, _ object: JSONObjectReader, timeouts: Config.Timeouts) throws -> Config.Identity {
         try RouteChecks.checkName(name, field: object.path, kind: "an identity name")
         if name == Config.defaultIdentityName {
@@ -32,7 +44,7 @@ extension ConfigLoader {
     }
 
     private static func readRoute(_ object: JSONObjectReader) throws -> Config.Route {
-        object.declareKeys(["name", "listen", "match", "upstream", "identity", "inject"])
+        object.declareKeys(["name", "listen", "match", "upstream", "identity", "inject", "max_held_requests"])
         let name = try object.string("name")
         try RouteChecks.checkName(name, field: object.fieldPath("name"), kind: "a route name")
         if name == Config.defaultRouteName {
@@ -48,8 +60,10 @@ extension ConfigLoader {
         let upstream = try readUpstream(object.object("upstream"))
         let identity = try object.optionalString("identity")
         let inject = object.has("inject") ? try InjectSettings.read(from: object) : nil
+        let maxHeld = try object.optionalInteger("max_held_requests", range: 1...1_000_000)
         try object.rejectUnknownKeys()
-        return Config.Route(name: name, listen: listen, match: match, upstream: upstream, identity: identity, inject: inject)
+        return Config.Route(name: name, listen: listen, match: match, upstream: upstream, identity: identity, inject: inject,
+                            maxHeldRequests: maxHeld)
     }
 
     private static func readMatch(_ object: JSONObjectReader) throws -> Config.RouteMatch {

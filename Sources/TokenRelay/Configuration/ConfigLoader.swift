@@ -32,7 +32,8 @@ public enum ConfigLoader {
         root.declareKeys(["listen", "upstream", "tokens", "refresh", "admin", "login", "inject", "limits", "timeouts", "forwarding", "log", "data_plane", "routes", "identities", "dpop"])
         let listen = try ListenAddress.parse(root.string("listen"), field: "listen")
 
-        let upstream = try readUpstream(root.object("upstream"))
+        // Without a top-level upstream, the routes are all there is: a request none matches gets 404.
+        let upstream = try readDefaultUpstream(root)
 
         let tokens = try readTokens(root.object("tokens"))
 
@@ -54,7 +55,8 @@ public enum ConfigLoader {
             try adminObject.rejectUnknownKeys()
         }
 
-        var config = Config(listen: listen, upstream: upstream, tokens: tokens, refresh: refresh, admin: admin)
+        var config = Config(listen: listen, upstream: upstream.settings, tokens: tokens, refresh: refresh, admin: admin)
+        config.hasDefaultRoute = upstream.configured
         config.inject = try InjectSettings.read(from: root)
         config.dpop = try DPoPSettings.read(from: root)
         config.login = try LoginSettings.read(from: root, refresh: refresh)

@@ -15,6 +15,8 @@ extension Config {
         public var identity: String?
         /// The route's own token header; nil: the top-level `inject`.
         public var inject: InjectSettings?
+        /// `routes[].max_held_requests`: this route's share of `limits.max_held_requests`; nil: the whole of it.
+        public var maxHeldRequests: Int?
     }
 
     /// `routes[].match`: the request's Host and/or the start of its path.
@@ -49,15 +51,6 @@ extension Config {
         return (identity.tokens, identity.refresh)
     }
 
-    /// What this build serves of routes: routes on the main listener, each with its own upstream, token
-    /// header name and identity. `run` and a reload refuse the rest, rather than silently sending a request
-    /// to the wrong upstream or with the wrong token.
-    public func requireServedRoutes() throws {
-        for (index, route) in routes.enumerated() {
-            if route.listen != nil { throw ConfigError("routes[\(index)].listen", "is checked by this build but not yet served by run (use match)") }
-            if let inject = route.inject, inject.format != self.inject.format {
-                throw ConfigError("routes[\(index)].inject.format", "a format other than the top-level inject.format is not yet served by run")
-            }
-        }
-    }
+    /// What `run` says it proxies to: the top-level upstream, or the routes when there is none.
+    var proxyingSummary: String { hasDefaultRoute ? "\(upstream.url)" : "\(routes.count) routes (no default: 404)" }
 }

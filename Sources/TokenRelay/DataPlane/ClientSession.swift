@@ -29,7 +29,12 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     /// The client's address for the forwarding headers, made with the connection's first forwarded request.
     private(set) lazy var forwardedClient = ForwardedClient(address: connection.peer.host)
 
-    init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection) {
+    /// The route whose own listener accepted the connection: all its requests are that route's (nil: the
+    /// main listener, where each request's head picks its route).
+    let listenerRoute: String?
+
+    init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTPServerConnection, listenerRoute: String? = nil) {
+        self.listenerRoute = listenerRoute
         self.proxy = proxy
         self.frontEnd = frontEnd
         self.connection = connection
@@ -93,7 +98,7 @@ final class ClientSession: HTTPServerConnectionHandler, ExchangeSession {
     }
 
     func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {
-        frontEnd.startHTTP2(connection)
+        frontEnd.startHTTP2(connection, listenerRoute: listenerRoute)
     }
 
     func connectionCanSendMore(_ connection: HTTPServerConnection) {

@@ -60,6 +60,8 @@ protocol ExchangeSession: HTTPClientConnectionHandler {
     associatedtype Client: ExchangeClient
     var client: Client { get }
     var forwardedClient: ForwardedClient { get }
+    /// The route whose own listener the request came in on (nil: the main listener).
+    var listenerRoute: String? { get }
     func lendDeadlineTimer() -> DeadlineTimer
     func returnDeadlineTimer(_ timer: DeadlineTimer)
     func lendTargetBuffer() -> [UInt8]

@@ -18,7 +18,11 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
     private var spareDeadlineTimer: DeadlineTimer?
     private var spareTargetBuffers: [[UInt8]] = []
 
-    init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTP2ServerConnection) {
+    /// The route whose own listener accepted the connection (nil: the main listener).
+    let listenerRoute: String?
+
+    init(proxy: ProxyServer, frontEnd: TransportFrontEnd, connection: HTTP2ServerConnection, listenerRoute: String? = nil) {
+        self.listenerRoute = listenerRoute
         self.proxy = proxy
         self.frontEnd = frontEnd
         self.connection = connection
@@ -27,7 +31,7 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
     func connection(_ connection: HTTP2ServerConnection, opened stream: HTTP2ServerStream) {
         guard let head = stream.head else { return }
         // gRPC needs HTTP/2 end to end: it is passed on only to an upstream that `upstream.http2` says speaks it.
-        if Self.isGRPC(head) && !proxy.context(for: head).context.route.speaksHTTP2 {
+        if Self.isGRPC(head) && !proxy.context(for: head, listenerRoute: listenerRoute).context.route.speaksHTTP2 {
             proxy.refused("gRPC request to an HTTP/1.1 upstream")
             return Self.answerUnavailable(stream, message: "tokenrelay: the upstream is reached over HTTP/1.1, gRPC needs HTTP/2")
         }
@@ -90,6 +94,7 @@ final class StreamSession: HTTP2ServerStreamHandler, ExchangeSession {
     let stream: HTTP2ServerStream
     var client: HTTP2ServerStream { stream }
     var forwardedClient: ForwardedClient { owner.forwardedClient }
+    var listenerRoute: String? { owner.listenerRoute }
     private var head: ReceivedRequestHead?
     private var body: [UInt8] = []
     private var streaming = false

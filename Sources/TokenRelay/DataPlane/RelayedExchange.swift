@@ -108,6 +108,11 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .trace: return refuse(.traceRefused, log: "TRACE")
         default: break
         }
+        if context.answersNotFound {
+            // No route matches and there is no top-level upstream: nothing goes anywhere, the connection stays.
+            proxy.noRouteMatched(head)
+            return step { $0.refuse(.noRoute, now: now) }
+        }
         if upgradeProtocol != nil {
             guard proxy.takeTunnelSlot() else { return refuse(.tooManyTunnels, log: "upgrade over limits.max_tunnels") }
             holdsTunnelSlot = true
@@ -217,7 +222,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         case .schedule(let timer, let seconds): schedule(timer, after: seconds)
         case .cancel(let timer): self.timer(timer)?.cancel()
         case .hold, .unhold, .consultRefreshRules, .reportUnreplayableRefreshTrigger, .countReplay, .upstreamFailed, .retrying:
-            switch proxy.carryOut(action, failure: list.failure, for: self, identity: context.coordinator) {
+            switch proxy.carryOut(action, failure: list.failure, for: self, context: context) {
             case .done: break
             case .holdRefused:
                 let now = EventLoop.monotonicNow
@@ -713,7 +718,7 @@ extension RelayedExchange {
     /// The exchange for a request whose head has arrived, on the context of the route its head picks; not
     /// begun, so that its session holds it before `begin` can report back.
     static func routed(by proxy: ProxyServer, session: Session, head: ReceivedRequestHead, body: Body) -> RelayedExchange {
-        let chosen = proxy.context(for: head)
+        let chosen = proxy.context(for: head, listenerRoute: session.listenerRoute)
         return RelayedExchange(context: chosen.context, strip: chosen.strip, session: session, head: head, body: body)
     }
 }

@@ -22,6 +22,11 @@ final class ExchangeContext {
     /// `refresh.trigger_grpc_statuses` of this route's identity (asked only of gRPC answers without a message).
     let triggerGRPCStatuses: Set<Int>
     let coordinator: RefreshCoordinator
+    /// The route's name (`default`: the top-level one) and how many of its requests may be held at once.
+    let routeName: String
+    let maxHeld: Int
+    /// No route matched and there is no top-level `upstream`: tokenrelay answers 404, nothing goes upstream.
+    let answersNotFound: Bool
     let metrics: RelayMetrics
     /// `tokenrelay_requests_total` of this context's route (labelled with it when there are routes).
     let requestCounters: RelayMetrics.RequestCounters
@@ -49,12 +54,20 @@ final class ExchangeContext {
     /// `refresh`: the refresh settings of the route's identity (the top-level ones unless it names one): its
     /// trigger statuses are the ones its upstream's answers are judged by.
     init(config: Config, refresh: Config.Refresh, route: UpstreamRoute, injection: InjectSettings, proxy: ProxyServer,
-         coordinator: RefreshCoordinator, metrics: RelayMetrics, requestCounters: RelayMetrics.RequestCounters) {
+         coordinator: RefreshCoordinator, metrics: RelayMetrics, requestCounters: RelayMetrics.RequestCounters,
+         routeName: String = Config.defaultRouteName, maxHeld: Int? = nil, answersNotFound: Bool = false) {
         self.requestCounters = requestCounters
+        self.routeName = routeName
+        self.maxHeld = maxHeld ?? config.limits.maxHeldRequests
+        self.answersNotFound = answersNotFound
         self.proxy = proxy
         self.route = route
         self.injection = injection
-        tokenField = TokenHeaderField(header: injection.header)
+        // A route's own inject.format: the identity's header value (made with the top-level format) is laid
+        // out again, once per token. A DPoP-bound token keeps its `DPoP` scheme whatever the format.
+        tokenField = TokenHeaderField(header: injection.header,
+                                      reformat: injection.format == config.inject.format ? nil
+                                          : TokenHeaderField.Reformat(from: config.inject, to: injection))
         timeouts = config.timeouts
         forwarding = config.forwarding
         accessLog = config.accessLog

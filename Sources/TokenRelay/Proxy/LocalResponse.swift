@@ -61,6 +61,9 @@ struct LocalResponse {
         status: 503, reason: "Service Unavailable", error: "overloaded",
         message: "too many upgraded connections are open (limits.max_tunnels)", extraHeaders: [("Retry-After", "1")])
 
+    static let noRoute = LocalResponse(
+        status: 404, reason: "Not Found", error: "no_route", message: "no route matches this request (routes) and there is no top-level upstream")
+
     static let traceRefused = LocalResponse(
         status: 405, reason: "Method Not Allowed", error: "method_not_allowed", message: "TRACE is not forwarded (it would echo the injected token)")
 

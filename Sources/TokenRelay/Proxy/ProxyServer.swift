@@ -20,22 +20,22 @@ final class ProxyServer {
     var route: UpstreamRoute { context.route }
     /// Routes a reload replaced, kept until their last connection is back.
     private var retiredRoutes: [UpstreamRoute] = []
-    /// The contexts of `config.routes`, in route order (nil for a route with its own listener), their
-    /// names (to hand an exchange in flight to its route's next context at a reload), and the lookup.
-    private var routeContexts: [ExchangeContext?] = []
+    /// The contexts of `config.routes`, in route order, their names (to hand an exchange in flight to its
+    /// route's next context at a reload), and the lookup for the main listener.
+    private var routeContexts: [ExchangeContext] = []
     private var routeNames: [String] = []
     private var routeTable = RouteTable(routes: [], hasDefaultRoute: true)
     /// Whether `routeTable` has a route: a plain flag, so that the look-up a config without routes makes on
     /// every request reads one byte instead of copying the table out of the proxy (a retain and a release).
     private var hasRoutes = false
+    /// The contexts of routes with their own listener, by route name (requests there skip the lookup).
+    private var listenerContexts: [String: ExchangeContext] = [:]
     let metrics: RelayMetrics
     let logger: Logger
     /// The proxied port (client connections, heads, bodies) on HTTPTransport.
     private(set) var frontEnd: TransportFrontEnd!
-    /// Requests waiting for a refresh, oldest first, per identity (its coordinator): a refresh releases
-    /// only its own identity's requests. Each list is bounded by limits.max_held_requests.
-    private var held: [ObjectIdentifier: [any ProxiedExchange]] = [:]
-    private(set) var heldCount = 0
+    /// Requests waiting for a refresh, per identity, bounded per route and in all.
+    private var held = HeldRequests()
     private var active = ActiveExchanges()
     private(set) var isDraining = false
     /// Called when draining and the last exchange has finished.
@@ -87,12 +87,14 @@ final class ProxyServer {
 
     /// `routeName`: nil for the top-level route.
     private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
-                             identity: String? = nil, routeName: String? = nil) -> ExchangeContext {
+                             identity: String? = nil, routeName: String? = nil, maxHeld: Int? = nil) -> ExchangeContext {
         // A route's identity has its own refresh block, trigger statuses included (the checks make a missing one impossible).
         let refresh = identity.flatMap { name in config.identities.first { $0.name == name }?.refresh } ?? config.refresh
         return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS),
                                injection: injection, proxy: self, coordinator: identityCoordinator(identity), metrics: metrics,
-                               requestCounters: requestCounters(config, routeName: routeName))
+                               requestCounters: requestCounters(config, routeName: routeName),
+                               routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.limits.maxHeldRequests,
+                               answersNotFound: routeName == nil && !config.hasDefaultRoute)
     }
 
     /// Request counters per route name, kept across reloads (a route's series goes on counting).
@@ -109,27 +111,36 @@ final class ProxyServer {
     }
 
     private func makeRouteContexts(_ config: Config, routeTLS: [TLSContext?]) {
-        routeTable = RouteTable(routes: config.routes, hasDefaultRoute: true)
+        routeTable = RouteTable(routes: config.routes, hasDefaultRoute: config.hasDefaultRoute)
         hasRoutes = !routeTable.isEmpty
         routeNames = config.routes.map(\.name)
         routeContexts = config.routes.indices.map { index in
             let route = config.routes[index]
-            guard route.listen == nil else { return nil }
             return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
-                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity, routeName: route.name)
+                               upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity, routeName: route.name,
+                               maxHeld: route.maxHeldRequests)
         }
+        listenerContexts = [:]
+        for (index, route) in config.routes.enumerated() where route.listen != nil { listenerContexts[route.name] = routeContexts[index] }
     }
 
     /// The context a request arriving with `head` takes, and how many bytes of its target its route strips.
-    /// Without routes, the running context at once: the head is not read.
-    func context(for head: ReceivedRequestHead) -> (context: ExchangeContext, strip: Int) {
+    /// Without routes, the running context at once: the head is not read. `listenerRoute`: the route whose
+    /// own listener the request came in on (everything there is that route's).
+    func context(for head: ReceivedRequestHead, listenerRoute: String? = nil) -> (context: ExchangeContext, strip: Int) {
+        if let listenerRoute {
+            // A listener whose route a reload dropped keeps serving until the restart it needs (ConfigReload
+            // keeps such routes): the default context is only a guard that cannot be reached from a file.
+            return (listenerContexts[listenerRoute] ?? context, 0)
+        }
         if !hasRoutes { return (context, 0) }
         let resolution = head.bytes.withUnsafeBufferPointer { bytes in
             let target = UnsafeBufferPointer(rebasing: bytes[head.parsed.target])
             guard let host = head.parsed.hostField else { return routeTable.resolve(host: nil, target: target) }
             return routeTable.resolve(host: UnsafeBufferPointer(rebasing: bytes[head.parsed.fields[host].value]), target: target)
         }
-        if case .route(let index, let strip) = resolution, let chosen = routeContexts[index] { return (chosen, strip) }
+        // `.none`: the default context answers 404 itself (`answersNotFound`).
+        if case .route(let index, let strip) = resolution { return (routeContexts[index], strip) }
         return (context, 0)
     }
 
@@ -154,7 +165,7 @@ final class ProxyServer {
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
         let replaced = context!
         let replacedRoutes = zip(routeNames, routeContexts)
-        for old in [replaced] + routeContexts.compactMap({ $0 }) {
+        for old in [replaced] + routeContexts {
             old.route.retire()
             retiredRoutes.append(old.route)
         }
@@ -162,13 +173,12 @@ final class ProxyServer {
         makeRouteContexts(config, routeTLS: routeTLS)
         replaced.replace(with: context)
         for (name, old) in replacedRoutes {
-            guard let old else { continue }
-            old.replace(with: routeNames.firstIndex(of: name).flatMap { routeContexts[$0] } ?? context)
+            old.replace(with: routeNames.firstIndex(of: name).map { routeContexts[$0] } ?? context)
         }
     }
 
     /// Every route's pool, the default route's first.
-    private var routePools: [HTTPTransport.UpstreamPool] { [route.pool] + routeContexts.compactMap { $0?.route.pool } }
+    private var routePools: [HTTPTransport.UpstreamPool] { [route.pool] + routeContexts.map(\.route.pool) }
 
     /// Frees every idle upstream connection, old routes' too; only once no request is in flight.
     func closePools() {
@@ -212,6 +222,16 @@ final class ProxyServer {
     }
     private var unavailableLog = LogRateLimiter(interval: 1)
 
+    /// A request no route takes (and no top-level upstream): one line, its path without the query (which
+    /// may carry a secret) and its Host.
+    func noRouteMatched(_ head: ReceivedRequestHead) {
+        let target = head.target
+        let path = target.prefix { $0 != UInt8(ascii: "?") }.prefix(256)
+        logger.info("request answered 404: no route matches", metadata: [
+            "path": "\(String(decoding: path, as: UTF8.self))", "host": "\(head.field("host").map { String($0.prefix(256)) } ?? "")",
+        ])
+    }
+
     /// A request refused before anything was forwarded (smuggling probes, foreign hosts).
     func refused(_ reason: String) {
         logger.info("request refused", metadata: ["reason": "\(reason)"])
@@ -233,12 +253,13 @@ final class ProxyServer {
     /// other action to their own transport. The driver feeds the machine itself: the machine is never
     /// lent out across a call into the proxy. `failure`: the one its action list reports, for
     /// `.upstreamFailed` and `.retrying` (actions carry no payload, see `RequestLifecycle.Action`).
-    /// `identity`: the coordinator of the exchange's route: its refresh rules are asked, its list holds it.
+    /// `context`: the exchange's; its identity's refresh rules are asked, its identity's list holds it.
     func carryOut(_ action: RequestLifecycle.Action, failure: RequestLifecycle.UpstreamFailure?,
-                  for exchange: any ProxiedExchange, identity: RefreshCoordinator) -> ActionOutcome {
+                  for exchange: any ProxiedExchange, context: ExchangeContext) -> ActionOutcome {
+        let identity = context.coordinator
         switch action {
         case .hold:
-            return hold(exchange, identity: identity) ? .done : .holdRefused
+            return hold(exchange, context: context) ? .done : .holdRefused
         case .unhold:
             unhold(exchange)
         case .consultRefreshRules(let sentGeneration):
@@ -260,37 +281,30 @@ final class ProxyServer {
 
     // MARK: - Held requests
 
-    func hold(_ exchange: any ProxiedExchange, identity: RefreshCoordinator) -> Bool {
-        let key = ObjectIdentifier(identity)
-        var list = held[key] ?? []
-        if list.contains(where: { $0 === exchange }) { return true }
-        guard list.count < config.limits.maxHeldRequests else { return false }
-        list.append(exchange)
-        held[key] = list
-        heldCount += 1
-        metrics.heldRequests.record(Double(heldCount))
+    /// Holds `exchange` for its identity's refresh, within its route's share and the process's limit.
+    func hold(_ exchange: any ProxiedExchange, context: ExchangeContext) -> Bool {
+        guard held.hold(exchange, identity: context.coordinator, route: context.routeName, routeLimit: context.maxHeld,
+                        limit: config.limits.maxHeldRequests) else { return false }
+        metrics.heldRequests.record(Double(held.count))
         return true
     }
 
     func unhold(_ exchange: any ProxiedExchange) {
-        for (key, var list) in held {
-            guard let index = list.firstIndex(where: { $0 === exchange }) else { continue }
-            list.remove(at: index)
-            held[key] = list
-            heldCount -= 1
-            metrics.heldRequests.record(Double(heldCount))
-            return
-        }
+        if held.remove(exchange) { metrics.heldRequests.record(Double(held.count)) }
     }
 
+    var heldCount: Int { held.count }
+
     /// Held requests of the identity `identity`.
-    func heldCount(of identity: RefreshCoordinator) -> Int { held[ObjectIdentifier(identity)]?.count ?? 0 }
+    func heldCount(of identity: RefreshCoordinator) -> Int { held.count(of: identity) }
+
+    /// Held requests that arrived on the route `name` (`default`: the top-level one).
+    func heldCount(ofRoute name: String) -> Int { held.count(ofRoute: name) }
 
     /// Releases every request held for `identity`, oldest first, with the outcome of its refresh.
     private func refreshFinished(_ outcome: RefreshCoordinator.Outcome, of identity: RefreshCoordinator) {
-        let waiting = held.removeValue(forKey: ObjectIdentifier(identity)) ?? []
-        heldCount -= waiting.count
-        metrics.heldRequests.record(Double(heldCount))
+        let waiting = held.removeAll(of: identity)
+        metrics.heldRequests.record(Double(held.count))
         waiting.forEach { $0.refreshFinished(outcome) }
     }
 

@@ -56,6 +56,15 @@ struct ConfigReload {
         keep("tokens.watch_interval_seconds", "\(running.tokens.watchIntervalSeconds)", "\(loaded.tokens.watchIntervalSeconds)") {
             $0.tokens.watchIntervalSeconds = running.tokens.watchIntervalSeconds
         }
+        // Route listeners are bound at start (a host name goes through the blocking resolver): a route with
+        // its own listen keeps running as it is if the file adds, moves or removes it; routes on the main
+        // listener, and listen routes whose address stays, change live.
+        keep("routes[].listen", Self.describeListeners(running), Self.describeListeners(loaded)) { config in
+            let bound = Set(running.routes.compactMap { route in route.listen.map { "\(route.name)=\($0)" } })
+            config.routes.removeAll { route in route.listen.map { !bound.contains("\(route.name)=\($0)") } ?? false }
+            let served = Set(config.routes.map(\.name))
+            config.routes += running.routes.filter { $0.listen != nil && !served.contains($0.name) }
+        }
         // Identities are added and removed live (`Relay.applyIdentities`); one that stays keeps its token
         // store and refresh machine, so its token settings wait for a restart like the top level's.
         for (index, identity) in loaded.identities.enumerated() {
@@ -78,10 +87,21 @@ struct ConfigReload {
     /// The loaded config was valid on its own; with restart-only values kept it may not be. The one case:
     /// the refresh lock checked against a `command_timeout_seconds` that does not apply live (a lock too
     /// short for the running command timeout would make every refresh stop short of the token endpoint).
-    /// And route features this build checks but does not serve yet.
+    /// And a route whose own listener stays (until a restart) naming an identity the reload removes.
     func validate() throws {
-        try effective.requireServedRoutes()
+        // A route kept for its listener must still find its identity.
+        for (index, route) in effective.routes.enumerated() {
+            if let identity = route.identity, !effective.identities.contains(where: { $0.name == identity }) {
+                throw ConfigError("routes[\(index)].identity", "names \(identity), which the reload removes, while the route's listener stays until a restart")
+            }
+        }
         try effective.tokens.redis?.validateLock(refreshSeconds: effective.timeouts.refreshSeconds)
+    }
+
+    /// The routes with their own listener, as `name=host:port`, sorted.
+    private static func describeListeners(_ config: Config) -> String {
+        let listeners = config.routes.compactMap { route in route.listen.map { "\(route.name)=\($0)" } }.sorted()
+        return listeners.isEmpty ? "none" : listeners.joined(separator: " ")
     }
 
     /// An identity's token store as one line for the restart notice (paths and the Redis key, never a secret).

@@ -43,7 +43,7 @@ extension Relay {
                 logger.info("config reload superseded by a later SIGHUP; reading the config again")
             case .discardShuttingDown:
                 logger.info("config reload abandoned: shutting down with the running config")
-            case .notifyReady: systemd.reloaded(status: "proxying to \(config.upstream.url)")
+            case .notifyReady: systemd.reloaded(status: "proxying to \(config.proxyingSummary)")
             case .noteRequestedAgain:
                 logger.info("SIGHUP while a reload is being prepared; the config is read again once it is done")
             case .ignoreShuttingDown: logger.info("SIGHUP ignored while shutting down")
@@ -100,7 +100,7 @@ extension Relay {
         apply(plan.effective, preflight: preflight)
         metrics.countConfigReload(outcome: plan.needsRestart.isEmpty ? "applied" : "needs_restart")
         logger.info("config reloaded", metadata: [
-            "upstream": "\(config.upstream.url)",
+            "upstream": "\(config.proxyingSummary)",
             "needs_restart": "\(plan.needsRestart.isEmpty ? "none" : plan.needsRestart.map(\.field).joined(separator: ","))",
         ])
         // Last, so the outcome of this reload is still logged at the level in force when it was asked for.
@@ -108,7 +108,7 @@ extension Relay {
     }
 
     private func apply(_ next: Config, preflight: Preflight) {
-        if let warning = FileDescriptorBudget.ensure(for: next.limits) { logger.warning("\(warning)") }
+        if let warning = FileDescriptorBudget.ensure(for: next.limits, listeners: 1 + next.routes.filter { $0.listen != nil }.count) { logger.warning("\(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }

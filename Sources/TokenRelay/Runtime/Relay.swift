@@ -56,14 +56,13 @@ public final class Relay {
         self.logger = logger
         self.redactor = redactor
         self.reloadSource = reloadSource
-        try preflight.config.requireServedRoutes()
         refreshTLS = preflight.refreshTLS
         clientSecret = preflight.clientSecret
         credentialKeys = preflight.credentialKeys
         tokenSealer = preflight.codecs.sealer
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
-        if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
+        if let warning = FileDescriptorBudget.ensure(for: config.limits, listeners: 1 + config.routes.filter { $0.listen != nil }.count) { logger.warning("\(warning)") }
         if let warning = config.dataPlane.retiredWarning { logger.warning("\(warning)") }
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         for field in preflight.unverifiedTLSTargets {
@@ -125,7 +124,7 @@ public final class Relay {
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()
         relay.announce()
-        relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.upstream.url)")
+        relay.systemd.ready(loop: loop, status: "proxying to \(relay.config.proxyingSummary)")
         // Everything from here on is the steady state: the code only starting needed goes back (last, so
         // that no start-up code runs after it and is mapped back).
         let released = StartupPages.release()
@@ -140,9 +139,12 @@ public final class Relay {
         logger.info("listening", metadata: [
             "proxy": "\(config.listen.host):\(proxyPort)",
             "admin": "\(adminText)",
-            "upstream": "\(config.upstream.url)",
+            "upstream": "\(config.proxyingSummary)",
             "generation": "\(coordinator.generation)",
         ])
+        for route in config.routes where route.listen != nil {
+            logger.info("route listening", metadata: ["route": "\(route.name)", "proxy": "\(route.listen!.host):\(proxy.frontEnd.port(ofRoute: route.name) ?? 0)"])
+        }
     }
 
     func installSignalHandlers() {
