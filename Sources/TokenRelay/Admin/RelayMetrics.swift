@@ -57,6 +57,10 @@ final class RelayMetrics {
     /// before a request has a route).
     private(set) lazy var requests = RequestCounters(registry: registry, route: nil)
     private var labelled: [String: Counter] = [:]
+    /// The `identity`-labelled counters made on demand (by outcome, trigger, ...), for `retire`.
+    private var identityLabelled: [Counter] = []
+    /// A reload removed this identity: its series are gone from /metrics and none is made again.
+    private var isRetired = false
 
     let heldRequests: Gauge
     /// Open client connections on the proxy listener.
@@ -265,7 +269,28 @@ final class RelayMetrics {
         if let counter = labelled[key] { return counter }
         let counter = registry.makeCounter(descriptor: family.descriptor, labels: [(label, value)] + (identity ? identityLabels : []))
         labelled[key] = counter
+        if identity && !identityLabels.isEmpty {
+            // A retired identity's refresh in flight may still finish: it counts into a series nobody reads.
+            if isRetired { registry.unregisterCounter(counter) } else { identityLabelled.append(counter) }
+        }
         return counter
+    }
+
+    /// A reload removed this (named) identity: its `identity`-labelled series leave /metrics, so a
+    /// dashboard does not keep showing its last gauges (login required, expiry) as if it still ran. The
+    /// process-wide series it shares (held requests, replays, latency) stay.
+    func retire() {
+        guard !identityLabels.isEmpty, !isRetired else { return }
+        isRetired = true
+        for gauge in [tokenGeneration, loginRequired, unsavedTokens, accessTokenExpiresAt, secondsUntilExpiry, storeConnected, dpopEnabled] {
+            registry.unregisterGauge(gauge)
+        }
+        for counter in [tokenFileWriteFailures, lockWaits, adoptedRotations, stormGuardTrips, storeLockAcquisitions, storeConflicts,
+                        storeReadOnlyReplies, storeWritesPutBack, storeFailoversFollowed, dpopNonceReplays, dpopProofsSigned] + identityLabelled {
+            registry.unregisterCounter(counter)
+        }
+        identityLabelled = []
+        registry.unregisterValueHistogram(refreshDuration)
     }
 
     func countDPoPNonceReplay() { dpopNonceReplays.increment() }

@@ -12,12 +12,19 @@ final class NamedIdentity {
     private let redactor: SecretRedactor
     let endpoint: TokenEndpointClient
     let coordinator: RefreshCoordinator
+    /// This identity's metrics (its `identity`-labelled series over the relay's registry).
+    private let metrics: RelayMetrics
     private let loop: EventLoop
     private let logger: Logger
     /// The keys this identity signs with, as its last start or reload loaded them.
     private var credentialKeys: CredentialKeys
     /// This identity's assertion / subject-token files, for its running settings.
     private var credentialFilesWatch: CredentialFilesWatch?
+    /// This identity's `refresh.client_secret_file`, watched as the top level's is: a rotated secret is used
+    /// from the next exchange on, and a client authentication refused for the old one is asked again at once.
+    private var secretWatch: ClientSecretWatch?
+    private var clientSecret: String?
+    private var refreshTLS: TLSContext?
 
     init(_ named: NamedPreflight, loop: EventLoop, metrics: RelayMetrics, redactor: SecretRedactor, logger: Logger) throws {
         name = named.name
@@ -32,6 +39,7 @@ final class NamedIdentity {
         redactor.add(preflight.redis?.password)
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         let identityMetrics = RelayMetrics(identity: named.name, sharing: metrics)
+        self.metrics = identityMetrics
         let dpop: DPoPProofs?
         do {
             dpop = try Relay.dpopProofs(config: preflight.config, source: named.dpopKey, tokens: preflight.tokens, metrics: identityMetrics, logger: logger)
@@ -46,11 +54,29 @@ final class NamedIdentity {
         self.loop = loop
         self.logger = logger
         credentialKeys = preflight.credentialKeys
+        clientSecret = preflight.clientSecret
+        refreshTLS = preflight.refreshTLS
     }
 
     func start() {
         coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
         watchCredentialFiles()
+        watchClientSecret()
+    }
+
+    private func watchClientSecret() {
+        secretWatch = ClientSecretWatch(source: config.refresh.clientSecret, loop: loop, interval: config.tokens.watchIntervalSeconds,
+                                        logger: logger) { [unowned self] secret in
+            self.redactor.add(secret)
+            self.clientSecret = secret
+            self.reconfigureTokenEndpoint()
+            Relay.retry(self.coordinator, afterCredentialChange: "client secret file replaced", logger: self.logger)
+        }
+    }
+
+    private func reconfigureTokenEndpoint() {
+        endpoint.reconfigure(connection: Relay.tokenEndpointConnection(config: config, tls: refreshTLS),
+                             grant: TokenGrants.make(config.refresh, clientSecret: clientSecret, keys: credentialKeys))
     }
 
     private func watchCredentialFiles() {
@@ -59,21 +85,32 @@ final class NamedIdentity {
         }
     }
 
+    /// A reload removed this identity: its files are no longer watched (its machine is stopped by the
+    /// proxy) and its metrics leave /metrics.
+    func retire() {
+        secretWatch = nil
+        credentialFilesWatch = nil
+        metrics.retire()
+    }
+
     /// A reload that keeps this identity: its refresh settings, client secret, keys and token endpoint TLS
     /// apply from the next exchange on; the token store, the machine and a refresh in flight stay (the
     /// reload plan keeps the running token settings).
     func apply(_ named: NamedPreflight) {
         let preflight = named.preflight
         let credentialChange = Relay.credentialChange(from: (config.refresh, credentialKeys), to: (preflight.config.refresh, preflight.credentialKeys))
+            ?? (preflight.clientSecret != clientSecret ? "a new client secret" : nil)
         credentialKeys = preflight.credentialKeys
         config = preflight.config
         redactor.add(preflight.clientSecret)
-        endpoint.reconfigure(connection: Relay.tokenEndpointConnection(config: config, tls: preflight.refreshTLS),
-                             grant: TokenGrants.make(config.refresh, clientSecret: preflight.clientSecret, keys: preflight.credentialKeys))
+        clientSecret = preflight.clientSecret
+        refreshTLS = preflight.refreshTLS
+        reconfigureTokenEndpoint()
         coordinator.apply(settings: config.refresh, injection: config.inject, refreshTimeout: config.timeouts.refreshSeconds,
                           lockTimeout: RefreshCoordinator.lockTimeout(for: config),
                           lockLifetime: config.tokens.redis?.effectiveLockSeconds(refreshSeconds: config.timeouts.refreshSeconds))
         watchCredentialFiles()
+        watchClientSecret()
         if let credentialChange { Relay.retry(coordinator, afterCredentialChange: "reload: \(credentialChange)", logger: logger) }
     }
 }

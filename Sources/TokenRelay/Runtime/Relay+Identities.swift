@@ -32,6 +32,7 @@ extension Relay {
             // Kept to the end of the process, stopped: a refresh in flight must still reach its token store
             // (its answer may hold the only copy of a rotated refresh token), and the exit still saves what
             // could not be saved.
+            removed.retire()
             retiredIdentities.append(removed)
         }
         proxy.use(next)
