@@ -14,7 +14,7 @@ enum RedisTokenCLI {
     /// `RedisHeldSet`): relays adopt it even when its version is lower than one they hold (after a flush)
     /// instead of putting their older set back over it. Returns the version written.
     static func store(_ tokens: TokenSet, endpoint: RedisEndpoint, settings: RedisSettings, codec: TokenStateCodec = .plain) throws -> Int64 {
-        let data = try codec.encode(tokens)
+        let data = try codec.encode(tokens, expiryMilliseconds: true)
         let timeout = settings.commandTimeoutSeconds * 2
         // An import races only with a relay's refresh; a lost compare-and-set is tried again on the newer base.
         for _ in 0..<5 {

@@ -23,7 +23,7 @@ enum RedisTokenResealing {
         let (tokens, form) = try codec.decodeWithForm(data, name: "redis:\(settings.key)")
         guard codec.needsResealing(form) else { return .alreadySealed }
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: settings.key + ":updates", expected: version,
-                                                            tokens: try codec.encode(tokens), loginRequired: fields[2].text ?? "",
+                                                            tokens: try codec.encode(tokens, expiryMilliseconds: true), loginRequired: fields[2].text ?? "",
                                                             writer: "tokenrelay-reseal/\(getpid())")
         switch RedisScripts.compareAndSetOutcome(try RedisOneShot.run(endpoint: endpoint, timeout: timeout, arguments)) {
         case .written(let written): return .resealed(from: form, version: written)

@@ -416,7 +416,8 @@ final class RedisTokenStore: TokenStore {
     /// the same lineage) gets it written back (`putBack`).
     func holdUnacknowledged(_ tokens: TokenSet, _ mark: UnacknowledgedWriteMark.Mark) throws {
         // Clamped: the mark is read from a file, and its largest version must not trap.
-        held = RedisHeldSet(version: min(mark.overVersion, Int64.max - 1) + 1, value: try codec.encode(tokens), loginRequired: "", importStamp: mark.importStamp)
+        held = RedisHeldSet(version: min(mark.overVersion, Int64.max - 1) + 1, value: try codec.encode(tokens, expiryMilliseconds: true),
+                            loginRequired: "", importStamp: mark.importStamp)
     }
 
     func write(_ tokens: TokenSet, completion: @escaping (TokenStoreWrite) -> Void) {
@@ -432,7 +433,7 @@ final class RedisTokenStore: TokenStore {
         guard let commands, isConnected else { return deferred { completion(.failed(self.outage ?? "Redis is not connected")) } }
         let data: Data
         do {
-            data = try codec.encode(tokens)
+            data = try codec.encode(tokens, expiryMilliseconds: true)
         } catch {
             return deferred { completion(.failed("\(error)")) }
         }
@@ -608,7 +609,7 @@ final class RedisTokenStore: TokenStore {
 
     /// At exit the loop has stopped: a short loop of our own carries one compare-and-set.
     func writeAtExit(_ tokens: TokenSet) throws {
-        let data = try codec.encode(tokens)
+        let data = try codec.encode(tokens, expiryMilliseconds: true)
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
                                                             loginRequired: "", writer: ownerID)
         let reply = try RedisOneShot.run(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, arguments)

@@ -115,11 +115,15 @@ struct TokenFile {
         return TokenSet(accessToken: access, refreshToken: refresh, expiresAt: expiresAt, otherFields: object)
     }
 
-    static func encode(_ tokens: TokenSet) throws -> Data {
+    /// `expiryMilliseconds`: `expires_at` with milliseconds (the Redis value: every relay of a fleet plans its
+    /// refresh from the expiry it reads there, and whole seconds cut up to one from it, so a relay that adopted
+    /// a set would plan its refresh up to a second before the relay that got it; `FleetRefreshRateTests`). A
+    /// token file keeps whole seconds.
+    static func encode(_ tokens: TokenSet, expiryMilliseconds: Bool = false) throws -> Data {
         var object = tokens.otherFields
         object["access_token"] = tokens.accessToken.isEmpty ? nil : tokens.accessToken
         object["refresh_token"] = tokens.refreshToken
-        object["expires_at"] = tokens.expiresAt.map(Timestamp.format)
+        object["expires_at"] = tokens.expiresAt.map(expiryMilliseconds ? RFC3339.formatWithMilliseconds : Timestamp.format)
         return Data(try JSONWriter.data(object, options: [.prettyPrinted, .sortedKeys]))
     }
 

@@ -37,8 +37,8 @@ struct TokenStateCodec: Sendable {
         self.place = place
     }
 
-    func encode(_ tokens: TokenSet) throws -> Data {
-        let document = try TokenFile.encode(tokens)
+    func encode(_ tokens: TokenSet, expiryMilliseconds: Bool = false) throws -> Data {
+        let document = try TokenFile.encode(tokens, expiryMilliseconds: expiryMilliseconds)
         guard let sealer else { return document }
         return try SealedTokenState.seal(Array(document), key: sealer.keyring.current, associatedData: place.associatedData)
     }

@@ -21,6 +21,9 @@ final class SimulatedFleet {
     var lockSeconds = 4.0
     let accessTokenLifetime: Double
 
+    /// The stored expiry with milliseconds, as `RedisTokenStore` writes it (false: whole seconds, as before).
+    var storedExpiryMilliseconds = true
+
     private(set) var clock = 0.0
     /// The wall clock's fraction of a second at zero: where the token file's whole seconds cut.
     let wallAtZero: Date
@@ -53,25 +56,31 @@ final class SimulatedFleet {
         accessExpiresAt = accessTokenLifetime
         let initial = TokenSet(accessToken: "access-0", refreshToken: "refresh-0",
                                expiresAt: wallAtZero.addingTimeInterval(accessTokenLifetime))
-        value = (try? TokenFile.encode(initial)) ?? Data()
+        value = (try? TokenFile.encode(initial, expiryMilliseconds: true)) ?? Data()
         for index in 0..<count { relays.append(SimulatedRelay(fleet: self, index: index)) }
         for relay in relays { relay.start() }
     }
 
     /// Runs every event due until `end` (seconds on the fleet's clock).
     func run(until end: Double) {
-        while let next = events.indices.min(by: { (events[$0].at, events[$0].order) < (events[$1].at, events[$1].order) }),
-              events[next].at <= end {
-            let event = events.remove(at: next)
-            clock = max(clock, event.at)
-            event.work()
+        while let next = events.last, next.at <= end {
+            events.removeLast()
+            clock = max(clock, next.at)
+            next.work()
         }
         clock = end
     }
 
+    /// Kept sorted latest first, so the next event is the last one.
     func after(_ delay: Double, _ work: @escaping () -> Void) {
         order += 1
-        events.append((clock + max(0, delay), order, work))
+        let event = (at: clock + max(0, delay), order: order, work: work)
+        var low = 0, high = events.count
+        while low < high {
+            let middle = (low + high) / 2
+            if (events[middle].at, events[middle].order) > (event.at, event.order) { low = middle + 1 } else { high = middle }
+        }
+        events.insert(event, at: low)
     }
 
     /// Uniform in 0...1, the same sequence every run.
@@ -108,7 +117,7 @@ final class SimulatedFleet {
 
     /// The compare-and-set: the new version, or nil when `expected` is stale.
     func compareAndSet(expected: Int64, _ tokens: TokenSet) -> Int64? {
-        guard expected == version, let data = try? TokenFile.encode(tokens) else { return nil }
+        guard expected == version, let data = try? TokenFile.encode(tokens, expiryMilliseconds: storedExpiryMilliseconds) else { return nil }
         version += 1
         value = data
         let announced = version
