@@ -120,7 +120,8 @@ final class GRPCRefreshTests: RelayTestCase {
         let relay = try startGRPCRelay(maxConnectionAgeMilliseconds: 300)
         let outcome = try grpc.client(port: relay.proxyPort, "until_connections", [3, 4000], timeout: 180)
         let all = codes(outcome)
-        print("GOAWAY burst: \(all.count) calls over \(outcome["connections"] ?? "?") upstream connections")
+        let resent = relay.stderrText.components(separatedBy: "retrying on a fresh upstream connection").count - 1
+        print("GOAWAY burst: \(all.count) calls over \(outcome["connections"] ?? "?") upstream connections, \(resent) sent again")
         XCTAssertGreaterThanOrEqual(outcome["connections"] as? Int ?? 0, 3, "GOAWAY came mid-burst: \(outcome["connections"] ?? "?") connections")
         XCTAssertEqual(all.filter { $0 != "OK" }, [], "every call answered OK")
         XCTAssertEqual(try grpc.count("ok", "Unary"), all.count)
