@@ -40,6 +40,10 @@ public final class HTTP2ClientConnection {
     private var streams: [Int32: HTTP2ClientStream] = [:]
     private var inLibrary = false
     private var flushTimer: TransportTimer?
+    /// Checks the streams' silence limits while any stream has one (`watchSilence`).
+    private var silenceTimer: TransportTimer?
+    private var silenceInterval = Double.infinity
+    private let loop: TransportLoop
     private var flushScheduled = false
     private var selfRetain: HTTP2ClientConnection?
     private let socketOutputLimit = 1 << 20
@@ -73,6 +77,7 @@ public final class HTTP2ClientConnection {
         self.host = host
         self.settings = settings
         self.http1Allowed = http1Allowed
+        self.loop = loop
         scheme = tls == nil ? "http" : "https"
         let connector = try HTTPClientConnection(loop: loop, host: host, port: port, tls: tls, connectTimeout: connectTimeout,
                                                  alpn: tls == nil ? [] : (http1Allowed ? ["h2", "http/1.1"] : ["h2"]))
@@ -235,6 +240,31 @@ public final class HTTP2ClientConnection {
 
     var socketHasRoom: Bool { (stream?.pendingOutput ?? 0) < socketOutputLimit }
 
+    // MARK: - Silence limits
+
+    /// A stream has a silence limit of `limit` seconds: the check runs every quarter of the shortest.
+    func watchSilence(_ limit: Double) {
+        guard !isClosed else { return }
+        let interval = max(0.05, limit / 4)
+        if silenceTimer == nil { silenceTimer = TransportTimer(loop: loop) { [unowned self] in self.checkSilence() } }
+        guard let silenceTimer else { return }
+        if !silenceTimer.isScheduled || interval < silenceInterval {
+            silenceInterval = interval
+            silenceTimer.schedule(after: interval)
+        }
+    }
+
+    private func checkSilence() {
+        guard !isClosed else { return }
+        let now = monotonicSeconds()
+        var watching = false
+        for open in Array(streams.values) {
+            guard let limit = open.silenceLimit, !open.isEnded else { continue }
+            if now - open.lastInput >= limit { open.silenceExpired() } else { watching = true }
+        }
+        if watching { silenceTimer?.schedule(after: silenceInterval) } else { silenceInterval = .infinity }
+    }
+
     // MARK: - Output
 
     func scheduleFlush() {
@@ -271,6 +301,8 @@ public final class HTTP2ClientConnection {
         isGoingAway = true
         flushTimer?.cancel()
         flushTimer = nil
+        silenceTimer?.cancel()
+        silenceTimer = nil
         let open = streams
         streams = [:]
         for lost in open.values.sorted(by: { $0.id < $1.id }) {

@@ -32,12 +32,15 @@ public final class HTTP2ClientStream {
         case lost(String, responseStarted: Bool)
         /// The response broke HTTP semantics (the parser's reason).
         case invalidResponse(String)
+        /// Nothing came for the stream within its silence limit (`setSilenceLimit`).
+        case timedOut(responseStarted: Bool)
 
         public var description: String {
             switch self {
             case .notProcessed(let why): return "not processed by the upstream (\(why))"
             case .lost(let why, _): return why
             case .invalidResponse(let why): return "invalid HTTP/2 response: \(why)"
+            case .timedOut: return "timed out"
             }
         }
     }
@@ -127,6 +130,23 @@ public final class HTTP2ClientStream {
         return ok
     }
 
+    /// Longest the upstream may leave this stream without a frame while its response is read (nil: for
+    /// ever, as an event stream may need). Checked by the connection's timer (`HTTP2ClientConnection`), so a
+    /// stream costs no timer of its own.
+    public func setSilenceLimit(_ seconds: Double?) {
+        silenceLimit = seconds.flatMap { $0 > 0 && $0.isFinite ? $0 : nil }
+        lastInput = monotonicSeconds()
+        if let limit = silenceLimit { connection.watchSilence(limit) }
+    }
+
+    private(set) var silenceLimit: Double?
+    private(set) var lastInput = 0.0
+
+    /// The connection's timer found the stream silent past its limit: it ends as timed out, and is reset.
+    func silenceExpired() {
+        failAndReset(.timedOut(responseStarted: responseStarted), code: NGHTTP2_CANCEL.rawValue)
+    }
+
     /// Stops handing the response window back to the server (the client is slow); `resumeReading` does.
     public func pauseReading() { paused = true }
 
@@ -195,7 +215,10 @@ public final class HTTP2ClientStream {
 
     // MARK: - The response (from nghttp2's callbacks)
 
-    func beginHeaders() { fields.removeAll(keepingCapacity: true) }
+    func beginHeaders() {
+        lastInput = monotonicSeconds()
+        fields.removeAll(keepingCapacity: true)
+    }
 
     func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
         if !headDone, name.count == 7, name.elementsEqual(":status".utf8) {
@@ -243,6 +266,7 @@ public final class HTTP2ClientStream {
 
     func receivedBody(_ bytes: UnsafeRawBufferPointer) {
         guard handler != nil, !isEnded else { return connection.consume(id, bytes.count) }
+        if silenceLimit != nil { lastInput = monotonicSeconds() }
         if !bytes.isEmpty { dataSeen = true }
         releaseHeldHead()
         handler?.stream(self, receivedBody: bytes)
@@ -335,11 +359,11 @@ public final class HTTP2ClientStream {
         return nil
     }
 
-    private func failAndReset(_ failure: Failure) {
+    private func failAndReset(_ failure: Failure, code: UInt32 = NGHTTP2_PROTOCOL_ERROR.rawValue) {
         let id = self.id
         fail(failure)
         connection.submitControl { session in
-            _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, UInt32(NGHTTP2_PROTOCOL_ERROR.rawValue))
+            _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, code)
         }
     }
 }

@@ -196,6 +196,19 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(h2.requests.map(\.bodyBytes), [3145728, 3145728])
     }
 
+    /// An h2 upstream that goes silent mid-body is cut after `timeouts.stream_idle_seconds`, as an HTTP/1.1
+    /// one is: the client gets a truncated response, not a hang; the connection's other streams go on.
+    func testASilentStreamIsCutAfterStreamIdleSeconds() throws {
+        let relay = try startWithH2Upstream(["stall_paths": ["/stall"]], ["timeouts": ["stream_idle_seconds": 1], "log": ["access": true]])
+        let started = Date()
+        let cut = try runTool("curl", ["-sS", "--max-time", "20", "\(relay.proxyURL)/stall"], timeout: 30)
+        XCTAssertNotEqual(cut.exitCode, 0, "a truncated response")
+        XCTAssertNotEqual(cut.exitCode, 28, "cut by the relay, not by curl's own limit")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 15)
+        XCTAssertEqual(try get(relay, "/after").status, 200, "the upstream connection still serves")
+        XCTAssertEqual(h2.connectionCount, 1)
+    }
+
     /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
     func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
         try requireTools()

@@ -236,6 +236,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             // The 401 is read to its end before anything is decided: silence mid-body is bounded as when
             // relaying, or a stalled upstream would keep the client (and the connection) for ever.
             upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
+            http2?.stream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         case .relayResponse:
             if let head { startRelaying(head) }
         case .endRelayedResponse:
@@ -585,6 +586,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
         // Between two pieces of the body the upstream may be silent only so long (an idle event stream
         // that died without a FIN must not hold the client for ever). The running configuration's limit.
         upstream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
+        http2?.stream?.setSilenceLimit(context.current.timeouts.streamIdleSeconds)
         let requestIsHead = head.method == .head
         response.withFieldTable { table in
             let length: BodyLength

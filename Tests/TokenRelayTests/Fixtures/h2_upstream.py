@@ -9,6 +9,7 @@ Settings (all optional):
   delay_ms                each answer waits this long on the server (so that streams overlap)
   events_file             one JSON line per event: {"event": "connection", "conn": n} and
                           {"event": "request", "conn": n, "stream": id, "headers": [[name, value], ...], "body": len}
+  stall_paths             requests to these paths get a head and 10 of 100 body bytes, then silence
   reset_paths             requests to these paths are answered with RST_STREAM INTERNAL_ERROR
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
@@ -161,6 +162,11 @@ class Connection:
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-type", "application/grpc")])
             self.conn.send_data(stream_id, stream["body"])
             self.conn.send_headers(stream_id, [("grpc-status", "0"), ("x-trailer", "seen")], end_stream=True)
+            return
+        if path in settings.get("stall_paths", []):
+            # Half a body, then silence (the connection stays open).
+            self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", "100")])
+            self.conn.send_data(stream_id, b"x" * 10)
             return
         if rejected(token):
             body = b'{"error":"invalid_token"}'
