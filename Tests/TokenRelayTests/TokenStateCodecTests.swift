@@ -56,6 +56,24 @@ final class TokenStateCodecTests: XCTestCase {
         XCTAssertNoThrow(try codec(keyA, place: .redis(key: "tokenrelay:a")).decode(redisA, name: "x"))
     }
 
+    func testANamedIdentitysFileIsBoundToItAndTheUnboundFormStillOpens() throws {
+        let sealedForA = try codec(keyA, place: .identityTokenFile(name: "a")).encode(tokens)
+        for place in [TokenStatePlace.identityTokenFile(name: "b"), .tokenFile] {
+            XCTAssertThrowsError(try codec(keyA, place: place).decode(sealedForA, name: "b.json")) { error in
+                XCTAssertTrue("\(error)".contains("authentication tag does not match"), "\(error)")
+            }
+        }
+        XCTAssertEqual(try codec(keyA, place: .identityTokenFile(name: "a")).decode(sealedForA, name: "a.json").refreshToken, tokens.refreshToken)
+        // A file an identity's store sealed before the binding (as a plain token file) is still read.
+        let unbound = try codec(keyA, place: .tokenFile).encode(tokens)
+        XCTAssertEqual(try codec(keyA, place: .identityTokenFile(name: "a")).decode(unbound, name: "a.json").refreshToken, tokens.refreshToken)
+        // The place comes from the scoped config.
+        var identityTokens = Config.Tokens(file: "/x/a.json")
+        identityTokens.identity = "a"
+        XCTAssertEqual(try ConfiguredTokenCodecs(identityTokens).file.place, .identityTokenFile(name: "a"))
+        XCTAssertEqual(try ConfiguredTokenCodecs(Config.Tokens(file: "/x/t.json")).file.place, .tokenFile)
+    }
+
     func testAPreviousKeyOpensAndAsksForResealing() throws {
         let old = try codec(keyA).encode(tokens)
         let rotated = codec(keyB, previous: [keyA])

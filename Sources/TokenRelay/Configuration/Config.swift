@@ -77,6 +77,9 @@ public struct Config: Sendable {
         public var redis: RedisSettings?
         /// The token state sealed at rest (`tokens.encryption`); nil: stored as plain JSON.
         public var encryption: TokenEncryptionSettings?
+        /// The named identity these tokens are (set by `Config.scoped(to:)`, never read from the file): a sealed
+        /// token file is bound to it. Nil: the top-level identity.
+        var identity: String?
 
         init(file: String?) { self.file = file }
 

@@ -5,6 +5,7 @@ extension Config {
     public func scoped(to identity: Identity) -> Config {
         var scoped = self
         scoped.tokens = identity.tokens
+        scoped.tokens.identity = identity.name
         scoped.refresh = identity.refresh
         scoped.login = identity.login
         scoped.dpop = identity.dpop

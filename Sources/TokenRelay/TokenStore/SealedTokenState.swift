@@ -70,6 +70,9 @@ enum SealedStateError: Error {
 enum TokenStatePlace: Sendable, Equatable {
     /// `tokens.file` holding the tokens (one host).
     case tokenFile
+    /// `identities.<name>.tokens.file`: a file copied from another identity's path fails its tag instead of
+    /// opening as this identity's session.
+    case identityTokenFile(name: String)
     /// The Redis value under this key (fleet mode).
     case redis(key: String)
     /// `tokens.file` as the local cache of the Redis key (fleet mode).
@@ -78,8 +81,16 @@ enum TokenStatePlace: Sendable, Equatable {
     var associatedData: [UInt8] {
         switch self {
         case .tokenFile: return Array("tokenrelay token state v1: token file".utf8)
+        case .identityTokenFile(let name): return Array("tokenrelay token state v1: token file of identity \(name)".utf8)
         case .redis(let key): return Array("tokenrelay token state v1: redis key \(key)".utf8)
         case .redisCache(let key): return Array("tokenrelay token state v1: local cache of redis key \(key)".utf8)
         }
+    }
+
+    /// What builds before identity binding sealed this place with (named identities' files were sealed as
+    /// plain `token file`s): still opened, so an upgrade reads the files it finds; the next write binds it.
+    var legacyAssociatedData: [UInt8]? {
+        if case .identityTokenFile = self { return TokenStatePlace.tokenFile.associatedData }
+        return nil
     }
 }

@@ -59,7 +59,13 @@ struct TokenStateCodec: Sendable {
         }
         let keyring = sealer.keyring
         do {
-            let opened = try SealedTokenState.open(object, keyring: keyring, associatedData: place.associatedData)
+            let opened: (plaintext: [UInt8], keyID: String)
+            do {
+                opened = try SealedTokenState.open(object, keyring: keyring, associatedData: place.associatedData)
+            } catch .tagMismatch {
+                guard let legacy = place.legacyAssociatedData else { throw SealedStateError.tagMismatch }
+                opened = try SealedTokenState.open(object, keyring: keyring, associatedData: legacy)
+            }
             return (try TokenFile.decode(Data(opened.plaintext), path: name), .sealed(keyID: opened.keyID))
         } catch let error as SealedStateError {
             switch error {
@@ -103,7 +109,7 @@ struct ConfiguredTokenCodecs: Sendable {
             file = TokenStateCodec(sealer: sealer, place: .redisCache(key: key))
             redis = TokenStateCodec(sealer: sealer, place: .redis(key: key))
         } else {
-            file = TokenStateCodec(sealer: sealer, place: .tokenFile)
+            file = TokenStateCodec(sealer: sealer, place: tokens.identity.map { .identityTokenFile(name: $0) } ?? .tokenFile)
             redis = .plain
         }
     }
