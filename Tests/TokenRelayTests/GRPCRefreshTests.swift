@@ -112,6 +112,11 @@ final class GRPCRefreshTests: RelayTestCase {
         XCTAssertEqual(outcome["messages"] as? [String], ["first", "second"], "\(outcome)")
         XCTAssertEqual(outcome["code"] as? String, "OK")
         XCTAssertEqual(try grpc.count("calls", "Slow"), 1)
+        // The head came at once: its latency is that, not the 2 s wait for the first message after it.
+        let metrics = try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/metrics").bodyText
+        let sum = metrics.split(separator: "\n").first { $0.hasPrefix("tokenrelay_upstream_response_seconds_sum ") }
+            .flatMap { Double($0.split(separator: " ").last ?? "") }
+        XCTAssertLessThan(try XCTUnwrap(sum, metrics), 1.5, "head latency, not the first message's wait")
     }
 
     /// The server ends each connection with GOAWAY at 300 ms of age while calls keep coming: every call

@@ -10,6 +10,9 @@ final class HTTP2UpstreamLink {
     var trailersBeforeData: UpstreamTrailers?
     /// Trailers that came after the body: relayed to an HTTP/2 client at the response's end.
     var trailers: [(name: String, value: String)] = []
+    /// The head's latency was recorded when it arrived withheld (`streamWithheldHead`): the wait for the
+    /// first message after it is not the upstream's head latency.
+    var headLatencyRecorded = false
     /// The request is a gRPC call (`HTTP2ClientSession.isGRPC`).
     var isGRPC = false
 
@@ -78,6 +81,7 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
         captured = nil
         link.trailersBeforeData = nil
         link.trailers = []
+        link.headLatencyRecorded = false
         stream.handler = self
         let grpc = HTTP2ClientSession.isGRPC(head)
         link.isGRPC = grpc
@@ -137,7 +141,9 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
     }
 
     func streamWithheldHead(_ stream: HTTP2ClientStream) {
-        guard stream === http2?.stream else { return }
+        guard let link = http2, stream === link.stream else { return }
+        context.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
+        link.headLatencyRecorded = true
         step { $0.responseHeadWithheld() }
     }
 

@@ -425,7 +425,7 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
     /// A response head from the upstream, either protocol: the refresh decision and the machine's event.
     /// `bodyBytesSent`: body bytes of a streamed request that had left before it.
     func upstreamReceivedHead(_ head: ReceivedResponseHead, bodyBytesSent: Int) {
-        context.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt)
+        if http2?.headLatencyRecorded != true { context.metrics.upstreamLatency.record(EventLoop.monotonicNow - sentAt) }
         // Nobody asked to switch protocols: what follows is not HTTP, and must not reach the client as such.
         if head.status == 101 && upgradeProtocol == nil {
             closeUpstream()
