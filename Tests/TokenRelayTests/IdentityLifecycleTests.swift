@@ -73,4 +73,16 @@ final class IdentityLifecycleTests: ReloadTestCase {
         XCTAssertFalse(after.contains(#"identity="b""#), after.split(separator: "\n").filter { $0.contains(#"identity="b""#) }.joined(separator: "\n"))
         XCTAssertEqual(try get(relay, "/still").status, 200)
     }
+
+    /// A relay started without identities: a reload adding the first one used to abort the process (its
+    /// identity-labelled series beside the top level's unlabelled ones); it now waits for a restart, named.
+    func testAReloadAddingTheFirstIdentityKeepsTheRelayServingAndNamesTheRestart() throws {
+        let relay = try startRelay()
+        try reload(relay, withB)
+        XCTAssertTrue(relay.isRunning, relay.stderrText)
+        XCTAssertTrue(relay.stderrText.contains("needs_restart=identities") || relay.stderrText.contains("identities: changing it needs a restart"),
+                      relay.stderrText)
+        XCTAssertEqual(try get(relay, "/still").status, 200)
+        XCTAssertEqual(try admin(relay, "/metrics").status, 200)
+    }
 }

@@ -203,6 +203,20 @@ final class RouteConfigTests: XCTestCase {
         XCTAssertFalse(plan.needsRestart.description.contains("secret"))
     }
 
+    /// A process started without identities keeps its unlabelled metrics; the first identities (and the routes
+    /// that came with them) wait for a restart instead of aborting the process at registration.
+    func testTheFirstIdentitiesOfAProcessStartedWithoutAnyWaitForARestart() throws {
+        var withoutListener = twoIdentities
+        withoutListener["routes"] = (twoIdentities["routes"] as! [[String: Any]]).filter { $0["name"] as? String != "payments" }
+        let plan = ConfigReload(running: try parse(base), loaded: try parse(withoutListener))
+        XCTAssertEqual(plan.needsRestart.map(\.field), ["identities"])
+        XCTAssertEqual(plan.effective.identities.count, 0)
+        XCTAssertEqual(plan.effective.routes.count, 0, "routes naming the waiting identities wait with them")
+        XCTAssertNoThrow(try plan.validate())
+        // A process started with identities adds more live (its metrics are labelled from the start).
+        XCTAssertEqual(ConfigReload(running: try parse(withoutListener), loaded: try parse(withoutListener)).needsRestart, [])
+    }
+
     func testBadPathPrefixes() {
         for (prefix, reason) in [("hr/", "start with /"), ("/hr?x", "?"), ("/h%72/", "%"), ("/a/../b", ".."), ("/a b", "spaces"), ("/a#b", "#")] {
             assertRefused(editing(twoIdentities, route: 0) { $0["match"] = ["path_prefix": prefix] }, field: "routes[0].match.path_prefix", mentioning: [reason])

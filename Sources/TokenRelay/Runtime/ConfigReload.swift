@@ -65,6 +65,16 @@ struct ConfigReload {
             let served = Set(config.routes.map(\.name))
             config.routes += running.routes.filter { $0.listen != nil && !served.contains($0.name) }
         }
+        // The first identities of a process started without any wait for a restart, with the routes that
+        // come with them: the top level's refresh and token metrics carry an `identity` label only when the
+        // process starts with identities, and one registry cannot hold a metric both with and without labels
+        // (the added identity's labelled series would abort the process).
+        if running.identities.isEmpty && !loaded.identities.isEmpty {
+            keep("identities", "none", loaded.identities.map(\.name).joined(separator: ",")) { config in
+                config.identities = []
+                config.routes = running.routes
+            }
+        }
         // Identities are added and removed live (`Relay.applyIdentities`); one that stays keeps its token
         // store and refresh machine, so its token settings wait for a restart like the top level's.
         for (index, identity) in loaded.identities.enumerated() {

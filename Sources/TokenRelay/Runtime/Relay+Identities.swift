@@ -3,9 +3,9 @@
 /// settings (`NamedIdentity.apply`). Applied before the routes, which look their identity up.
 extension Relay {
     /// The identities the reload adds, made (token store opened) but not yet started or used.
-    func makeAddedIdentities(_ preflight: Preflight) throws -> [NamedIdentity] {
+    func makeAddedIdentities(_ identities: [NamedPreflight]) throws -> [NamedIdentity] {
         let running = Set(namedIdentities.map(\.name))
-        return try preflight.identities.filter { !running.contains($0.name) }.map { named in
+        return try identities.filter { !running.contains($0.name) }.map { named in
             do {
                 return try NamedIdentity(named, loop: loop, metrics: metrics, redactor: redactor, logger: logger)
             } catch let error as ConfigError {
@@ -14,9 +14,9 @@ extension Relay {
         }
     }
 
-    func applyIdentities(_ preflight: Preflight, added: [NamedIdentity]) {
+    func applyIdentities(_ identities: [NamedPreflight], added: [NamedIdentity]) {
         var next: [NamedIdentity] = []
-        for named in preflight.identities {
+        for named in identities {
             if let running = namedIdentities.first(where: { $0.name == named.name }) {
                 running.apply(named)
                 next.append(running)

@@ -87,16 +87,19 @@ extension Relay {
             metrics.countConfigReload(outcome: "invalid")
             return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error) (with the running values kept)"])
         }
+        // The identities the plan applies (the first ones of a process started without any wait for a restart).
+        let applied = Set(plan.effective.identities.map(\.name))
+        let identities = preflight.identities.filter { applied.contains($0.name) }
         let added: [NamedIdentity]
         do {
             // Made before anything is applied: an identity whose token store cannot be opened fails the whole
             // reload, instead of leaving a route without its identity.
-            added = try makeAddedIdentities(preflight)
+            added = try makeAddedIdentities(identities)
         } catch {
             metrics.countConfigReload(outcome: "invalid")
             return logger.error("config reload failed; the running config stays", metadata: ["error": "\(error)"])
         }
-        applyIdentities(preflight, added: added)
+        applyIdentities(identities, added: added)
         apply(plan.effective, preflight: preflight)
         metrics.countConfigReload(outcome: plan.needsRestart.isEmpty ? "applied" : "needs_restart")
         logger.info("config reloaded", metadata: [
