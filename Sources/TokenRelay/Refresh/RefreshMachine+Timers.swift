@@ -76,7 +76,9 @@ extension RefreshMachine {
         let failedWrites = (unsaved?.failedWrites ?? 0) + 1
         unsaved = Unsaved(error: error, failedWrites: failedWrites)
         if failedWrites == 1 {
-            log(.critical, "could not persist refreshed tokens; a restart now would need a new login; retrying the write", ["error": error])
+            log(.critical, settings.sharedStore
+                ? "could not write the refreshed tokens to the shared token store; only this relay (and its local cache, if configured) holds them; retrying the write"
+                : "could not persist refreshed tokens; a restart now would need a new login; retrying the write", ["error": error])
         }
         let exponent = Double(min(failedWrites - 1, 20))
         let delay = min(max(settings.backoffSeconds, 0.05) * pow(2, exponent), Self.maximumSaveRetryDelay)
