@@ -109,6 +109,28 @@ final class RouteListenersTests: ReloadTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0)
     }
 
+    /// h2c (prior knowledge) takes the same routes: a route listener's streams are its route's, and a stream
+    /// matching no route gets the 404 (a gRPC call too, which reads it as UNIMPLEMENTED).
+    func testHTTP2StreamsTakeTheListenersRouteAndTheNoRoute404() throws {
+        guard toolExists("curl") else { throw XCTSkip("curl is not installed") }
+        let payAPI = try tokenAPI(header: "X-Api-Token", scheme: "Token ")
+        let relay = try startRelay(["upstream": NSNull(),
+                                    "routes": [["name": "pay", "listen": "127.0.0.1:0", "upstream": ["url": payAPI.baseURL],
+                                                "inject": ["header": "X-Api-Token", "format": "Token {token}"]],
+                                               ["name": "hr", "match": ["path_prefix": "/hr"], "upstream": ["url": api.baseURL]]]])
+        let payPort = try routePort(relay, "pay")
+        func curl(_ port: Int, _ path: String, _ extra: [String] = []) throws -> ToolResult {
+            try runTool("curl", ["-sS", "-i", "--http2-prior-knowledge", "--max-time", "20"] + extra + ["http://127.0.0.1:\(port)\(path)"], timeout: 30)
+        }
+        XCTAssertTrue(try curl(payPort, "/any/path").stdout.hasPrefix("HTTP/2 200"))
+        XCTAssertEqual(payAPI.requests.map(\.target), ["/any/path"])
+        XCTAssertTrue(try curl(relay.proxyPort, "/hr/x").stdout.hasPrefix("HTTP/2 200"))
+        XCTAssertTrue(try curl(relay.proxyPort, "/nowhere").stdout.hasPrefix("HTTP/2 404"))
+        let grpc = try curl(relay.proxyPort, "/pkg.Service/Call", ["-H", "content-type: application/grpc", "-H", "te: trailers", "--data-binary", "x"])
+        XCTAssertTrue(grpc.stdout.hasPrefix("HTTP/2 404"), grpc.stdout)
+        XCTAssertEqual(api.requests.map(\.target), ["/hr/x"])
+    }
+
     private func heldRequests(_ relay: TokenRelayProcess) -> Int {
         guard let body = try? admin(relay, "/status").body,
               let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return -1 }
