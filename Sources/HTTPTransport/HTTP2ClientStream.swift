@@ -330,7 +330,7 @@ public final class HTTP2ClientStream {
 
     /// The head as HTTP/1.1 bytes, parsed by HTTPWire like any upstream's.
     private func makeHead(endStream: Bool) -> ReceivedResponseHead? {
-        var bytes = Array("HTTP/1.1 \(status) \r\n".utf8)
+        var bytes = Array("HTTP/1.1 \(status) \(HTTPStatusPhrase.phrase(for: status))\r\n".utf8)
         var hasLength = false
         for field in fields {
             if field.name.elementsEqual("content-length".utf8) { hasLength = true }
