@@ -58,6 +58,8 @@ public final class HTTP2ClientStream {
     private var fields: [(name: [UInt8], value: [UInt8])] = []
     private var status = 0
     private var headDone = false
+    /// Why nghttp2 refused a frame of this stream (and reset it on our side), if it did.
+    private var rejection: String?
     private var heldHead: ReceivedResponseHead?
     private var dataSeen = false
     /// END_STREAM came from the server: the response is complete.
@@ -304,9 +306,15 @@ public final class HTTP2ClientStream {
             fail(.notProcessed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? "REFUSED_STREAM" : "GOAWAY"))
         } else if connectionLost {
             fail(.lost(responseStarted ? "connection lost mid-response" : "connection closed before a response", responseStarted: responseStarted))
+        } else if let rejection {
+            fail(.lost("invalid HTTP/2 response from the upstream (\(rejection)), stream reset by tokenrelay", responseStarted: responseStarted))
         } else {
             fail(.lost("stream reset by the upstream (HTTP/2 error \(errorCode))", responseStarted: responseStarted))
         }
+    }
+
+    func rejectedByUs(_ reason: String) {
+        if rejection == nil { rejection = reason }
     }
 
     private func fail(_ failure: Failure) {

@@ -19,6 +19,7 @@ enum HTTP2UpstreamSession {
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, onInvalidFrame)
 
         var option: OpaquePointer?
         guard nghttp2_option_new(&option) == 0, let option else { return false }
@@ -90,6 +91,15 @@ enum HTTP2UpstreamSession {
             return 0
         }
         stream.receivedBody(UnsafeRawBufferPointer(start: data, count: length))
+        return 0
+    }
+
+    /// nghttp2 refused a frame of a stream (a response field or message that breaks RFC 9113, e.g. a
+    /// connection-specific field or a content-length the DATA disagrees with) and resets that stream
+    /// itself: its close must not read as the upstream's reset.
+    private static let onInvalidFrame: nghttp2_on_invalid_frame_recv_callback = { _, frame, libErrorCode, userData in
+        guard let frame, let connection = connection(userData) else { return 0 }
+        connection.stream(frame.pointee.hd.stream_id)?.rejectedByUs(String(cString: nghttp2_strerror(libErrorCode)))
         return 0
     }
 

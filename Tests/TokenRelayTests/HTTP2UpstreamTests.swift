@@ -265,6 +265,17 @@ final class HTTP2UpstreamTests: RelayTestCase {
     }
 
     /// RST_STREAM from the upstream ends that stream only: the other streams on the connection are answered.
+    /// A response our nghttp2 refuses (a connection-specific field) is reset by tokenrelay, and the 502 and
+    /// the log say so: not "reset by the upstream", which sent no RST_STREAM.
+    func testAnInvalidResponseIsNamedAsSuchNotAsTheUpstreamsReset() throws {
+        let relay = try startWithH2Upstream(["invalid_field_paths": ["/bad"]])
+        let response = try get(relay, "/bad")
+        XCTAssertEqual(response.status, 502)
+        XCTAssertTrue(response.bodyText.contains("invalid HTTP/2 response from the upstream"), response.bodyText)
+        XCTAssertFalse(response.bodyText.contains("reset by the upstream"), response.bodyText)
+        XCTAssertEqual(try get(relay, "/good").status, 200, "the connection's other streams go on")
+    }
+
     func testAnUpstreamResetEndsThatStreamOnly() throws {
         let relay = try startWithH2Upstream(["reset_paths": ["/reset"], "delay_ms": 50], ["log": ["access": true]])
         let uris = ["/a", "/reset", "/b", "/c"].map { "\(relay.proxyURL)\($0)" }

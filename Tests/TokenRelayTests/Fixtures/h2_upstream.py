@@ -11,6 +11,7 @@ Settings (all optional):
                           {"event": "request", "conn": n, "stream": id, "headers": [[name, value], ...], "body": len}
   stall_paths             requests to these paths get a head and 10 of 100 body bytes, then silence
   reset_paths             requests to these paths are answered with RST_STREAM INTERNAL_ERROR
+  invalid_field_paths     requests to these paths are answered with a `connection` field (invalid in HTTP/2)
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
@@ -167,6 +168,13 @@ class Connection:
             # Half a body, then silence (the connection stays open).
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", "100")])
             self.conn.send_data(stream_id, b"x" * 10)
+            return
+        if path in settings.get("invalid_field_paths", []):
+            # A connection-specific field, which RFC 9113 forbids: h2 would refuse or strip it, so that is off.
+            self.conn.config.validate_outbound_headers = self.conn.config.normalize_outbound_headers = False
+            self.conn.send_headers(stream_id, [(":status", "200"), ("connection", "close"), ("content-length", "2")])
+            self.conn.config.validate_outbound_headers = self.conn.config.normalize_outbound_headers = True
+            self.conn.send_data(stream_id, b"ok", end_stream=True)
             return
         if rejected(token):
             body = b'{"error":"invalid_token"}'
