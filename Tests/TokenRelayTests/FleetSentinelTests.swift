@@ -203,6 +203,29 @@ final class FleetSentinelSwitchTests: FleetSentinelTestCase {
     }
 }
 
+extension FleetSentinelTests {
+    /// A sentinel that stops answering without closing its connection (SIGSTOP): the `+switch-master`
+    /// subscription on it is PINGed, found silent within the command timeout, and moved to the next
+    /// sentinel, whose announcement of a failover requested meanwhile is followed.
+    func testAStalledSentinelSubscriptionMovesToTheNextSentinel() throws {
+        try importThroughSentinels()
+        let relay = try XCTUnwrap(try startSentinelFleet(1).first)
+        let stalled = try XCTUnwrap(group.sentinels[0].pid)
+        XCTAssertEqual(kill(stalled, SIGSTOP), 0)
+        defer { kill(stalled, SIGCONT) }
+        XCTAssertTrue(waitUntil(timeout: 20, interval: 0.1) { relay.stderrText.contains("lost the sentinel subscription") },
+                      relay.stderrText.suffix(1500).description)
+        XCTAssertTrue(relay.stderrText.contains("127.0.0.1:\(group.sentinels[0].port)"), "the line names the silent sentinel")
+        let oldPort = try XCTUnwrap(group.nodes[0].tcpPort)
+        XCTAssertEqual(try group.sentinels[1].cli(["SENTINEL", "FAILOVER", group.masterName]), "OK")
+        XCTAssertTrue(waitUntil(timeout: 20, interval: 0.05) { (self.group.masterPortNamedBySentinels(skipping: 0) ?? oldPort) != oldPort },
+                      "the sentinels switched the master")
+        let newPort = try XCTUnwrap(group.masterPortNamedBySentinels(skipping: 0))
+        XCTAssertTrue(waitUntil(timeout: 15, interval: 0.05) { self.follows(relay, port: newPort) }, "\(master(relay)) \(relay.stderrText.suffix(1500))")
+        XCTAssertEqual(try get(relay, "/after-switch").status, 200)
+    }
+}
+
 /// Sentinels that require a password (`sentinel.password_env`): found with it; a wrong one leaves the
 /// relay unreachable with the sentinel's refusal as the reason, and the password in no log line or
 /// /status.

@@ -141,6 +141,9 @@ final class RefreshCoordinator {
                 }
             }
             redis.onFailoverFollowed = { [weak self] message in self?.logger.warning("followed a Redis failover", metadata: ["detail": "\(message)"]) }
+            redis.onSentinelWatchLost = { [weak self] reason in
+                self?.logger.warning("lost the sentinel subscription; subscribing to the next sentinel", metadata: ["reason": "\(reason)"])
+            }
             redis.onPutBack = { [weak self] message in self?.logger.warning("put a token set lost by Redis back", metadata: ["detail": "\(message)"]) }
             redis.onImportFollowed = { [weak self] message in self?.logger.warning("an operator's import replaced the token set this relay held", metadata: ["detail": "\(message)"]) }
         }

@@ -101,6 +101,8 @@ final class RedisSentinelLocator {
     private var watch: RedisConnection?
     private var watchIndex = 0
     private var watchRetry: LoopEvent?
+    /// PINGs the subscription (`keepWatchAlive`).
+    private var watchKeepAlive: LoopEvent?
     private var stopped = false
     /// The sentinel that named the master in service, for /status.
     private(set) var answeredBy: String?
@@ -108,6 +110,8 @@ final class RedisSentinelLocator {
 
     /// A `+switch-master` for our master: the new master's endpoint and the old address (text).
     var onSwitch: ((_ from: String, _ to: RedisEndpoint) -> Void)?
+    /// The subscription was lost (the reason); the next sentinel is tried. For the log.
+    var onWatchLost: ((_ reason: String) -> Void)?
 
     init(loop: EventLoop, target: RedisSentinelTarget, commandTimeout: Double) {
         self.loop = loop
@@ -176,15 +180,18 @@ final class RedisSentinelLocator {
         let connection = RedisConnection(loop: loop, endpoint: sentinel, commandTimeout: commandTimeout)
         watch = connection
         connection.onPush = { [weak self] message in self?.received(message) }
-        connection.onClosed = { [weak self, weak connection] _ in
+        connection.onClosed = { [weak self, weak connection] reason in
             guard let self, let connection, self.watch === connection else { return }
-            self.watchDropped()
+            self.watchDropped("sentinel \(RedisSentinelTarget.name(sentinel)): \(reason)")
         }
         connection.open { _ in }
         connection.send(["SUBSCRIBE", "+switch-master"]) { [weak self, weak connection] result in
             guard let self, let connection, self.watch === connection else { return }
-            guard case .success(.array) = result else { return self.watchDropped() }
+            guard case .success(.array) = result else {
+                return self.watchDropped("sentinel \(RedisSentinelTarget.name(sentinel)) refused the subscription")
+            }
             self.isWatching = true
+            self.keepWatchAlive(connection)
             // An announcement made while no subscription was up is lost: ask once what the sentinels say
             // now (a requested failover leaves the old master up, and a master until the sentinels
             // reconfigure it, seconds later; nothing else would move us off it meanwhile).
@@ -194,9 +201,31 @@ final class RedisSentinelLocator {
         }
     }
 
+    /// How often the subscription is PINGed. Race it prevents: a sentinel that stops answering without
+    /// closing its connection (a stalled process, a host gone from the network with no reset) would leave
+    /// the subscription silent for good, and a failover announced meanwhile by the other sentinels would
+    /// reach this relay only when the old master is reconfigured, many seconds later. A PING unanswered
+    /// within the command timeout closes the connection, and the next sentinel is subscribed to.
+    static let keepAliveInterval = 2.0
+
+    /// In subscribed mode a sentinel answers PING with a `pong` array, in order with the messages already
+    /// queued: a `+switch-master` message read in place of the answer is still delivered, and the `pong`
+    /// that follows it goes to `received`, which ignores it.
+    private func keepWatchAlive(_ connection: RedisConnection) {
+        let keepAlive = LoopEvent.repeating(loop: loop) { [weak self, weak connection] in
+            guard let self, let connection, self.watch === connection else { return }
+            connection.send(["PING"]) { [weak self] result in
+                if case .success(let reply) = result { self?.received(reply) }
+            }
+        }
+        keepAlive.schedule(after: Self.keepAliveInterval)
+        watchKeepAlive = keepAlive
+    }
+
     func stop() {
         stopped = true
         watchRetry = nil
+        watchKeepAlive = nil
         watch?.close()
         watch = nil
         isWatching = false
@@ -206,11 +235,13 @@ final class RedisSentinelLocator {
 
     /// The subscription failed or its sentinel went away: the next sentinel, after a pause (the store's
     /// own re-asking carries a failover meanwhile).
-    private func watchDropped() {
+    private func watchDropped(_ reason: String) {
         watch?.close()
         watch = nil
+        watchKeepAlive = nil
         isWatching = false
         guard !stopped else { return }
+        onWatchLost?(reason)
         watchIndex += 1
         let retry = LoopEvent(loop: loop) { [weak self] _ in self?.startWatching() }
         retry.schedule(after: 1)

@@ -83,6 +83,8 @@ final class RedisTokenStore: TokenStore {
     var onReachability: ((String?) -> Void)?
     /// A failover followed through the sentinels (for the log).
     var onFailoverFollowed: ((String) -> Void)?
+    /// The `+switch-master` subscription lost, with the reason; the next sentinel is tried (for the log).
+    var onSentinelWatchLost: ((String) -> Void)?
     var sentinelState = RedisSentinelState()
 
     /// How often a contended lock is tried again: well below the adoption goal, cheap for Redis.
@@ -110,6 +112,7 @@ final class RedisTokenStore: TokenStore {
     func start() {
         if let sentinel {
             sentinel.onSwitch = { [weak self] from, to in self?.sentinelsSwitched(from: from, to: to) }
+            sentinel.onWatchLost = { [weak self] reason in self?.onSentinelWatchLost?(reason) }
             sentinel.startWatching()
         }
         connect()

@@ -57,8 +57,11 @@ final class RedisSentinelGroup: @unchecked Sendable {
     var extraAddressFirst: String?
 
     /// The node the sentinels name as master now (asked of the first sentinel that answers).
-    var masterPortNamedBySentinels: Int? {
-        for sentinel in sentinels {
+    var masterPortNamedBySentinels: Int? { masterPortNamedBySentinels(skipping: nil) }
+
+    /// The same, not asking the sentinel at `skipping` (one the test stalled).
+    func masterPortNamedBySentinels(skipping: Int?) -> Int? {
+        for (index, sentinel) in sentinels.enumerated() where index != skipping {
             if let output = try? sentinel.cli(["SENTINEL", "get-master-addr-by-name", masterName]) {
                 let lines = output.split(separator: "\n")
                 if lines.count == 2, let port = Int(lines[1]) { return port }
