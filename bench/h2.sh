@@ -3,11 +3,15 @@
 # HTTP/2 with prior knowledge (h2c) to a proxy, which forwards to an HTTP/1.1 upstream (nginx, /small, a
 # 100-byte body) with the token injected. tokenrelay beside nginx doing the same: `listen ... http2`
 # without TLS (h2c) and `proxy_pass` over HTTP/1.1 keep-alive with the same Authorization header.
-# proxy_pass, not grpc_pass: tokenrelay's upstream side is HTTP/1.1 (upstream.http2 is not implemented),
-# so both translate HTTP/2 streams into HTTP/1.1 requests, and the comparison is like for like.
+# proxy_pass: both translate HTTP/2 streams into HTTP/1.1 requests, and the comparison is like for like.
+#
+# UPSTREAM=h2c: the upstream nginx serves /small over h2c too, tokenrelay forwards with upstream.http2
+# "prior_knowledge" (streams multiplexed on few connections) and nginx with grpc_pass (its only module
+# that speaks HTTP/2 to an upstream; it carries plain requests as well, over h2c keep-alive connections).
 #
 #   bench/h2.sh                                  # about 2 minutes after the build
 #   ROUNDS=1 REQUESTS=50000 SKIP_BUILD=1 bench/h2.sh
+#   UPSTREAM=h2c bench/h2.sh
 #
 # Knobs (environment):
 #   REQUESTS   requests per measured h2load run               (default 200000)
@@ -33,6 +37,8 @@ COUNT=${COUNT:-20000}
 PIN=${PIN:-1}
 BASE_PORT=${BASE_PORT:-18640}
 SKIP_BUILD=${SKIP_BUILD:-0}
+UPSTREAM=${UPSTREAM:-http1}
+[[ "$UPSTREAM" == http1 || "$UPSTREAM" == h2c ]] || { echo "UPSTREAM must be http1 or h2c" >&2; exit 2; }
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
@@ -111,26 +117,35 @@ $2
 }
 EOF
 }
-nginx_conf "$TMP/up" "    server {
-        listen 127.0.0.1:$UP_PORT backlog=4096;
+UP_HTTP2=""; TR_HTTP2=""
+[[ "$UPSTREAM" == h2c ]] && UP_HTTP2=" http2" && TR_HTTP2=', "http2": "prior_knowledge"'
+nginx_conf "$TMP/up" "    http2_max_concurrent_streams 128;
+    server {
+        listen 127.0.0.1:$UP_PORT$UP_HTTP2 backlog=4096;
         location = /small { return 200 \"$SMALL_BODY\n\"; }
     }" >"$TMP/up/nginx.conf"
+if [[ "$UPSTREAM" == h2c ]]; then
+    ngx_location="            grpc_pass grpc://backend;
+            grpc_set_header Authorization \"Bearer $TOKEN\";"
+else
+    ngx_location="            proxy_pass http://backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+            proxy_set_header Authorization \"Bearer $TOKEN\";"
+fi
 nginx_conf "$TMP/ngx" "    http2_max_concurrent_streams 128;
     upstream backend { server 127.0.0.1:$UP_PORT; keepalive 64; keepalive_requests 1000000; }
     server {
         listen 127.0.0.1:$NGX_PORT http2 backlog=4096;
         location / {
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection \"\";
-            proxy_set_header Authorization \"Bearer $TOKEN\";
+$ngx_location
         }
     }" >"$TMP/ngx/nginx.conf"
 printf '{"access_token":"%s","refresh_token":"bench-refresh-123456"}\n' "$TOKEN" >"$TMP/tr/tokens.json"
 chmod 0600 "$TMP/tr/tokens.json"
 cat >"$TMP/tr/tokenrelay.json" <<EOF
 { "listen": "127.0.0.1:$TR_PORT",
-  "upstream": { "url": "http://127.0.0.1:$UP_PORT" },
+  "upstream": { "url": "http://127.0.0.1:$UP_PORT"$TR_HTTP2 },
   "tokens": { "file": "$TMP/tr/tokens.json" },
   "refresh": { "grant": "refresh_token", "token_url": "http://127.0.0.1:9/oauth/token", "client_id": "bench", "client_auth": "none" },
   "admin": { "listen": "127.0.0.1:$TR_ADMIN_PORT" },
@@ -207,9 +222,9 @@ if [[ "${PERF:-0}" == 1 ]]; then
 fi
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-report="$RESULTS_DIR/h2-$(date -u +%Y%m%d-%H%M%S).txt"
+report="$RESULTS_DIR/h2-$UPSTREAM-$(date -u +%Y%m%d-%H%M%S).txt"
 {
-    printf 'h2load -c %s -m %s, %s requests of /small (100-byte body) per run, %s rounds, medians\n' "$CLIENTS" "$STREAMS" "$REQUESTS" "$ROUNDS"
+    printf 'h2load -c %s -m %s, %s requests of /small (100-byte body) per run, %s rounds, medians; upstream %s\n' "$CLIENTS" "$STREAMS" "$REQUESTS" "$ROUNDS" "$UPSTREAM"
     printf '%-12s %14s %12s %10s %16s\n' proxy "CPU us/req" "req/s" "p99 ms" "syscalls/req"
     for proxy in tokenrelay nginx; do
         cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${CPU[$proxy,$r]}"; done | median)
