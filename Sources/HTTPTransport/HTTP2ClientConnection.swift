@@ -296,6 +296,14 @@ public final class HTTP2ClientConnection {
         }
     }
 
+    private func failOpenStreams() {
+        let open = streams
+        streams = [:]
+        for lost in open.values.sorted(by: { $0.id < $1.id }) {
+            lost.closed(errorCode: UInt32(NGHTTP2_CANCEL.rawValue), notProcessed: lost.id > goAwayLastStreamID, connectionLost: true)
+        }
+    }
+
     private func finishClosing() {
         isClosed = true
         isGoingAway = true
@@ -303,11 +311,7 @@ public final class HTTP2ClientConnection {
         flushTimer = nil
         silenceTimer?.cancel()
         silenceTimer = nil
-        let open = streams
-        streams = [:]
-        for lost in open.values.sorted(by: { $0.id < $1.id }) {
-            lost.closed(errorCode: UInt32(NGHTTP2_CANCEL.rawValue), notProcessed: lost.id > goAwayLastStreamID, connectionLost: true)
-        }
+        failOpenStreams()
         endpoint?.closedByOwner()
         let told = onClosed
         onClosed = nil
@@ -328,9 +332,14 @@ extension HTTP2ClientConnection: SocketStreamOwner {
         inLibrary = false
         input.consume(count)
         if used < 0 {
-            // A connection error (the server broke the protocol): nghttp2 has queued its GOAWAY.
+            // A connection error (the server broke the protocol): nghttp2 has queued its GOAWAY. The open
+            // streams fail now, not when the socket's lingering close ends (2 s for a server that stays).
+            isGoingAway = true
             flush()
-            if !isClosed { stream.closeAfterFlush() }
+            if !isClosed {
+                failOpenStreams()
+                stream.closeAfterFlush()
+            }
             return
         }
         scheduleFlush()

@@ -276,6 +276,18 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(try get(relay, "/good").status, 200, "the connection's other streams go on")
     }
 
+    /// A connection error (a malformed frame) from a server that then keeps the connection open: the
+    /// request is answered at once, not when the socket's 2-s lingering close ends.
+    func testAConnectionErrorAnswersItsStreamsWithoutWaitingForTheClose() throws {
+        let relay = try startWithH2Upstream(["broken_frame_paths": ["/broken"]])
+        let start = Date()
+        let response = try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/broken", body: Data("x".utf8))
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(response.status, 502)
+        XCTAssertLessThan(elapsed, 1.8, "answered when the linger ended (2 s), not at the connection error")
+        XCTAssertEqual(try get(relay, "/good").status, 200, "a new connection serves the next request")
+    }
+
     func testAnUpstreamResetEndsThatStreamOnly() throws {
         let relay = try startWithH2Upstream(["reset_paths": ["/reset"], "delay_ms": 50], ["log": ["access": true]])
         let uris = ["/a", "/reset", "/b", "/c"].map { "\(relay.proxyURL)\($0)" }

@@ -12,6 +12,7 @@ Settings (all optional):
   stall_paths             requests to these paths get a head and 10 of 100 body bytes, then silence
   reset_paths             requests to these paths are answered with RST_STREAM INTERNAL_ERROR
   invalid_field_paths     requests to these paths are answered with a `connection` field (invalid in HTTP/2)
+  broken_frame_paths      requests to these paths are answered with a CONTINUATION flood (the connection stays open 3 s)
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
@@ -72,6 +73,7 @@ class Connection:
         self.received = 0
         self.goaway_last = None
         self.send_lock = threading.Lock()
+        self.linger_after_eof = False
 
     def send(self):
         data = self.conn.data_to_send()
@@ -88,6 +90,9 @@ class Connection:
             except OSError:
                 return
             if not data:
+                if self.linger_after_eof:
+                    # A server that does not close when the client has: the client's own close must not wait for it.
+                    time.sleep(3)
                 return
             with self.send_lock:
                 try:
@@ -168,6 +173,14 @@ class Connection:
             # Half a body, then silence (the connection stays open).
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", "100")])
             self.conn.send_data(stream_id, b"x" * 10)
+            return
+        if path in settings.get("broken_frame_paths", []):
+            # A header block in more CONTINUATION frames than tokenrelay allows (a connection error for the
+            # client), and the connection kept open 3 s after the client's FIN.
+            self.linger_after_eof = True
+            self.send()
+            sid = stream_id.to_bytes(4, "big")
+            self.sock.sendall(b"\x00\x00\x00\x01\x00" + sid + b"".join(b"\x00\x00\x00\x09\x00" + sid for _ in range(20)))
             return
         if path in settings.get("invalid_field_paths", []):
             # A connection-specific field, which RFC 9113 forbids: h2 would refuse or strip it, so that is off.
