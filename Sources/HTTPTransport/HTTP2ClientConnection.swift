@@ -73,22 +73,30 @@ public final class HTTP2ClientConnection {
     /// `http1Allowed` (then a server that selects anything but `h2` ends the connection as
     /// `serverChoseHTTP1`); without it the connection speaks HTTP/2 whatever the server selected.
     public init(loop: TransportLoop, host: String, port: UInt16, tls: TransportTLSClientContext?, connectTimeout: Double?,
-                settings: Settings, http1Allowed: Bool = false) throws(HTTPClientConnection.ConnectError) {
+                settings: Settings, http1Allowed: Bool = false) {
         self.host = host
         self.settings = settings
         self.http1Allowed = http1Allowed
         self.loop = loop
         scheme = tls == nil ? "http" : "https"
-        let connector = try HTTPClientConnection(loop: loop, host: host, port: port, tls: tls, connectTimeout: connectTimeout,
-                                                 alpn: tls == nil ? [] : (http1Allowed ? ["h2", "http/1.1"] : ["h2"]))
-        self.connector = connector
         selfRetain = self
         flushTimer = TransportTimer(loop: loop) { [unowned self] in
             self.flushScheduled = false
+            // A connect that failed inside `init` is reported from the loop, never from inside it.
+            if self.stream == nil && self.connector == nil { return self.closedBeforeUp() }
             self.flush()
         }
-        connector.handler = ConnectReports(self)
-        connector.onConnected = { [unowned self] in self.connected() }
+        do {
+            let connector = try HTTPClientConnection(loop: loop, host: host, port: port, tls: tls, connectTimeout: connectTimeout,
+                                                     alpn: tls == nil ? [] : (http1Allowed ? ["h2", "http/1.1"] : ["h2"]))
+            self.connector = connector
+            connector.handler = ConnectReports(self)
+            connector.onConnected = { [unowned self] in self.connected() }
+        } catch {
+            connectFailure = error.description
+            flushScheduled = true
+            flushTimer?.schedule(after: 0)
+        }
     }
 
     deinit {

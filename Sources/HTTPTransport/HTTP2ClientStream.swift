@@ -32,6 +32,8 @@ public final class HTTP2ClientStream {
         case lost(String, responseStarted: Bool)
         /// The response broke HTTP semantics (the parser's reason).
         case invalidResponse(String)
+        /// The connection never came up (the reason in words): nothing of the request left.
+        case connectFailed(String)
         /// Nothing came for the stream within its silence limit (`setSilenceLimit`).
         case timedOut(responseStarted: Bool)
 
@@ -41,6 +43,7 @@ public final class HTTP2ClientStream {
             case .lost(let why, _): return why
             case .invalidResponse(let why): return "invalid HTTP/2 response: \(why)"
             case .timedOut: return "timed out"
+            case .connectFailed(let why): return "could not connect (\(why))"
             }
         }
     }
@@ -88,6 +91,7 @@ public final class HTTP2ClientStream {
     public func startRequest(method: HTTPMethod, methodName: String, target: [UInt8], hasBody: Bool,
                              fields: (inout HTTPFieldBlock) -> Void) {
         requestMethod = method
+        if !connection.isReady, let reason = connection.connectFailure { return fail(.connectFailed(reason)) }
         var block = HTTPFieldBlock()
         fields(&block)
         var list = HTTP2FieldList()

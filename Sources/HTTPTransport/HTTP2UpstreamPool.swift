@@ -143,14 +143,9 @@ public final class HTTP2UpstreamPool {
     }
 
     private func open() {
-        let connection: HTTP2ClientConnection
-        do {
-            connection = try HTTP2ClientConnection(loop: loop, host: host, port: port, tls: settings.tls,
-                                                   connectTimeout: settings.connectTimeout, settings: settings.connection,
-                                                   http1Allowed: settings.http1Allowed)
-        } catch {
-            return failWaiters(.connectFailed(error.description))
-        }
+        let connection = HTTP2ClientConnection(loop: loop, host: host, port: port, tls: settings.tls,
+                                               connectTimeout: settings.connectTimeout, settings: settings.connection,
+                                               http1Allowed: settings.http1Allowed)
         connectionsOpened += 1
         connections.append(connection)
         connection.onReady = { [weak self] in self?.pump() }
@@ -165,11 +160,18 @@ public final class HTTP2UpstreamPool {
     private func closed(_ connection: HTTP2ClientConnection) {
         connections.removeAll { $0 === connection }
         if connection.serverChoseHTTP1 { serverChoseHTTP1 = true }
-        if !connection.isReady, let reason = connection.connectFailure {
-            // The waiters were waiting for this connection: they learn why it did not come (the request
-            // machine decides whether to try once more).
-            return failWaiters(.connectFailed(reason))
+        if !connection.isReady && connection.connectFailure != nil && !connection.serverChoseHTTP1 {
+            // The waiters were waiting for this connection: each gets a stream on it, which fails as its
+            // request starts (`.connectFailed`), as an HTTP/1.1 request fails on a connection that never
+            // came up; the request machine decides whether to try once more.
+            while let ticket = nextWaiter() {
+                guard let ready = ticket.ready else { continue }
+                ticket.ready = nil
+                ready(.success(connection.makeStream()))
+            }
+            return
         }
+        if connection.serverChoseHTTP1 { return failWaiters(.connectFailed("the upstream speaks HTTP/1.1")) }
         pump()
     }
 

@@ -210,6 +210,19 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(h2.connectionCount, 1)
     }
 
+    /// An h2 upstream that cannot be reached: the request gets 502 at once (its connect failure reaches the
+    /// request machine as on HTTP/1.1: retried once, then answered), not a 503 after the pool wait.
+    func testAnUnreachableH2UpstreamAnswers502AtOnce() throws {
+        let relay = try startWithH2Upstream()
+        h2.stop()
+        for _ in 0..<2 {
+            let started = Date()
+            XCTAssertEqual(try get(relay, "/down").status, 502)
+            XCTAssertLessThan(Date().timeIntervalSince(started), 5, "not the pool wait's 503 after 10 s")
+        }
+        XCTAssertTrue(relay.stderrText.contains("could not connect"), relay.stderrText)
+    }
+
     /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
     func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
         try requireTools()

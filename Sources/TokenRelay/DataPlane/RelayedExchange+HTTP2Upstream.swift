@@ -185,6 +185,8 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
             failure = .init(kind: .connectionLost, responseStarted: started, description: why)
         case .invalidResponse:
             failure = .init(kind: .invalidResponse, responseStarted: true, description: failed.description)
+        case .connectFailed:
+            failure = .init(kind: .connect, responseStarted: false, description: failed.description)
         case .timedOut(let started):
             failure = .init(kind: .timeout, responseStarted: started, description: failed.description)
         }
