@@ -223,6 +223,17 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertTrue(relay.stderrText.contains("could not connect"), relay.stderrText)
     }
 
+    /// The upstream URL's base path applies as on HTTP/1.1: `:path` is the base path plus the request's.
+    func testTheBasePathRulesApplyToAnH2Upstream() throws {
+        try requireTools()
+        h2 = try H2Upstream(workDir: workDir)
+        let relay = try startRelay(["data_plane": "transport", "upstream": ["url": h2.url + "/v1", "http2": "prior_knowledge"]])
+        let response = try get(relay, "/items?q=1")
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(h2.requests.first?.path, "/v1/items?q=1")
+        XCTAssertEqual(h2.requests.first?.field(":authority"), "127.0.0.1:\(h2.port)")
+    }
+
     /// With `upstream.http2` "never" (the default) a gRPC request still gets UNAVAILABLE at once.
     func testGRPCStillGetsUnavailableWhenTheUpstreamIsHTTP1() throws {
         try requireTools()
