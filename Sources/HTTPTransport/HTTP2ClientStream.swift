@@ -59,6 +59,8 @@ public final class HTTP2ClientStream {
 
     private var requestMethod = HTTPMethod.get
     private var fields: [(name: [UInt8], value: [UInt8])] = []
+    /// The current header block's size as HTTP/1.1 field lines (`settings.maxHeadBytes` bounds it).
+    private var fieldBytes = 0
     private var status = 0
     private var headDone = false
     /// Why nghttp2 refused a frame of this stream (and reset it on our side), if it did.
@@ -224,14 +226,22 @@ public final class HTTP2ClientStream {
     func beginHeaders() {
         lastInput = monotonicSeconds()
         fields.removeAll(keepingCapacity: true)
+        fieldBytes = 0
     }
 
-    func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) {
+    /// False when the header block grows over `settings.maxHeadBytes` (the stream is then reset).
+    func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
+        fieldBytes += name.count + value.count + 4
+        guard fieldBytes <= connection.settings.maxHeadBytes else {
+            rejectedByUs("response header list over \(connection.settings.maxHeadBytes) bytes")
+            return false
+        }
         if !headDone, name.count == 7, name.elementsEqual(":status".utf8) {
             status = value.reduce(0) { $0 &* 10 &+ Int($1 &- 48) }
-            return
+            return true
         }
         fields.append((Array(name), Array(value)))
+        return true
     }
 
     func headersComplete(endStream: Bool) {
@@ -311,7 +321,7 @@ public final class HTTP2ClientStream {
         } else if connectionLost {
             fail(.lost(responseStarted ? "connection lost mid-response" : "connection closed before a response", responseStarted: responseStarted))
         } else if let rejection {
-            fail(.lost("invalid HTTP/2 response from the upstream (\(rejection)), stream reset by tokenrelay", responseStarted: responseStarted))
+            fail(.lost("invalid HTTP/2 response (\(rejection)), stream reset by tokenrelay", responseStarted: responseStarted))
         } else {
             fail(.lost("stream reset by the upstream (HTTP/2 error \(errorCode))", responseStarted: responseStarted))
         }

@@ -60,9 +60,11 @@ enum HTTP2UpstreamSession {
     private static let onHeader: nghttp2_on_header_callback = { _, frame, name, nameLength, value, valueLength, _, userData in
         guard let frame, let connection = connection(userData),
               let stream = connection.stream(frame.pointee.hd.stream_id) else { return 0 }
-        stream.addField(name: UnsafeRawBufferPointer(start: name, count: nameLength),
-                        value: UnsafeRawBufferPointer(start: value, count: valueLength))
-        return 0
+        // Over the head limit: nghttp2 resets the stream, before HPACK references to one big table entry
+        // can decode into megabytes.
+        return stream.addField(name: UnsafeRawBufferPointer(start: name, count: nameLength),
+                               value: UnsafeRawBufferPointer(start: value, count: valueLength))
+            ? 0 : Int32(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
     }
 
     private static let onFrameReceived: nghttp2_on_frame_recv_callback = { _, frame, userData in

@@ -12,6 +12,7 @@ Settings (all optional):
   stall_paths             requests to these paths get a head and 10 of 100 body bytes, then silence
   reset_paths             requests to these paths are answered with RST_STREAM INTERNAL_ERROR
   invalid_field_paths     requests to these paths are answered with a `connection` field (invalid in HTTP/2)
+  hpack_bomb_paths        requests to these paths are answered with a header block that decodes into 40 MB
   broken_frame_paths      requests to these paths are answered with a CONTINUATION flood (the connection stays open 3 s)
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
@@ -173,6 +174,10 @@ class Connection:
             # Half a body, then silence (the connection stays open).
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", "100")])
             self.conn.send_data(stream_id, b"x" * 10)
+            return
+        if path in settings.get("hpack_bomb_paths", []):
+            # 10,000 references to one 4,000-byte table entry: a 14 KB header block that decodes into 40 MB.
+            self.conn.send_headers(stream_id, [(":status", "200")] + [("x-bomb", "v" * 4000)] * 10000, end_stream=True)
             return
         if path in settings.get("broken_frame_paths", []):
             # A header block in more CONTINUATION frames than tokenrelay allows (a connection error for the
