@@ -65,6 +65,45 @@ final class MemorySafetyTests: RelayTestCase {
     }
 }
 
+/// The HTTP/2 upstream side (`upstream.http2`) under memcheck: streams multiplexed on an h2c upstream,
+/// a refresh and replay, a stream the upstream resets, a GOAWAY mid-burst, a streamed upload, then SIGTERM.
+final class HTTP2UpstreamMemorySafetyTests: RelayTestCase {
+    func testAnHTTP2UpstreamSessionHasNoMemoryErrors() throws {
+        let valgrind = "/usr/bin/valgrind"
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: valgrind), "valgrind is not installed")
+        try XCTSkipUnless(toolExists("nghttp"), "nghttp is not installed")
+        guard ["/usr/bin/python3", "python3"].contains(where: { (try? runTool($0, ["-c", "import h2"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 h2 is not installed")
+        }
+        let upstream = try H2Upstream(workDir: workDir, settings: ["goaway_after": 30, "reset_paths": ["/reset"]])
+        defer { upstream.stop() }
+        let binary = workDir.appendingPathComponent("tokenrelay-stripped")
+        let strip = try runTool("/usr/bin/objcopy", ["--strip-debug", try TokenRelayProcess.binaryURL().path, binary.path], timeout: 60)
+        XCTAssertEqual(strip.exitCode, 0, strip.stderr)
+        let report = workDir.appendingPathComponent("valgrind-h2up.log")
+        let suppressions = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/valgrind-swift.supp")
+        let relay = try startRelay(["data_plane": "transport", "upstream": ["url": upstream.url, "http2": "prior_knowledge"],
+                                    "limits": ["max_body_bytes": 65536]],
+                                   wrapper: [valgrind, "--tool=memcheck", "--error-exitcode=99", "--leak-check=no",
+                                             "--log-file=\(report.path)", "--suppressions=\(suppressions.path)", binary.path],
+                                   startupTimeout: 90)
+        XCTAssertEqual(try get(relay, "/first").status, 200)
+        try upstream.reject([tokenServer.currentAccessToken ?? ""])
+        XCTAssertEqual(try get(relay, "/after-expiry").status, 200)
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        let uris = (1...40).map { "\(relay.proxyURL)/burst/\($0)" } + ["\(relay.proxyURL)/reset"]
+        _ = try runTool("nghttp", ["-n"] + uris, timeout: 180)
+        let upload = try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/upload", body: Data(repeating: 7, count: 300_000), timeout: 60)
+        XCTAssertEqual(upload.status, 200)
+        relay.signal(SIGTERM)
+        let exitCode = relay.waitForExit(timeout: 90)
+        let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
+        XCTAssertEqual(exitCode, 0, "valgrind found errors (exit 99) or the relay failed:\n\(text)")
+        XCTAssertTrue(text.contains("ERROR SUMMARY: 0 errors"), String(text.suffix(6000)))
+        XCTAssertGreaterThan(upstream.requests.count, 40)
+    }
+}
+
 /// Teardown order by ownership: whatever registers with libevent keeps its `event_base` (the transport
 /// loop) alive, so no release order at shutdown can free the base under a live event or listener.
 final class LoopOwnershipTests: XCTestCase {
