@@ -50,6 +50,18 @@ final class GRPCRefreshTests: RelayTestCase {
 
     /// The refresh is refused (the refresh token is dead): the held call gets the server's own
     /// UNAUTHENTICATED, as captured (a Trailers-Only answer, its message intact), not a broken stream.
+    /// tokenrelay's own answer to a gRPC call (here a 502: the upstream is gone) is a gRPC status with
+    /// tokenrelay's message, not an HTTP error status the client turns into a status of its own.
+    func testTheRelaysOwnAnswerToACallIsAGRPCStatusWithItsMessage() throws {
+        let relay = try startGRPCRelay()
+        XCTAssertEqual(codes(try grpc.client(port: relay.proxyPort, "burst", [1])), ["OK"], grpc.stderrText)
+        grpc.stop()
+        let outcome = try grpc.client(port: relay.proxyPort, "burst", [1])
+        XCTAssertEqual(codes(outcome), ["UNAVAILABLE"], "\(outcome)")
+        let details = (outcome["details"] as? [String])?.first ?? ""
+        XCTAssertTrue(details.hasPrefix("tokenrelay: "), "the relay's reason reaches the caller: \(outcome)")
+    }
+
     func testARefusedRefreshGivesTheCallTheServersUnauthenticated() throws {
         let relay = try startGRPCRelay()
         tokenServer.failureMode = .rejectAll

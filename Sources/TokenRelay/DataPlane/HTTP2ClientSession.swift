@@ -77,13 +77,9 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
         return false
     }
 
-    /// gRPC's Trailers-Only answer: one HEADERS frame with `:status 200` and the call's status.
+    /// gRPC's Trailers-Only answer: one HEADERS frame with `:status 200` and UNAVAILABLE.
     static func answerUnavailable(_ stream: HTTP2ServerStream, message: String) {
-        stream.startResponse(status: 200, reason: UnsafeRawBufferPointer(start: nil, count: 0), body: .none) { block in
-            block.append(name: "content-type", value: "application/grpc")
-            block.append(name: "grpc-status", value: "14")
-            block.append(name: "grpc-message", value: PercentEncoding.encode(message))
-        }
+        GRPCLocalAnswer.send(to: stream, grpcStatus: 14, message: message)
     }
 }
 

@@ -636,6 +636,10 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     private func respond(_ response: LocalResponse) {
         if response.status == 503 { proxy.answeredUnavailable(response) }
+        if client.http1Connection == nil, HTTP2ClientSession.isGRPC(head) {
+            return GRPCLocalAnswer.send(to: client, grpcStatus: GRPCLocalAnswer.status(forHTTPStatus: response.status),
+                                        message: "tokenrelay: \(response.message)")
+        }
         if proxy.isDraining { client.closeAfterResponse = true }
         client.respond(HTTPResponseHead(status: Int(response.status), reason: response.reason, fields: response.headers),
                        body: Array(response.body.utf8))
