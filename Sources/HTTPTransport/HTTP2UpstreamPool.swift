@@ -139,7 +139,11 @@ public final class HTTP2UpstreamPool {
         }
         guard waitingCount > 0, !isRetired else { return scheduleIdleCheck() }
         let opening = connections.contains { !$0.isReady && !$0.isClosed }
-        if !opening && connections.count < settings.maxConnections { open() }
+        // A server whose SETTINGS allow no stream now (SETTINGS_MAX_CONCURRENT_STREAMS 0, legal) would say
+        // the same on every connection: the waiters wait on the one it has (bounded by their pool wait)
+        // instead of each pump opening another, up to `maxConnections` connections for one request.
+        let refusingStreams = connections.contains { $0.isReady && !$0.isGoingAway && !$0.isClosed && $0.peerMaxStreams == 0 }
+        if !opening && !refusingStreams && connections.count < settings.maxConnections { open() }
     }
 
     private func open() {

@@ -91,6 +91,17 @@ final class HTTP2UpstreamTests: RelayTestCase {
         XCTAssertEqual(h2.requests.count, 20)
     }
 
+    /// A server that allows no stream at all (SETTINGS_MAX_CONCURRENT_STREAMS 0): the request waits on
+    /// the one connection for its pool wait and gets 503; it used to open a connection per pump, up to
+    /// `limits.max_upstream_connections` for one request (found by the HTTP/2 probe).
+    func testAServerAllowingNoStreamsGetsOneConnectionNotOnePerAttempt() throws {
+        let relay = try startWithH2Upstream(["max_concurrent_streams": 0], ["timeouts": ["pool_wait_seconds": 1]])
+        let response = try get(relay, "/refused")
+        XCTAssertEqual(response.status, 503, response.bodyText)
+        XCTAssertEqual(h2.requests.count, 0)
+        XCTAssertLessThanOrEqual(h2.connectionCount, 2, "one connection (and at most one retry's), not one per attempt")
+    }
+
     /// GOAWAY from the upstream after 10 of 50 requests: the ones it did not process go again on a new
     /// connection; every request answered 200, each processed exactly once.
     func testGoawayMidBurstLosesNothing() throws {
