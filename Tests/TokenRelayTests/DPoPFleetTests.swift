@@ -116,6 +116,37 @@ final class DPoPFleetTests: XCTestCase, SealedStateChecks {
         for relay in relays { XCTAssertFalse(relay.stderrText.contains("PRIVATE KEY"), "a key was logged") }
     }
 
+    /// The record's key field gone while its token set is there (a Redis restarted without persistence, and
+    /// the relays' put-back of the set they held, which carries the key): a relay starting then stores that
+    /// key again and signs with it, not with a new key the fleet's tokens are not bound to.
+    func testARelayStartingAfterTheKeyFieldWasLostTakesTheKeyTheTokenSetCarries() throws {
+        let configURL = workDir.appendingPathComponent("import.json")
+        try JSONSerialization.data(withJSONObject: config(sealingKey: nil)).write(to: configURL)
+        let imported = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path])
+        XCTAssertEqual(imported.exitCode, 0, imported.stderr)
+        let directories = (0..<2).map { workDir.appendingPathComponent("lost-key-\($0)") }
+        for directory in directories { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+        let first = try TokenRelayProcess.start(config: config(sealingKey: nil), workDir: directories[0])
+        relays.append(first)
+        // Until the relay's Redis connection is up a request gets 503 (no refresh without the store).
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? HTTPTestClient.send(port: first.proxyPort, method: "GET", path: "/a").status) == 200 },
+                      first.stderrText)
+        XCTAssertEqual(try server.count("granted"), 1)
+        let firstJKT = try XCTUnwrap(try jkt(first))
+
+        XCTAssertEqual(try redis.cli(["HDEL", key, "dpop_key"]), "1")
+        let second = try TokenRelayProcess.start(config: config(sealingKey: nil), workDir: directories[1])
+        relays.append(second)
+        XCTAssertEqual(try jkt(second), firstJKT, "the key the token set carries, not a new one")
+        XCTAssertFalse(second.stderrText.contains("dpop: generated"))
+        XCTAssertFalse(try redis.cli(["HGET", key, "dpop_key"]).isEmpty, "the field is stored again")
+        XCTAssertEqual(try HTTPTestClient.send(port: second.proxyPort, method: "GET", path: "/b").status, 200)
+        let stats = try server.stats()
+        XCTAssertEqual(stats["granted"] as? Int, 1, "no refresh: the bound token works through the second relay")
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+        XCTAssertEqual(stats["refresh_token_reuse"] as? Int, 0)
+    }
+
     /// `tokenrelay login` in fleet mode: the polls are signed with the key it stores in the Redis record (none was
     /// there), and a relay started after it signs with that key: the login's bound tokens work at once.
     func testLoginInFleetModeStoresTheKeyTheRelaysThenUse() throws {

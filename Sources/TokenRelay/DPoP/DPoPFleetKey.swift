@@ -28,19 +28,33 @@ struct DPoPFleetKey {
             let (key, pem) = try open(stored, alg: dpop.alg)
             return (key, pem, false)
         }
-        let candidate = try SigningKey.generate(for: dpop.alg)
-        let candidatePEM = String(decoding: try candidate.privateKeyPEM(), as: UTF8.self)
+        // The field gone while the token set is there (a Redis restarted without persistence or flushed,
+        // and the relays put back the set they held, which carries the key: `DPoPProofs.keepingItsKey`):
+        // that key is stored again. Race it prevents: a relay starting after the put-back generated a key
+        // of its own, which the fleet's tokens are not bound to, and presented the bound refresh token with it.
+        let recovered = try keyInTokenSet(endpoint: endpoint, timeout: timeout, alg: dpop.alg)
+        let candidate = try recovered?.key ?? SigningKey.generate(for: dpop.alg)
+        let candidatePEM = try recovered?.pem ?? String(decoding: candidate.privateKeyPEM(), as: UTF8.self)
         let sealed = try encode(candidatePEM)
         let arguments = ["EVAL", Self.storeIfAbsent, "1", settings.key, Self.field].map { Data($0.utf8) } + [sealed]
         switch try RedisOneShot.run(endpoint: endpoint, timeout: timeout, arguments) {
         case .string(let winner):
             let (key, pem) = try open(winner, alg: dpop.alg)
-            return (key, pem, key.thumbprint == candidate.thumbprint)
+            return (key, pem, recovered == nil && key.thumbprint == candidate.thumbprint)
         case .error(let message):
             throw RedisStoreError(description: "Redis: \(message)")
         default:
             throw RedisStoreError(description: "unexpected reply from Redis")
         }
+    }
+
+    /// The key kept in the record's token set (`tokens`), when it holds one this alg can sign with.
+    private func keyInTokenSet(endpoint: RedisEndpoint, timeout: Double, alg: JWSAlgorithm) throws -> (key: SigningKey, pem: String)? {
+        guard case .string(let value) = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["HGET", settings.key, "tokens"]),
+              let held = try? codec.decode(value, name: "redis:\(settings.key)"),
+              let pem = held.otherFields[TokenSet.dpopKeyField] as? String,
+              let key = try? SigningKey.load(pem: Array(pem.utf8)), (try? key.check(alg)) != nil else { return nil }
+        return (key, pem)
     }
 
     /// What the field holds: `{"dpop_key": PEM}`, sealed (its own associated data: a sealed token value
