@@ -1,15 +1,18 @@
 @testable import TokenRelay
 import XCTest
 
-/// Which mappings `StartupPages.release` may hand back: executable, never writable, backed by a file.
+/// Which mappings `StartupPages.release` may hand back: code or read-only data, never writable or shared,
+/// backed by a file (a mapping with a written page is excluded later, by its `Anonymous:` line).
 final class StartupPagesTests: XCTestCase {
-    func testOnlyFileBackedExecutableReadOnlyMappingsAreReleased() {
-        let text = StartupPages.executableReadOnlyRange("55e3d50a6000-55e3d5e74000 r-xp 00a25000 fd:01 1234  /usr/bin/tokenrelay\n")
-        XCTAssertNotNil(StartupPages.executableReadOnlyRange("7f12c0000000-7f12c0021000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6"))
+    func testOnlyFileBackedReadOnlyPrivateMappingsAreReleased() {
+        let text = StartupPages.readOnlyFileRange("55e3d50a6000-55e3d5e74000 r-xp 00a25000 fd:01 1234  /usr/bin/tokenrelay\n")
+        XCTAssertNotNil(StartupPages.readOnlyFileRange("7f12c0000000-7f12c0021000 r-xp 00000000 08:01 99 /usr/lib/libc.so.6"))
         XCTAssertEqual(text?.start, 0x55e3d50a6000)
         XCTAssertEqual(text?.end, 0x55e3d5e74000)
+        let data = StartupPages.readOnlyFileRange("7f5a6ac00000-7f5a6acc5000 r--p 00000000 08:01 77 /usr/lib/x86_64-linux-gnu/libcrypto.so.3")
+        XCTAssertEqual(data?.start, 0x7f5a6ac00000)   // symbol and relocation tables, read once by the loader
         for line in [
-            "55e3d5e75000-55e3d5ecf000 r--p 0144a000 fd:01 1234  /usr/bin/tokenrelay",   // relocated data
+            "7f5a6b000000-7f5a6b001000 r--s 00000000 08:01 88 /dev/shm/shared",           // shared: writes by others
             "55e3d5ecf000-55e3d60d9000 rw-p 014a4000 fd:01 1234  /usr/bin/tokenrelay",   // writable data
             "7ffd1c9e5000-7ffd1c9e7000 r-xp 00000000 00:00 0  [vdso]",                    // no file behind it
             "7f0000000000-7f0000021000 rwxp 00000000 00:00 0 ",                           // anonymous, writable
@@ -20,7 +23,7 @@ final class StartupPagesTests: XCTestCase {
             "55e3d50a6000-55e3d5e74000",
             "",
         ] {
-            XCTAssertNil(StartupPages.executableReadOnlyRange(line), line)
+            XCTAssertNil(StartupPages.readOnlyFileRange(line), line)
         }
     }
 

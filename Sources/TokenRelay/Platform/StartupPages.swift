@@ -9,11 +9,13 @@ import Glibc
 /// copies of the executable and its libraries, so `madvise(MADV_DONTNEED)` may unmap them: the page cache
 /// keeps them, and the code that does run again is mapped back on its next use, from memory, not disk.
 ///
-/// Only mappings that are executable and not writable, and hold no private copy of a page, are released:
-/// their pages are the file's, so nothing is lost. Writable or relocated data (`rw-p`, and the `r--p`
-/// segment the loader wrote relocations into) is left alone, and so is code the loader patched (text
-/// relocations make private copies, `Anonymous` in smaps): dropping a page that was written would lose
-/// the write.
+/// Only private file mappings that are not writable (`r-xp` code, `r--p` read-only data) and hold no
+/// private copy of a page are released: their pages are the file's, so nothing is lost. Read-only data
+/// counts as much as code: the shared libraries' symbol tables, hash tables and relocation records, which
+/// the loader reads once while binding at start (libcrypto's and libstdc++'s alone are about 1.4 MiB,
+/// issue 26), are `r--p` mappings never needed again. Writable data (`rw-p`) is left alone, and so is any
+/// mapping holding a page that was written (the `r--p` segment the loader wrote relocations into, code
+/// patched by text relocations: private copies, `Anonymous` in smaps): dropping it would lose the write.
 ///
 /// The list is read whole first and released at the end, with C-string scanning rather than `String`:
 /// whatever code runs after a release is mapped back, and the kernel maps 64 KiB around every page that
@@ -37,7 +39,7 @@ enum StartupPages {
                 if let range = candidate, strtol(line + 10, nil, 10) == 0 { ranges.append(range) }
                 candidate = nil
             } else if let range = mappingRange(line) {
-                candidate = range.executableReadOnlyFile ? (range.start, range.end) : nil
+                candidate = range.readOnlyFile ? (range.start, range.end) : nil
             }
         }
         free(line)
@@ -50,16 +52,16 @@ enum StartupPages {
         return released
     }
 
-    /// `start-end r-xp offset dev inode path` for a file-backed mapping: its address range. Not the vDSO
-    /// or vsyscall pages (no file behind them).
-    static func executableReadOnlyRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt)? {
-        guard let range = mappingRange(line), range.executableReadOnlyFile else { return nil }
+    /// `start-end r-xp|r--p offset dev inode path` for a file-backed mapping: its address range. Not the
+    /// vDSO or vsyscall pages (no file behind them), nothing writable or shared.
+    static func readOnlyFileRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt)? {
+        guard let range = mappingRange(line), range.readOnlyFile else { return nil }
         return (range.start, range.end)
     }
 
-    /// A smaps header line's range, and whether it is `r-xp` with a path; nil for any other line (field
+    /// A smaps header line's range, and whether it is `r-xp` or `r--p` with a path; nil for any other line (field
     /// lines such as `AnonHugePages:` start with a hex digit too, but no `-` follows it).
-    private static func mappingRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt, executableReadOnlyFile: Bool)? {
+    private static func mappingRange(_ line: UnsafePointer<CChar>) -> (start: UInt, end: UInt, readOnlyFile: Bool)? {
         var cursor: UnsafeMutablePointer<CChar>? = nil
         let start = UInt(strtoul(line, &cursor, 16))
         guard var p = cursor.map({ UnsafePointer($0) }), p != line, p.pointee == 0x2D /* - */ else { return nil }
@@ -69,8 +71,8 @@ enum StartupPages {
         func skipSpaces() { while p.pointee == 0x20 || p.pointee == 0x09 { p += 1 } }
         func skipWord() { while p.pointee != 0 && p.pointee != 0x20 && p.pointee != 0x09 && p.pointee != 0x0A { p += 1 } }
         skipSpaces()
-        let executableReadOnly = strncmp(p, "r-xp ", 5) == 0
+        let readOnlyPrivate = strncmp(p, "r-xp ", 5) == 0 || strncmp(p, "r--p ", 5) == 0
         for _ in 0..<4 { skipWord(); skipSpaces() }   // permissions, offset, device, inode
-        return (start, end, executableReadOnly && p.pointee == 0x2F /* / */)
+        return (start, end, readOnlyPrivate && p.pointee == 0x2F /* / */)
     }
 }
