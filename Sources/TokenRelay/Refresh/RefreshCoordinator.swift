@@ -24,7 +24,8 @@ final class RefreshCoordinator {
         case unavailable(retryAfter: Int)
     }
 
-    private var machine: RefreshMachine {
+    // Internal (was private): RefreshCoordinator+Execution.swift and +Cache.swift.
+    var machine: RefreshMachine {
         // Any step may change the answer `admit` keeps (`steadyAdmission`).
         didSet { steadyAdmission = nil }
     }
@@ -33,32 +34,32 @@ final class RefreshCoordinator {
     /// every change to the machine goes through `machine`, whose observer drops this in the same call,
     /// and `apply` (a new token header) drops it too, before anything else runs on the loop.
     private var steadyAdmission: (generation: UInt64, authorization: String)?
-    private let loop: EventLoop
-    private let endpoint: TokenEndpointClient
-    private let store: any TokenStore
+    let loop: EventLoop  // internal (was private): RefreshCoordinator+Execution.swift and +Cache.swift
+    let endpoint: TokenEndpointClient  // internal (was private): RefreshCoordinator+Execution.swift
+    let store: any TokenStore  // internal (was private): RefreshCoordinator+Execution.swift and +Cache.swift
     private var injection: InjectSettings
     /// DPoP (`dpop`): DPoP-bound tokens go as `Authorization: DPoP <token>` (the driver adds the proof).
     var dpop: DPoPProofs?
     private var refreshTimeout: Double
     private var lockTimeout: Double
     private let storeWriteTimeout: Double
-    private let logger: Logger
-    private let metrics: RelayMetrics
-    private let redactor: SecretRedactor
+    let logger: Logger  // internal (was private): RefreshCoordinator+Execution.swift and +Cache.swift
+    let metrics: RelayMetrics  // internal (was private): RefreshCoordinator+Execution.swift
+    let redactor: SecretRedactor  // internal (was private): RefreshCoordinator+Execution.swift
 
-    private var timers: [RefreshMachine.Timer: LoopEvent] = [:]
+    var timers: [RefreshMachine.Timer: LoopEvent] = [:]  // internal (was private): RefreshCoordinator+Execution.swift
     private var watchTimer: LoopEvent?
-    private var queue: [RefreshMachine.Action] = []
-    private var executing = false
+    var queue: [RefreshMachine.Action] = []  // internal (was private): RefreshCoordinator+Execution.swift
+    var executing = false  // internal (was private): RefreshCoordinator+Execution.swift
     private var authorization: (generation: UInt64, value: String)?
     /// One-shot waiters, e.g. an admin `POST /refresh`.
-    private var completions: [(Outcome) -> Void] = []
+    var completions: [(Outcome) -> Void] = []  // internal (was private): RefreshCoordinator+Execution.swift
     /// Fleet mode: the local cache of the last adopted tokens (`tokens.file` beside `tokens.redis`).
-    private let cache: TokenFile?
-    private var cacheWrite: (inFlight: Bool, pending: TokenSet?) = (false, nil)
-    private var cachedGeneration: UInt64 = 0
+    let cache: TokenFile?  // internal (was private): RefreshCoordinator+Cache.swift
+    var cacheWrite: (inFlight: Bool, pending: TokenSet?) = (false, nil)  // internal (was private): RefreshCoordinator+Cache.swift
+    var cachedGeneration: UInt64 = 0  // internal (was private): RefreshCoordinator+Cache.swift
     /// When tokens written by someone else were last adopted, and how they reached us.
-    private(set) var lastAdoption: (at: Date, source: String)?
+    var lastAdoption: (at: Date, source: String)?  // internal set (was private(set)): RefreshCoordinator+Execution.swift
 
     /// Told of every refresh outcome (the proxy releases its held requests here).
     var onOutcome: ((Outcome) -> Void)?
@@ -114,12 +115,13 @@ final class RefreshCoordinator {
     }
 
     /// 30 days.
-    private static let longestTimer = 30.0 * 86_400
+    static let longestTimer = 30.0 * 86_400  // internal (was private): RefreshCoordinator+Execution.swift
 
     /// Drawn on the loop's thread only, like everything the coordinator owns.
     private var jitter = JitterSource()
 
-    private func now() -> RefreshMachine.Instant {
+    // Internal (was private): RefreshCoordinator+Execution.swift.
+    func now() -> RefreshMachine.Instant {
         RefreshMachine.Instant(monotonic: EventLoop.monotonicNow, wall: Date(), jitter: jitter.next())
     }
 
@@ -318,238 +320,6 @@ final class RefreshCoordinator {
             ? DPoPProofs.authorizationScheme + tokens.accessToken : injection.value(for: tokens.accessToken)
         authorization = (generation, value)
         return value
-    }
-
-    // MARK: - Executing actions
-
-    private func execute(_ actions: [RefreshMachine.Action]) {
-        // Most calls (every request's admission) bring nothing: the queue is empty then, or being worked
-        // through by an outer call.
-        if actions.isEmpty { return }
-        queue += actions
-        guard !executing else { return }
-        executing = true
-        defer { executing = false }
-        while !queue.isEmpty {
-            perform(queue.removeFirst())
-        }
-    }
-
-    private func perform(_ action: RefreshMachine.Action) {
-        switch action {
-        case .schedule(let kind, let at):
-            let timer = LoopEvent(loop: loop) { [weak self] _ in
-                guard let self else { return }
-                // Taken out of the table while its handler runs: re-arming the same kind inside the
-                // handler must not free the event that is calling us.
-                let firing = self.timers.removeValue(forKey: kind)
-                self.execute(self.machine.timerFired(kind, now: self.now()))
-                withExtendedLifetime(firing) {}
-            }
-            timers[kind] = timer
-            // Times can come from outside (a token's lifetime): clamped, so the conversion cannot trap. A
-            // timer cut short fires early, and the machine only ever acts early on a far-away deadline.
-            timer.schedule(after: min(max(0, at - EventLoop.monotonicNow), Self.longestTimer))
-        case .cancel(let kind):
-            timers[kind] = nil
-        case .acquireLock(let timeout):
-            store.acquire(timeout: timeout) { [weak self] acquired, waited in
-                guard let self else { return }
-                if waited { self.metrics.lockWaits.increment() }
-                if acquired {
-                    self.metrics.storeLockAcquisitions.increment()
-                    self.store.read { read in
-                        // Under the lock, what we read is what our next write replaces.
-                        self.store.noteAdopted()
-                        self.deliver(read, source: "lock") {
-                            self.machine.lockAcquired(store: read, lockValidUntil: self.store.lockValidUntil,
-                                                      inFlight: self.store.readInFlightRecord(), now: self.now())
-                        }
-                    }
-                } else {
-                    self.execute(self.machine.lockTimedOut(now: self.now()))
-                }
-            }
-        case .releaseLock:
-            store.release()
-        case .presentRefreshToken(let tokens):
-            endpoint.refresh(current: tokens) { [weak self] result, retryAfter in
-                guard let self else { return }
-                self.execute(self.machine.tokenEndpointAnswered(result, retryAfter: retryAfter, now: self.now()))
-            }
-        case .persist(let tokens):
-            markInCache(tokens)
-            write(tokens)
-        case .readStore:
-            store.read { [weak self] read in
-                guard let self else { return }
-                self.deliver(read, source: "reread") { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: self.now()) }
-            }
-        case .latchLoginRequired(let reason):
-            store.latchLoginRequired(machine.tokens, reason: reason)
-        case .recordInFlight(let record):
-            recordInFlight(record)
-        case .removeInFlightRecord:
-            do {
-                try store.removeInFlightRecord()
-            } catch {
-                // Harmless beyond this line: a leftover record names a refresh token no longer in service
-                // (stale, removed later), or holds a restart off for refresh_seconds.
-                logger.warning("could not remove the in-flight refresh marker", metadata: ["error": "\(error)"])
-            }
-        case .release(let outcome):
-            onOutcome?(outcome)
-            let waiting = completions
-            completions = []
-            waiting.forEach { $0(outcome) }
-        case .redact(let values):
-            redactor.update(values)
-        case .count(let metric):
-            count(metric)
-        case .log(let level, let message, let metadata):
-            logger.log(level: Self.loggerLevel(level), "\(message)", metadata: metadata.mapValues { .string($0) })
-        case .publish:
-            publish()
-            writeCacheIfChanged()
-        case .tokenEndpointIdle:
-            onTokenEndpointIdle?()
-        }
-    }
-
-    /// The store answers on the loop (a file is written off it).
-    private func write(_ tokens: TokenSet) {
-        store.write(dpop?.keepingItsKey(in: tokens) ?? tokens) { [weak self] outcome in
-            guard let self else { return }
-            switch outcome {
-            case .written:
-                self.execute(self.machine.persisted(now: self.now()))
-            case .failed(let error):
-                self.execute(self.machine.persistFailed(error, now: self.now()))
-            case .conflict(let read):
-                self.metrics.storeConflicts.increment()
-                self.deliver(read, source: "conflict") { self.machine.persistConflicted(read, now: self.now()) }
-                // Adopted or not, the next write is based on the version just read: one that lost to an
-                // older token set (ours are the live ones) then writes over it.
-                self.store.noteAdopted()
-            }
-        }
-    }
-
-    /// Off the loop (fsync), like a token file write; the refresh token leaves only once it is on disk.
-    private func recordInFlight(_ record: RefreshInFlightRecord) {
-        let writer: @Sendable () throws -> Void
-        do {
-            writer = try store.inFlightRecordWriter(for: record)
-        } catch {
-            return execute(machine.inFlightRecordFailed("\(error)", now: self.now()))
-        }
-        OffLoopWork.run(on: loop, { Result { try writer() } }) { [weak self] outcome in
-            guard let self else { return }
-            switch outcome {
-            case .success: self.execute(self.machine.inFlightRecorded(now: self.now()))
-            case .failure(let error): self.execute(self.machine.inFlightRecordFailed("\(error)", now: self.now()))
-            }
-        }
-    }
-
-    /// Feeds the machine a read of the store; if it adopted what it read, the store learns that the
-    /// tokens in service now come from that version.
-    private func deliver(_ read: RefreshMachine.StoreRead, source: String, _ event: () -> [RefreshMachine.Action]) {
-        let before = machine.generation
-        let actions = event()
-        if machine.generation != before, case .tokens = read {
-            store.noteAdopted()
-            lastAdoption = (Date(), source)
-            metrics.countStoreAdoption(source: source)
-        }
-        execute(actions)
-    }
-
-    /// Picks up tokens written by someone else (an operator seeding tokens after "login required",
-    /// `tokenrelay token import`, another process's rotation). A file store not during a cycle: its own
-    /// write must not look like someone else's, and it re-reads the store under the lock anyway. A
-    /// shared store at any time: a relay waiting for the lock adopts what the holder published.
-    private func watchStore() {
-        guard machine.state != .refreshing || store.isShared, store.changeSinceLastLook() else { return }
-        readChangedStore(source: "poll")
-    }
-
-    private func storeAnnouncedChange() {
-        readChangedStore(source: (store as? RedisTokenStore)?.isSubscribed == true ? "publish" : "poll")
-    }
-
-    private func readChangedStore(source: String) {
-        store.read { [weak self] read in
-            guard let self else { return }
-            self.deliver(read, source: source) { self.machine.storeRead(read, inFlight: self.store.readInFlightRecord(), now: self.now()) }
-        }
-    }
-
-    /// Fleet mode: tokens on their way to Redis go to the local cache too, marked as not acknowledged
-    /// (`UnacknowledgedWriteMark`); the unmarked write after Redis's acknowledgement replaces them.
-    private func markInCache(_ tokens: TokenSet) {
-        guard let cache, let redis = store as? RedisTokenStore else { return }
-        cacheWrite.pending = UnacknowledgedWriteMark.marking(tokens, .init(overVersion: redis.version, importStamp: redis.lineageImportStamp))
-        flushCache(cache)
-    }
-
-    /// Fleet mode: the last adopted tokens go to the local cache, one write at a time, newest last.
-    private func writeCacheIfChanged() {
-        guard let cache, store.isShared, machine.generation != cachedGeneration, !machine.tokens.accessToken.isEmpty else { return }
-        cachedGeneration = machine.generation
-        // Tokens taken into service before Redis acknowledged them (a drain that ended with the write still
-        // failing) keep the mark. Race it prevents: an unmarked copy replacing the marked one, so that the next
-        // start follows Redis's older version and presents the refresh token this rotation burnt.
-        if machine.hasUnsavedTokens, let redis = store as? RedisTokenStore {
-            cacheWrite.pending = UnacknowledgedWriteMark.marking(machine.tokens, .init(overVersion: redis.version, importStamp: redis.lineageImportStamp))
-        } else {
-            cacheWrite.pending = machine.tokens
-        }
-        flushCache(cache)
-    }
-
-    private func flushCache(_ cache: TokenFile) {
-        guard !cacheWrite.inFlight, let tokens = cacheWrite.pending else { return }
-        cacheWrite = (true, nil)
-        let path = cache.path
-        let data = try? cache.encode(tokens)
-        OffLoopWork.run(on: loop, { Result { try data.map { try TokenFile.write($0, to: path) } } }) { [weak self] outcome in
-            guard let self else { return }
-            self.cacheWrite.inFlight = false
-            if case .failure(let error) = outcome { self.logger.warning("could not write the local token cache", metadata: ["error": "\(error)"]) }
-            self.flushCache(cache)
-        }
-    }
-
-    private func count(_ metric: RefreshMachine.Metric) {
-        switch metric {
-        case .cycleStarted(let trigger): metrics.countRefreshStarted(trigger: trigger.rawValue)
-        case .refreshOutcome(let outcome): metrics.countRefresh(outcome: outcome)
-        case .refreshError(let code): metrics.countRefreshError(code: code)
-        case .refreshDuration(let seconds): metrics.refreshDuration.record(seconds)
-        case .adoptedRotation: metrics.adoptedRotations.increment()
-        case .stormGuardTrip: metrics.stormGuardTrips.increment()
-        case .tokenFileWriteFailure: metrics.tokenFileWriteFailures.increment()
-        case .storeConflict: break  // counted where the store answered
-        }
-    }
-
-    private static func loggerLevel(_ level: RefreshMachine.LogLevel) -> Logger.Level {
-        switch level {
-        case .debug: return .debug
-        case .info: return .info
-        case .warning: return .warning
-        case .error: return .error
-        case .critical: return .critical
-        }
-    }
-
-    private func publish() {
-        metrics.tokenGeneration.record(Double(machine.generation))
-        metrics.loginRequired.record(machine.state == .loginRequired ? 1 : 0)
-        metrics.unsavedTokens.record(machine.hasUnsavedTokens ? 1 : 0)
-        metrics.accessTokenExpiresAt.record(machine.tokens.expiresAt?.timeIntervalSince1970 ?? 0)
-        metrics.secondsUntilExpiry.record(machine.tokens.expiresAt.map { max(0, $0.timeIntervalSinceNow) } ?? -1)
     }
 }
 
