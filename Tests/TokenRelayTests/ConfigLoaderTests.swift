@@ -61,7 +61,8 @@ final class ConfigLoaderTests: XCTestCase {
 
     func testMissingAndMistypedFieldsNameTheField() {
         XCTAssertEqual(error(with(["refresh", "client_id"], nil))?.description, "refresh.client_id: is required")
-        XCTAssertEqual(error(with(["upstream"], nil))?.description, "upstream: is required")
+        XCTAssertEqual(error(with(["upstream"], nil))?.description,
+                       "upstream: is required unless routes has a route (then a request matching no route gets 404)")
         XCTAssertEqual(error(with(["listen"], 8080))?.description, "listen: must be a string")
         XCTAssertEqual(error(with(["listen"], "localhost"))?.field, "listen")
         XCTAssertEqual(error(with(["listen"], "127.0.0.1:99999"))?.field, "listen")

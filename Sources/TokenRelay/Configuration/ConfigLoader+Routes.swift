@@ -22,6 +22,9 @@ extension ConfigLoader {
         if let value = root.optionalValue("upstream") { return (try readUpstream(JSONObjectReader(value, path: "upstream")), true) }
         guard let routes = root.optionalValue("routes") as? [Any], let first = routes.first as? [String: Any],
               let upstream = first["upstream"] else {
+            // A misspelt `upstream` (or another unknown key) is the likelier mistake, named first as for any key.
+            let missing = root.missing("upstream")
+            guard missing.field == "upstream" else { throw missing }
             throw ConfigError("upstream", "is required unless routes has a route (then a request matching no route gets 404)")
         }
         // Read again with the route's own field path, so a fault in it names routes[0].upstream.
