@@ -284,17 +284,9 @@ public final class HTTP2ClientConnection {
     private func flush() {
         guard let session, let stream, !isClosed, !inLibrary else { return }
         inLibrary = true
-        var failed = false
-        while stream.pendingOutput < socketOutputLimit {
-            var data: UnsafePointer<UInt8>?
-            let n = nghttp2_session_mem_send(session, &data)
-            if n < 0 { failed = true; break }
-            guard n > 0, let data else { break }
-            stream.write(UnsafeRawBufferPointer(start: data, count: n))
-            if stream.isClosed { break }
-        }
+        let failed = !HTTP2SessionOutput.write(session, to: stream, limit: socketOutputLimit)
         inLibrary = false
-        if failed || (nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0) {
+        if failed || HTTP2SessionOutput.isOver(session) {
             if stream.pendingOutput > 0 { stream.closeAfterFlush() } else { stream.close() }
             return
         }

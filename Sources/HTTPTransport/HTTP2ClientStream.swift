@@ -71,8 +71,7 @@ public final class HTTP2ClientStream {
     private var endSeen = false
     private var paused = false
     private var owed = 0
-    private var outbound: [UInt8] = []
-    private var outboundStart = 0
+    private var outbound = HTTP2OutboundBytes()
     private var finishing = false
     private var requestTrailers: [(name: String, value: String)] = []
     private var deferred = false
@@ -114,11 +113,7 @@ public final class HTTP2ClientStream {
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard !isEnded, !finishing, bytes.count > 0 else { return }
-        if outboundStart > 0 && outboundStart >= outbound.count / 2 {
-            outbound.removeFirst(outboundStart)
-            outboundStart = 0
-        }
-        outbound.append(contentsOf: bytes)
+        outbound.append(bytes)
         resume()
     }
 
@@ -133,7 +128,7 @@ public final class HTTP2ClientStream {
     }
 
     public var canSendMore: Bool {
-        let ok = outbound.count - outboundStart < connection.settings.streamBufferLimit && connection.socketHasRoom
+        let ok = outbound.count < connection.settings.streamBufferLimit && connection.socketHasRoom
         if !ok { wantsCanSendMore = true }
         return ok
     }
@@ -191,18 +186,8 @@ public final class HTTP2ClientStream {
     }
 
     func readBody(into buffer: UnsafeMutablePointer<UInt8>, _ length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        let n = min(length, outbound.count - outboundStart)
-        if n > 0 {
-            outbound.withUnsafeBytes { bytes in
-                UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress! + outboundStart, byteCount: n)
-            }
-            outboundStart += n
-            if outboundStart == outbound.count {
-                outbound.removeAll(keepingCapacity: true)
-                outboundStart = 0
-            }
-        }
-        if outbound.count == outboundStart && finishing {
+        let n = outbound.take(into: buffer, length)
+        if outbound.isEmpty && finishing {
             flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
             requestSent = true
             if !requestTrailers.isEmpty, let session = connection.sessionForStreams {

@@ -36,21 +36,8 @@ struct HTTP2FieldList {
 
     /// "Name: value\r\n" lines (an `HTTPFieldBlock`'s), connection-specific ones left out.
     mutating func appendLines(_ lines: UnsafeRawBufferPointer) {
-        var start = 0
-        while start < lines.count {
-            var end = start
-            while end < lines.count && lines[end] != UInt8(ascii: "\r") { end += 1 }
-            var colon = start
-            while colon < end && lines[colon] != UInt8(ascii: ":") { colon += 1 }
-            if colon < end {
-                var valueStart = colon + 1
-                while valueStart < end && (lines[valueStart] == 32 || lines[valueStart] == 9) { valueStart += 1 }
-                let name = UnsafeRawBufferPointer(rebasing: lines[start..<colon])
-                if !Self.isConnectionSpecific(name) {
-                    append(name: name, value: UnsafeRawBufferPointer(rebasing: lines[valueStart..<end]))
-                }
-            }
-            start = end + 2
+        Self.forEachLine(lines) { name, value in
+            if !Self.isConnectionSpecific(name) { append(name: name, value: value) }
         }
     }
 
@@ -58,6 +45,21 @@ struct HTTP2FieldList {
     /// (RFC 9113 §8.3.1: `:authority` carries it), and `te: trailers`, the one `te` HTTP/2 allows (gRPC
     /// needs it), is kept.
     mutating func appendLines(_ lines: UnsafeRawBufferPointer, authority: inout String) {
+        Self.forEachLine(lines) { name, value in
+            if name.count == 4 && asciiEqualIgnoringCase(name, "host") {
+                authority = String(decoding: value, as: UTF8.self)
+            } else if name.count == 2 && asciiEqualIgnoringCase(name, "te") {
+                if asciiEqualIgnoringCase(value, "trailers") { append(name: name, value: value) }
+            } else if !Self.isConnectionSpecific(name) {
+                append(name: name, value: value)
+            }
+        }
+    }
+
+    /// Each "Name: value" of CRLF-ended lines our own `HTTPFieldBlock` wrote (so well formed): the name,
+    /// and the value without the white space after the colon.
+    private static func forEachLine(_ lines: UnsafeRawBufferPointer,
+                                    _ body: (_ name: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer) -> Void) {
         var start = 0
         while start < lines.count {
             var end = start
@@ -67,15 +69,7 @@ struct HTTP2FieldList {
             if colon < end {
                 var valueStart = colon + 1
                 while valueStart < end && (lines[valueStart] == 32 || lines[valueStart] == 9) { valueStart += 1 }
-                let name = UnsafeRawBufferPointer(rebasing: lines[start..<colon])
-                let value = UnsafeRawBufferPointer(rebasing: lines[valueStart..<end])
-                if name.count == 4 && asciiEqualIgnoringCase(name, "host") {
-                    authority = String(decoding: value, as: UTF8.self)
-                } else if name.count == 2 && asciiEqualIgnoringCase(name, "te") {
-                    if asciiEqualIgnoringCase(value, "trailers") { append(name: name, value: value) }
-                } else if !Self.isConnectionSpecific(name) {
-                    append(name: name, value: value)
-                }
+                body(UnsafeRawBufferPointer(rebasing: lines[start..<colon]), UnsafeRawBufferPointer(rebasing: lines[valueStart..<end]))
             }
             start = end + 2
         }

@@ -45,8 +45,7 @@ public final class HTTP2ServerStream {
     public private(set) var responseStarted = false
     private var responseComplete = false
     private var finishing = false
-    private var outbound: [UInt8] = []
-    private var outboundStart = 0
+    private var outbound = HTTP2OutboundBytes()
     private var deferred = false
     private var trailers: [(name: String, value: String)] = []
     var wantsCanSendMore = false
@@ -159,7 +158,7 @@ public final class HTTP2ServerStream {
 
     /// Response bytes buffered for this stream are under the limit, and the socket has room.
     public var canSendMore: Bool {
-        let ok = outbound.count - outboundStart < connection.settings.streamBufferLimit && connection.socketHasRoom
+        let ok = outbound.count < connection.settings.streamBufferLimit && connection.socketHasRoom
         if !ok { wantsCanSendMore = true }
         return ok
     }
@@ -200,11 +199,7 @@ public final class HTTP2ServerStream {
 
     public func sendBody(_ bytes: UnsafeRawBufferPointer) {
         guard responseStarted, !responseComplete, !finishing, !isClosed, bytes.count > 0 else { return }
-        if outboundStart > 0 && outboundStart >= outbound.count / 2 {
-            outbound.removeFirst(outboundStart)
-            outboundStart = 0
-        }
-        outbound.append(contentsOf: bytes)
+        outbound.append(bytes)
         resume()
     }
 
@@ -238,7 +233,7 @@ public final class HTTP2ServerStream {
         }
     }
 
-    var hasUnsentBody: Bool { outbound.count > outboundStart }
+    var hasUnsentBody: Bool { !outbound.isEmpty }
 
     private func respondLocally(status: Int, message: String) {
         let body = Array("\(message)\n".utf8)
@@ -275,19 +270,8 @@ public final class HTTP2ServerStream {
     /// nghttp2 asks for up to `length` DATA bytes: what is buffered, the end (with trailers after it), or
     /// "deferred" until `sendBody` or `finishResponse` resumes the stream.
     func readBody(into buffer: UnsafeMutablePointer<UInt8>, _ length: Int, flags: UnsafeMutablePointer<UInt32>) -> Int {
-        let available = outbound.count - outboundStart
-        let n = min(length, available)
-        if n > 0 {
-            outbound.withUnsafeBytes { bytes in
-                UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress! + outboundStart, byteCount: n)
-            }
-            outboundStart += n
-            if outboundStart == outbound.count {
-                outbound.removeAll(keepingCapacity: true)
-                outboundStart = 0
-            }
-        }
-        if outbound.count == outboundStart && finishing {
+        let n = outbound.take(into: buffer, length)
+        if outbound.isEmpty && finishing {
             flags.pointee |= UInt32(NGHTTP2_DATA_FLAG_EOF.rawValue)
             responseComplete = true
             if !trailers.isEmpty {
@@ -313,7 +297,7 @@ public final class HTTP2ServerStream {
     func closed(errorCode: UInt32) {
         guard !isClosed else { return }
         isClosed = true
-        let complete = responseComplete && outbound.count == outboundStart
+        let complete = responseComplete && outbound.isEmpty
         let told = handler
         handler = nil
         if !complete { told?.streamReset(self) }
