@@ -2,7 +2,7 @@ import HTTPWire
 import XCTest
 
 /// Request body framing (RFC 9112 section 6), including every framing and syntax probe of
-/// Tests/TokenRelayTests/RequestHygieneTests.swift: each one that is a matter of syntax is a parse error
+/// Tests/TokenRelayTests/Proxy/RequestHygieneTests.swift: each one that is a matter of syntax is a parse error
 /// here; the three that are policy (foreign absolute-form, asterisk-form, CONNECT) parse, and their
 /// target form is what lets the proxy refuse them.
 final class RequestFramingTests: XCTestCase {

@@ -4,6 +4,10 @@ import Foundation
 let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent().deletingLastPathComponent()
 
+/// The helper programs and data files the tests run from the source tree (not resources: Package.swift
+/// excludes the folder), for test files in any subfolder.
+let testFixtures = repositoryRoot.appendingPathComponent("Tests/TokenRelayTests/Fixtures")
+
 struct ToolResult {
     let exitCode: Int32
     let stdout: String

@@ -6,8 +6,7 @@ import XCTest
 /// type. (A libevent call elsewhere is also a compile error, since no other target depends on CLibevent;
 /// this test keeps a dependency from being added back quietly.)
 final class ArchitectureBoundaryTests: XCTestCase {
-    private let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("Sources")
+    private let sources = repositoryRoot.appendingPathComponent("Sources")
 
     private func swiftFiles() throws -> [(target: String, path: String, text: String)] {
         var files: [(String, String, String)] = []

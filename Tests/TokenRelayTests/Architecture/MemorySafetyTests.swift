@@ -20,7 +20,7 @@ final class MemorySafetyTests: RelayTestCase {
         strip.waitUntilExit()
         XCTAssertEqual(strip.terminationStatus, 0, "objcopy --strip-debug failed")
         let report = workDir.appendingPathComponent("valgrind.log")
-        let suppressions = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/valgrind-swift.supp")
+        let suppressions = testFixtures.appendingPathComponent("valgrind-swift.supp")
         let relay = try startRelay(wrapper: [Self.valgrind, "--tool=memcheck", "--error-exitcode=99", "--leak-check=no",
                                              "--log-file=\(report.path)", "--suppressions=\(suppressions.path)", binary.path], startupTimeout: 90)
         XCTAssertEqual(try get(relay, "/first").status, 200)
@@ -81,7 +81,7 @@ final class HTTP2UpstreamMemorySafetyTests: RelayTestCase {
         let strip = try runTool("/usr/bin/objcopy", ["--strip-debug", try TokenRelayProcess.binaryURL().path, binary.path], timeout: 60)
         XCTAssertEqual(strip.exitCode, 0, strip.stderr)
         let report = workDir.appendingPathComponent("valgrind-h2up.log")
-        let suppressions = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/valgrind-swift.supp")
+        let suppressions = testFixtures.appendingPathComponent("valgrind-swift.supp")
         let relay = try startRelay(["data_plane": "transport", "upstream": ["url": upstream.url, "http2": "prior_knowledge"],
                                     "limits": ["max_body_bytes": 65536]],
                                    wrapper: [valgrind, "--tool=memcheck", "--error-exitcode=99", "--leak-check=no",

@@ -112,8 +112,7 @@ final class CheckCommandTests: RelayTestCase {
     /// Every example under config/ passes `check` once its file paths point at this test's files
     /// (TLS files at a PKI generated for the test run).
     func testEveryExampleConfigPassesCheck() throws {
-        let configDirectory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("config")
+        let configDirectory = repositoryRoot.appendingPathComponent("config")
         let examples = try FileManager.default.contentsOfDirectory(atPath: configDirectory.path)
             .filter { $0.hasSuffix(".json") && !$0.contains("schema") }
         XCTAssertFalse(examples.isEmpty)
