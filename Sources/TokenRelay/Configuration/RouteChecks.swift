@@ -99,6 +99,13 @@ enum RouteChecks {
         }
     }
 
+    /// Whether two token settings name the same state: one file, or one key on one Redis.
+    static func sameTokenState(_ a: Config.Tokens, _ b: Config.Tokens) -> Bool {
+        if let x = a.file, let y = b.file, canonicalPath(x) == canonicalPath(y) { return true }
+        if let x = a.redis, let y = b.redis, x.key == y.key, sameServer(x.endpoint, y.endpoint) { return true }
+        return false
+    }
+
     private static func sameServer(_ a: RedisEndpoint, _ b: RedisEndpoint) -> Bool {
         a.address == b.address && a.database == b.database
     }

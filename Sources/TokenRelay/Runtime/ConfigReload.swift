@@ -92,13 +92,36 @@ struct ConfigReload {
         keep("log.format", running.logFormat.rawValue, loaded.logFormat.rawValue) { $0.logFormat = running.logFormat }
         self.effective = effective
         needsRestart = deferred
+        movedTokenState = Self.movedTokenState(running: running, loaded: loaded)
+    }
+
+    /// A token store the loaded config gives to another identity than the one running on it, which stays
+    /// (identities swapped their files). A staying identity keeps its running store until a restart, so
+    /// applying the rest would pair that store with the other identity's refresh settings and routes: a
+    /// refresh token sent to the other's token endpoint, an access token to the other's upstream.
+    private let movedTokenState: ConfigError?
+
+    private static func movedTokenState(running: Config, loaded: Config) -> ConfigError? {
+        let owners: (Config) -> [(name: String?, field: String, tokens: Config.Tokens)] = { config in
+            [(nil, "tokens", config.tokens)] + config.identities.map { ($0.name, "identities.\($0.name).tokens", $0.tokens) }
+        }
+        let loadedOwners = owners(loaded)
+        let staying = owners(running).filter { owner in loadedOwners.contains { $0.name == owner.name } }
+        for owner in loadedOwners {
+            if let other = staying.first(where: { $0.name != owner.name && RouteChecks.sameTokenState($0.tokens, owner.tokens) }) {
+                return ConfigError(owner.field, "names the token store \(other.field) runs on, which stays with it until a restart; moving a token store to another identity needs a restart")
+            }
+        }
+        return nil
     }
 
     /// The loaded config was valid on its own; with restart-only values kept it may not be. The one case:
     /// the refresh lock checked against a `command_timeout_seconds` that does not apply live (a lock too
     /// short for the running command timeout would make every refresh stop short of the token endpoint).
-    /// And a route whose own listener stays (until a restart) naming an identity the reload removes.
+    /// And a route whose own listener stays (until a restart) naming an identity the reload removes, and a
+    /// token store moved from one staying identity to another (`movedTokenState`).
     func validate() throws {
+        if let movedTokenState { throw movedTokenState }
         // A route kept for its listener must still find its identity.
         for (index, route) in effective.routes.enumerated() {
             if let identity = route.identity, !effective.identities.contains(where: { $0.name == identity }) {

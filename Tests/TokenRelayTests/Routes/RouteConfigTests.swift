@@ -203,6 +203,35 @@ final class RouteConfigTests: XCTestCase {
         XCTAssertFalse(plan.needsRestart.description.contains("secret"))
     }
 
+    /// A staying identity keeps its running token store until a restart, so a reload that hands that store
+    /// to another identity (two identities' token files swapped) would leave both running on one store: the
+    /// route of one would carry the other's tokens, and one refresh token would go to the other's token
+    /// endpoint. Such a reload is refused, naming both.
+    func testReloadSwappingTwoIdentitiesTokenFilesIsRefused() throws {
+        var running = twoIdentities
+        var identities = running["identities"] as! [String: Any]
+        identities["payments"] = ["tokens": ["file": "/var/lib/tokenrelay/pay.json"], "refresh": refresh("https://idp.pay/token")]
+        running["identities"] = identities
+        var swapped = running
+        identities["hr"] = ["tokens": ["file": "/var/lib/tokenrelay/pay.json"], "refresh": refresh("https://idp.pay/token")]
+        identities["payments"] = ["tokens": ["file": "/var/lib/tokenrelay/hr.json"], "refresh": refresh("https://idp.hr/token")]
+        swapped["identities"] = identities
+        let plan = ConfigReload(running: try parse(running), loaded: try parse(swapped))
+        XCTAssertThrowsError(try plan.validate()) { error in
+            let description = "\(error)"
+            XCTAssertTrue(description.contains("identities.hr.tokens") && description.contains("identities.payments.tokens"), description)
+            XCTAssertTrue(description.contains("restart"), description)
+            XCTAssertFalse(description.contains("\n"), description)
+        }
+        // The top level's file given to an identity while the top level keeps it: refused the same way.
+        var topToIdentity = running
+        topToIdentity["tokens"] = ["file": "/var/lib/tokenrelay/other.json"]
+        identities = running["identities"] as! [String: Any]
+        identities["hr"] = ["tokens": ["file": "/var/lib/tokenrelay/tokens.json"], "refresh": refresh("https://idp.hr/token")]
+        topToIdentity["identities"] = identities
+        XCTAssertThrowsError(try ConfigReload(running: try parse(running), loaded: try parse(topToIdentity)).validate())
+    }
+
     /// A process started without identities keeps its unlabelled metrics; the first identities (and the routes
     /// that came with them) wait for a restart instead of aborting the process at registration.
     func testTheFirstIdentitiesOfAProcessStartedWithoutAnyWaitForARestart() throws {
