@@ -20,6 +20,10 @@ public protocol HTTPServerConnectionHandler: AnyObject {
     func connectionSentHTTP2Preface(_ connection: HTTPServerConnection)
 }
 
+extension HTTPServerConnectionHandler {
+    public func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {}
+}
+
 /// One client connection on the server side: parses requests with HTTPWire as bytes arrive, answers
 /// protocol errors itself, and frames the responses its handler sends.
 ///
@@ -31,11 +35,9 @@ public protocol HTTPServerConnectionHandler: AnyObject {
 /// it, since the unread body cannot be told apart from a next request). `pauseReading()` holds the request
 /// body back (an upload relayed to a slower upstream); the socket's receive window then pushes back on
 /// the client.
-extension HTTPServerConnectionHandler {
-    public func connectionSentHTTP2Preface(_ connection: HTTPServerConnection) {}
-}
-
 public final class HTTPServerConnection {
+    // State the extensions in HTTPServerConnection+Receiving/+Sending/+Timers.swift read and set is internal,
+    // not private (a `private` member is visible only in this file); nothing outside the connection sets it.
     public let peer: PeerAddress
     /// Held strongly until the connection has ended (reported `ended`, or its socket is closed), then let
     /// go. Not `weak`: a weak reference gives the handler a side table, which makes every retain and
@@ -54,11 +56,11 @@ public final class HTTPServerConnection {
     public var halfCloseEndsTheConnection = false
     /// The client closed its sending side after a whole request, before its answer started, and the
     /// connection was kept for that answer (`halfCloseEndsTheConnection`).
-    public private(set) var peerHalfClosed = false
+    public internal(set) var peerHalfClosed = false
     /// Look for HTTP/2's connection preface before the first request (see `connectionSentHTTP2Preface`).
     public var detectsHTTP2Preface = false
     /// A request head has been parsed on this connection (the preface can only come first).
-    private var sawRequestHead = false
+    var sawRequestHead = false
     /// Close the connection after the response now being started (a refusal after which the next
     /// request's start cannot be trusted, or a server that is shutting down).
     public var closeAfterResponse = false
@@ -68,10 +70,10 @@ public final class HTTPServerConnection {
     /// (one write instead of two). The buffer keeps its capacity for the next head. Not in the scratch:
     /// every response uses it three times, and reaching it through the scratch cost a retain and a
     /// release each (about 200 instructions per request); its storage is made with the first head.
-    private let pendingHead = HeadBuffer()
+    let pendingHead = HeadBuffer()
     /// Parser, parsed head and decoder, made when first needed (see `RequestScratch`).
     private(set) var scratchIfMade: RequestScratch?
-    private var scratch: RequestScratch {
+    var scratch: RequestScratch {
         if let scratchIfMade { return scratchIfMade }
         let made = RequestScratch(limits: limits)
         scratchIfMade = made
@@ -79,8 +81,8 @@ public final class HTTPServerConnection {
     }
     /// The server's settings when this connection was accepted, shared with the others accepted under
     /// them: an idle client connection should not carry its own copy of the limits and the refusal.
-    private let fixed: FixedSettings
-    private var limits: HTTPWireLimits { fixed.limits }
+    let fixed: FixedSettings
+    var limits: HTTPWireLimits { fixed.limits }
     /// The server's connection-limit bookkeeping (see `HTTPServer`), told once when the socket is closed.
     /// `unowned` rather than weak (no side table on the server): the server lets go of the connection
     /// (`detachFromServer`) when the socket closes and when the server closes, deinit included, so this
@@ -90,9 +92,9 @@ public final class HTTPServerConnection {
     var isOverLimit = false
     var isRefusedOverLimit = false
     /// When a byte last arrived or the last response was finished: what idleness is measured from.
-    private(set) var quietSince: Double
+    var quietSince: Double
 
-    private enum ReadState {
+    enum ReadState {
         case head
         case lengthBody(remaining: Int)
         case chunkedBody
@@ -100,43 +102,43 @@ public final class HTTPServerConnection {
         case awaitingResponse
         case ended
     }
-    private var readState = ReadState.head
-    private var responseFraming: ResponseFraming?
-    private var requestVersion = HTTPVersion.http11
+    var readState = ReadState.head
+    var responseFraming: ResponseFraming?
+    var requestVersion = HTTPVersion.http11
     /// A response to HEAD carries the framing fields of the would-be body but never its bytes.
-    private var requestIsHead = false
-    private var requestKeepAlive = true
-    private var responseCloses = false
+    var requestIsHead = false
+    var requestKeepAlive = true
+    var responseCloses = false
     /// Body bytes still owed under a known length: more are never sent (the client would take them for
     /// the next response), fewer end the connection (the client would wait for them).
-    private var bodyOwed = 0
-    private var processing = false
-    private var hasEnded = false
+    var bodyOwed = 0
+    var processing = false
+    var hasEnded = false
     /// The handler asked for no more request bytes until `resumeReading()`.
-    private var readingPausedByHandler = false
-    private var requestExpectsContinue = false
-    private var continueSent = false
+    var readingPausedByHandler = false
+    var requestExpectsContinue = false
+    var continueSent = false
     /// Body bytes of the current request delivered so far (for the hard cap).
-    private var bodyReceived = 0
+    var bodyReceived = 0
     /// The current request may switch protocols (see `requestAsksForUpgrade`).
-    private var upgradeRequested = false
+    var upgradeRequested = false
 
     /// Seconds from the first byte of a request head to its last; 0 = no bound.
-    private var headTimeout: Double { fixed.headTimeout }
-    private var headTimer: OpaquePointer?
-    private let loopBase: OpaquePointer
-    private var headTimerArmed = false
+    var headTimeout: Double { fixed.headTimeout }
+    var headTimer: OpaquePointer?
+    let loopBase: OpaquePointer
+    var headTimerArmed = false
     /// When the incomplete request head now arriving sent its first byte (`.infinity` while none is).
-    private var headStartedAt = Double.infinity
-    private var idleTimeout: Double { fixed.idleTimeout }
-    private var bodyTimeout: Double { fixed.bodyTimeout }
-    private var maxBodyBytes: Int { fixed.maxBodyBytes }
+    var headStartedAt = Double.infinity
+    var idleTimeout: Double { fixed.idleTimeout }
+    var bodyTimeout: Double { fixed.bodyTimeout }
+    var maxBodyBytes: Int { fixed.maxBodyBytes }
     /// One timer for the idle keep-alive limit and the body stall limit. Reads only store `quietSince`;
     /// the timer checks it when it fires and re-arms for the rest, so a busy connection costs no timer
     /// change per read.
-    private var activityTimer: OpaquePointer?
+    var activityTimer: OpaquePointer?
     /// When the pending expiry of `activityTimer` comes (monotonic seconds); infinity when none is pending.
-    private var activityExpiry = Double.infinity
+    var activityExpiry = Double.infinity
 
     /// The settings a connection keeps for its whole life (`HTTPServer.settings` changes apply to later
     /// connections).
@@ -197,109 +199,6 @@ public final class HTTPServerConnection {
     var hasUnreadBytes: Bool {
         var byte: UInt8 = 0
         return recv(stream.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) > 0
-    }
-
-    /// Schedules the activity timer for the limit the current state is under. In other states (a request
-    /// waiting for its response: how long the handler takes is the handler's business; reading paused by
-    /// the handler) a pending expiry is left alone and ignored when it fires, which saves a timer change
-    /// per request; the next state that has a limit re-arms it.
-    private func armActivityTimer() {
-        guard let activityTimer, !hasEnded else { return }
-        let limit: Double
-        switch readState {
-        case .head where idleTimeout > 0: limit = idleTimeout
-        case .lengthBody where bodyTimeout > 0 && !readingPausedByHandler, .chunkedBody where bodyTimeout > 0 && !readingPausedByHandler:
-            limit = bodyTimeout
-        default:
-            return
-        }
-        // An earlier expiry already pending serves as well: it finds the connection not quiet long enough
-        // and re-arms for the rest. A keep-alive client then costs no timer change per request.
-        let expiry = quietSince + limit
-        if activityExpiry <= expiry { return }
-        var tv = clampedTimeval(expiry - monotonicSeconds())
-        event_add(activityTimer, &tv)
-        activityExpiry = expiry
-    }
-
-    func activityTimerFired() {
-        activityExpiry = .infinity
-        guard !hasEnded else { return }
-        let quiet = monotonicSeconds() - quietSince
-        switch readState {
-        case .head where idleTimeout > 0:
-            if responseFraming != nil || stream.pendingOutput > 0 {
-                // The last answer is still going out: idleness starts when it is gone.
-                quietSince = monotonicSeconds()
-            } else if stream.input.count > 0 && headTimeout > 0 {
-                return   // a head in progress: the head timeout bounds it
-            } else if quiet >= idleTimeout {
-                readState = .ended
-                disarmHeadTimer()
-                end(.idleTimeout)
-                stream.close()
-                return
-            }
-            armActivityTimer()
-        case .lengthBody, .chunkedBody:
-            guard bodyTimeout > 0, !readingPausedByHandler else { return }
-            if quiet >= bodyTimeout {
-                refuse(status: 408, reason: "Request Timeout", message: "request body stalled", end: .timedOut)
-                return
-            }
-            armActivityTimer()
-        default:
-            return
-        }
-    }
-
-    /// For tests: the head timer has been made (with the first byte of a head that came in parts).
-    var holdsHeadTimer: Bool { headTimer != nil }
-
-    /// The whole head must arrive within `headTimeout` of its first byte, however the bytes trickle in: a
-    /// client sending one byte a second would otherwise hold a connection (and a slot) for as long as it
-    /// likes. A timer is a heap entry in libevent, not an epoll change, so arming it per request is cheap.
-    private func armHeadTimer() {
-        guard headTimeout > 0, !headTimerArmed else { return }
-        if headTimer == nil {
-            headTimer = event_new(loopBase, -1, 0, headTimerTrampoline, Unmanaged.passUnretained(self).toOpaque())
-        }
-        guard let headTimer else { return }
-        headTimerArmed = true
-        headStartedAt = monotonicSeconds()
-        let whole = headTimeout.rounded(.down)
-        var tv = timeval(tv_sec: Int(whole), tv_usec: Int((headTimeout - whole) * 1_000_000))
-        event_add(headTimer, &tv)
-    }
-
-    private func disarmHeadTimer() {
-        guard let headTimer, headTimerArmed else { return }
-        headTimerArmed = false
-        headStartedAt = .infinity
-        event_del(headTimer)
-    }
-
-    /// A request head began arriving at least `grace` seconds ago and is still incomplete, with nothing
-    /// being answered. A real client sends its head at once, so at the connection limit such a connection
-    /// is the first to make room: otherwise a few connections trickling heads (each within the head
-    /// timeout) would hold every slot and lock real clients out for as long as they keep reconnecting.
-    func headStalled(now: Double, grace: Double) -> Bool {
-        guard headTimerArmed, !hasEnded, case .head = readState, responseFraming == nil, stream.pendingOutput == 0 else { return false }
-        return now - headStartedAt >= grace
-    }
-
-    /// When the head started arriving (see `headStalled`).
-    var headStartTime: Double { headStartedAt }
-
-    /// Answers 408 to a stalled head and closes at once: the slot must be free when this returns.
-    func closeStalledHead() {
-        refuse(status: 408, reason: "Request Timeout", message: "request head not received in time", end: .headTimeout, lingering: false)
-    }
-
-    func headTimerFired() {
-        headTimerArmed = false
-        guard !hasEnded, case .head = readState, stream.input.count > 0 else { return }
-        refuse(status: 408, reason: "Request Timeout", message: "request head not received in time", end: .headTimeout)
     }
 
     /// Whether a response is being sent (started and not finished).
@@ -376,365 +275,9 @@ public final class HTTPServerConnection {
 
     public var canSendMore: Bool { stream.pendingOutput < sendBufferLimit }
 
-    // MARK: - Sending
-
-    /// Starts the response to the current request. With `.known(n)`, exactly n body bytes must follow;
-    /// `.none` is for responses that have no body by definition (to HEAD, 1xx, 204, 304).
-    public func startResponse(_ response: HTTPResponseHead, body: BodyLength) {
-        withBytes(of: response.reason) { reason in
-            startResponse(status: response.status, reason: reason, body: body) { block in
-                for field in response.fields { block.append(name: field.name, value: field.value) }
-            }
-        }
-    }
-
-    /// Starts the response with the fields `fields` writes straight into the head (see `HTTPFieldBlock`);
-    /// `reason` is the reason phrase's bytes (controls are dropped).
-    public func startResponse(status: Int, reason: UnsafeRawBufferPointer, body: BodyLength, fields: (inout HTTPFieldBlock) -> Void) {
-        guard !hasEnded, responseFraming == nil else { return }
-        let framing: ResponseFraming
-        switch body {
-        case .none: framing = .none
-        case .known(let n): framing = .length(n)
-        case .unknown: framing = requestVersion == .http11 ? .chunked : .closeDelimited
-        }
-        // Close after the response if the client asked, if only the close can end the body, or if the
-        // request body has not been read to its end (its rest would be taken for the next request).
-        var bodyUnread = false
-        switch readState {
-        case .lengthBody, .chunkedBody: bodyUnread = true
-        default: break
-        }
-        // And while connections wait over the limit, so that a slot frees.
-        responseCloses = closeAfterResponse || !requestKeepAlive || framing == .closeDelimited || bodyUnread || (server?.wantsSlotsBack ?? false)
-        responseFraming = framing
-        if case .length(let n) = framing, !requestIsHead { bodyOwed = n } else { bodyOwed = 0 }
-        pendingHead.clear()
-        writeResponseHead(into: pendingHead, status: status, reason: reason, version: requestVersion, framing: framing,
-                          close: responseCloses, fields: fields)
-        if framing == .none || framing == .length(0) || requestIsHead {
-            stream.write(pendingHead.bytes)
-            pendingHead.clear()
-        }
-    }
-
-    /// A piece of the response body.
-    public func sendBody(_ bytes: UnsafeRawBufferPointer) {
-        guard !hasEnded, let framing = responseFraming, bytes.count > 0, !requestIsHead else { return }
-        var bytes = bytes
-        if case .length = framing {
-            bytes = UnsafeRawBufferPointer(rebasing: bytes[0..<min(bytes.count, bodyOwed)])
-            bodyOwed -= bytes.count
-            if bytes.count == 0 { return }
-        }
-        writeBodyPiece(bytes, after: pendingHead.bytes, chunked: framing == .chunked, to: stream)
-        pendingHead.clear()
-    }
-
-    public func sendBody(_ bytes: [UInt8]) {
-        bytes.withUnsafeBytes { sendBody($0) }
-    }
-
-    // MARK: - Splicing (see `BodySplice`)
-
-    /// Body bytes the current response still owes, if they may be spliced into the socket: a response of
-    /// known length (not to HEAD) being sent on a plain TCP connection that is still open.
-    var spliceableBodyOwed: Int? {
-        guard !hasEnded, !stream.isClosed, !stream.usesTLS, case .length = responseFraming, !requestIsHead else { return nil }
-        return bodyOwed
-    }
-
-    /// Writes a response head that waits for its first body piece: spliced bytes must follow it, and a
-    /// body that has not started yet must not keep the head from the client.
-    public func flushPendingHead() {
-        guard !pendingHead.isEmpty else { return }
-        stream.write(pendingHead.bytes)
-        pendingHead.clear()
-    }
-
-    /// Takes back a started response whose head has not left yet (it waits for its first body piece), so
-    /// that another answer can take its place; false once any byte of it went out.
-    public func withdrawUnsentResponse() -> Bool {
-        guard !hasEnded, responseFraming != nil, !pendingHead.isEmpty else { return false }
-        pendingHead.clear()
-        responseFraming = nil
-        bodyOwed = 0
-        return true
-    }
-
-    /// Spliced bytes the socket took count against the announced length, like bytes sent.
-    func bodySpliced(_ n: Int) {
-        bodyOwed -= min(max(n, 0), bodyOwed)
-    }
-
-    /// Ends the response; the connection then reads the next request or closes.
-    public func finishResponse() {
-        guard !hasEnded, let framing = responseFraming else { return }
-        let last: StaticString = framing == .chunked && !requestIsHead ? "0\r\n\r\n" : ""
-        last.withUTF8Buffer { stream.write(parts: pendingHead.bytes, UnsafeRawBufferPointer($0)) }
-        pendingHead.clear()
-        responseFraming = nil
-        if bodyOwed > 0 {
-            // Short of the announced length: only closing tells the client the body will not come.
-            bodyOwed = 0
-            readState = .ended
-            stream.close()
-            return
-        }
-        if responseCloses {
-            readState = .ended
-            stream.closeAfterFlush()
-            return
-        }
-        if case .awaitingResponse = readState {
-            readState = .head
-            quietSince = monotonicSeconds()
-            if !readingPausedByHandler { stream.resumeReading() }
-            process()
-            armActivityTimer()
-        }
-    }
-
-    /// A complete response with a body.
-    public func respond(_ response: HTTPResponseHead, body: [UInt8]) {
-        startResponse(response, body: .known(body.count))
-        sendBody(body)
-        finishResponse()
-    }
-
-    /// A complete response with a body, its fields written by `fields` (see `HTTPFieldBlock`).
-    public func respond(status: Int, reason: UnsafeRawBufferPointer, body: [UInt8], fields: (inout HTTPFieldBlock) -> Void) {
-        startResponse(status: status, reason: reason, body: .known(body.count), fields: fields)
-        sendBody(body)
-        finishResponse()
-    }
-
-    /// Whether the current request asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1, `Upgrade`
-    /// listed in `Connection`, an `Upgrade` field, and no body. Only then can `switchProtocols` be used.
-    public var requestAsksForUpgrade: Bool {
-        guard !hasEnded, responseFraming == nil, case .awaitingResponse = readState, upgradeRequested else { return false }
-        return true
-    }
-
-    /// Answers the current request with `101 Switching Protocols` (these fields, `Connection: Upgrade`
-    /// added) and hands the socket over: the connection parses no more HTTP and reports nothing more to
-    /// its handler until the tunnel closes the socket, which is reported as `ended(.closedLocally)`. It
-    /// still counts against the server's connection limit until then. Bytes the client sent behind its
-    /// request head travel with the endpoint. nil unless `requestAsksForUpgrade`.
-    public func switchProtocols(_ response: HTTPResponseHead) -> TunnelEndpoint? {
-        withBytes(of: response.reason) { reason in
-            switchProtocols(reason: reason) { block in
-                for field in response.fields { block.append(name: field.name, value: field.value) }
-            }
-        }
-    }
-
-    /// `switchProtocols` with the fields written by `fields` (see `HTTPFieldBlock`).
-    public func switchProtocols(reason: UnsafeRawBufferPointer, fields: (inout HTTPFieldBlock) -> Void) -> TunnelEndpoint? {
-        guard requestAsksForUpgrade else { return nil }
-        let head = HeadBuffer()
-        writeResponseHead(into: head, status: 101, reason: reason, version: .http11, framing: .none, close: false) { block in
-            fields(&block)
-            block.endField()
-            block.buffer.append(literal: "Connection: Upgrade\r\n")
-        }
-        stream.write(head.bytes)
-        return handOverSocket()
-    }
-
-    /// Stops parsing, reporting and timing here and gives the socket to a new owner (a tunnel, an HTTP/2
-    /// connection); its close is reported as `ended(.closedLocally)` and releases the server's slot.
-    private func handOverSocket() -> TunnelEndpoint {
-        hasEnded = true
-        readState = .ended
-        disarmHeadTimer()
-        if let activityTimer { event_del(activityTimer) }
-        activityExpiry = .infinity
-        return TunnelEndpoint(stream: stream) { [self] in
-            handler?.connection(self, ended: .closedLocally)
-            releaseFromServer()
-        }
-    }
-
-    /// Hands the socket to an HTTP/2 connection after `connectionSentHTTP2Preface`: nothing more is parsed
-    /// or reported here until the new owner closes the socket, which is reported as `ended(.closedLocally)`;
-    /// it counts against the server's connection limit until then. The preface and what followed it stay
-    /// in the stream's input. nil once a request head was parsed or the connection ended.
-    public func takeOverForHTTP2() -> TunnelEndpoint? {
-        guard !hasEnded, !sawRequestHead, case .head = readState else { return nil }
-        return handOverSocket()
-    }
-
-    /// Closes at once, abandoning any unsent output (a stream that cannot be completed).
-    public func close() {
-        stream.close()
-    }
-
-    // MARK: - Receiving
-
-    /// Parses what the buffer holds, as far as the state allows. Not re-entered: a handler that finishes a
-    /// response from inside a callback makes the running loop continue with the next request.
-    private func process() {
-        guard !processing else { return }
-        processing = true
-        defer { processing = false }
-        // The stream and its buffer are the connection's for life: one reference for the whole loop.
-        let input = stream.input
-        // Every state waits for bytes (or for the response): nothing to do without them. The scratch is
-        // made here, with the first byte.
-        guard input.count > 0 else { return }
-        let scratch = self.scratch
-        while !hasEnded && !readingPausedByHandler {
-            switch readState {
-            case .ended, .awaitingResponse:
-                return
-            case .head:
-                guard input.count > 0 else { return }
-                if detectsHTTP2Preface && !sawRequestHead {
-                    switch HTTP2Preface.match(UnsafeRawBufferPointer(input.unconsumed)) {
-                    case .partial:
-                        // "PRI * HTTP/2.0\r\n\r\n" alone would parse as an HTTP/1.1 head: wait for the rest.
-                        armHeadTimer()
-                        return
-                    case .complete:
-                        detectsHTTP2Preface = false
-                        disarmHeadTimer()
-                        handler?.connectionSentHTTP2Preface(self)
-                        continue
-                    case .none:
-                        detectsHTTP2Preface = false
-                    }
-                }
-                do {
-                    guard try scratch.parser.parseRequest(input.unconsumed, into: &scratch.head) else {
-                        if HeadParser.requestCannotBeHTTP(UnsafeRawBufferPointer(input.unconsumed)) {
-                            refuse(.invalidMethod)
-                            return
-                        }
-                        if input.spaceAtEnd == 0 { input.compact() }
-                        armHeadTimer()
-                        return
-                    }
-                } catch {
-                    refuse(error)
-                    return
-                }
-                disarmHeadTimer()
-                sawRequestHead = true
-                refillHeadBytes(&scratch.headBytes, from: input, count: scratch.head.headLength)
-                input.consume(scratch.head.headLength)
-                requestVersion = scratch.head.semantics.version
-                requestKeepAlive = scratch.head.semantics.keepAlive
-                requestIsHead = scratch.head.method == .head
-                requestExpectsContinue = scratch.head.expectsContinue && scratch.head.semantics.version == .http11
-                continueSent = false
-                bodyReceived = 0
-                upgradeRequested = scratch.head.semantics.version == .http11 && scratch.head.semantics.connection.contains(.upgrade)
-                    && scratch.head.semantics.framing == .none && scratch.head.fields.contains { field in
-                        field.name.count == 7 && asciiEqualIgnoringCase(scratch.headBytes[field.name], Array("upgrade".utf8))
-                    }
-                // Only a connection over the limit asks the server (the common case costs no call).
-                if isOverLimit, let server, !server.admitRequest(on: self) {
-                    refuseOverLimit()
-                    return
-                }
-                if maxBodyBytes > 0, case .length(let n) = scratch.head.semantics.framing, n > maxBodyBytes {
-                    // At once, before any body byte: a client waiting for 100 Continue must not wait for
-                    // a timeout to learn that the body will not be taken.
-                    refuse(status: 413, reason: "Content Too Large", message: "request body larger than the limit", end: .bodyTooLarge)
-                    return
-                }
-                switch scratch.head.semantics.framing {
-                case .length(let n): readState = n == 0 ? .awaitingResponse : .lengthBody(remaining: n)
-                case .chunked: readState = .chunkedBody; scratch.chunked = ChunkedDecoder(limits: limits)
-                case .none, .untilClose: readState = .awaitingResponse
-                }
-                armActivityTimer()
-                handler?.connection(self, receivedHead: ReceivedRequestHead(bytes: scratch.headBytes, parsed: scratch.head))
-                if case .awaitingResponse = readState { handler?.connectionReceivedEnd(self) }
-            case .lengthBody(let remaining):
-                guard input.count > 0 else { return }
-                let take = min(remaining, input.count)
-                let piece = UnsafeRawBufferPointer(input.unconsumed)[0..<take]
-                handler?.connection(self, receivedBody: UnsafeRawBufferPointer(rebasing: piece))
-                input.consume(take)
-                if take == remaining {
-                    readState = .awaitingResponse
-                    handler?.connectionReceivedEnd(self)
-                } else {
-                    readState = .lengthBody(remaining: remaining - take)
-                }
-            case .chunkedBody:
-                guard input.count > 0 else { return }
-                let used: Int
-                var overCap = false
-                do {
-                    used = try scratch.chunked.decode(UnsafeRawBufferPointer(input.unconsumed)) { piece in
-                        guard !overCap else { return }
-                        if maxBodyBytes > 0 && piece.count > maxBodyBytes - bodyReceived {
-                            overCap = true
-                            return
-                        }
-                        bodyReceived += piece.count
-                        handler?.connection(self, receivedBody: piece)
-                    }
-                } catch {
-                    refuse(error)
-                    return
-                }
-                if overCap {
-                    refuse(status: 413, reason: "Content Too Large", message: "request body larger than the limit", end: .bodyTooLarge)
-                    return
-                }
-                input.consume(used)
-                if scratch.chunked.isComplete {
-                    readState = .awaitingResponse
-                    handler?.connectionReceivedEnd(self)
-                }
-            }
-        }
-    }
-
-    /// Answers a protocol error and closes: after a framing error nothing that follows can be trusted.
-    private func refuse(_ error: HTTPWireError) {
-        let status = error.requestStatus
-        let reason = status == 431 ? "Request Header Fields Too Large" : status == 505 ? "HTTP Version Not Supported"
-            : status == 501 ? "Not Implemented" : "Bad Request"
-        refuse(status: status, reason: reason, message: error.reason, end: .protocolError(error))
-    }
-
-    /// The server's connection limit leaves no slot for this request: the configured answer, then close.
-    private func refuseOverLimit() {
-        readState = .ended
-        disarmHeadTimer()
-        var bytes = serializeResponseHead(fixed.overLimitResponse, version: .http11, framing: .length(fixed.overLimitBody.count), close: true)
-        bytes.append(contentsOf: fixed.overLimitBody)
-        stream.write(bytes)
-        end(.refusedOverLimit)   // before the lingering close, which may see the client's close at once
-        stream.closeAfterFlush()
-    }
-
-    /// `lingering: false` closes at once (the connection limit needs the slot back before it returns) at the
-    /// risk of a reset that loses the answer; otherwise the close lingers so the client can read it.
-    private func refuse(status: Int, reason: String, message: String, end ending: ConnectionEnd, lingering: Bool = true) {
-        readState = .ended
-        disarmHeadTimer()
-        if responseFraming == nil {
-            let body = Array("\(message)\n".utf8)
-            var bytes = serializeResponseHead(HTTPResponseHead(status: status, reason: reason, fields: [("Content-Type", "text/plain")]),
-                                              version: .http11, framing: .length(body.count), close: true)
-            bytes.append(contentsOf: body)
-            stream.write(bytes)
-        }
-        // Reported before the lingering close starts: it reads at once, and a client that has already
-        // closed would make that the end reported (closedLocally) instead of the reason.
-        end(ending)
-        if lingering { stream.closeAfterFlush() } else { stream.close() }
-    }
-
     /// Reports the end to the handler. The server lets go of the connection only when its socket is
     /// closed, which after an error answer is later (lingering), not here.
-    private func end(_ reason: ConnectionEnd) {
+    func end(_ reason: ConnectionEnd) {
         guard !hasEnded else { return }
         hasEnded = true
         readState = .ended
@@ -748,7 +291,7 @@ public final class HTTPServerConnection {
 
     /// The socket is closed: the server's slot frees (once), and the handler is let go if an upgrade's
     /// tunnel ended without a report to it.
-    private func releaseFromServer() {
+    func releaseFromServer() {
         handler = nil
         let server = self.server
         detachFromServer()
@@ -758,90 +301,5 @@ public final class HTTPServerConnection {
     /// The server forgets this connection, or this connection its server.
     func detachFromServer() {
         server = nil
-    }
-}
-
-extension HTTPServerConnection: SocketStreamOwner {
-    func streamReceived(_ stream: SocketStream) {
-        quietSince = monotonicSeconds()
-        process()
-        if !hasEnded, stream.input.spaceAtEnd == 0, stream.input.count == stream.input.capacity {
-            // Full of bytes nobody may consume yet (a pipeline behind a slow response): stop reading until
-            // the response is done; process() resumes.
-            stream.pauseReading()
-        }
-    }
-
-    func streamReachedEnd(_ stream: SocketStream) {
-        // A client may half-close after a complete request and still read the answer: stop reading (the
-        // end would be reported again and again) and finish the response; the next read after it sees the
-        // end again. Anywhere else the end of input ends the connection.
-        if case .awaitingResponse = readState, !(halfCloseEndsTheConnection && responseFraming != nil) {
-            peerHalfClosed = true
-            stream.pauseReading()
-            return
-        }
-        end(.peerClosed)
-        stream.close()
-    }
-
-    func streamFailed(_ stream: SocketStream, errno: Int32) {
-        end(.failed(errno: errno))
-    }
-
-    func streamDrained(_ stream: SocketStream) {
-        handler?.connectionCanSendMore(self)
-    }
-
-    func streamClosed(_ stream: SocketStream) {
-        if hasEnded {
-            releaseFromServer()
-        } else {
-            end(.closedLocally)
-        }
-    }
-}
-
-let activityTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
-    guard let context else { return }
-    let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
-    withExtendedLifetime(connection) { connection.activityTimerFired() }
-}
-
-let headTimerTrampoline: @convention(c) (Int32, Int16, UnsafeMutableRawPointer?) -> Void = { _, _, context in
-    guard let context else { return }
-    let connection = Unmanaged<HTTPServerConnection>.fromOpaque(context).takeUnretainedValue()
-    withExtendedLifetime(connection) { connection.headTimerFired() }
-}
-
-/// A piece of a message body, for both sides: after the head if it has not gone yet (one write instead of
-/// two), as one chunk when the body is chunked.
-func writeBodyPiece(_ bytes: UnsafeRawBufferPointer, after headBytes: UnsafeRawBufferPointer, chunked: Bool, to stream: SocketStream) {
-    if chunked {
-        writeChunk(bytes, after: headBytes, to: stream)
-    } else {
-        stream.write(parts: headBytes, bytes)
-    }
-}
-
-/// One chunk of a chunked body (size line, data, CRLF) in one writev, after `prefix` (a head not yet sent).
-func writeChunk(_ bytes: UnsafeRawBufferPointer, after prefix: UnsafeRawBufferPointer, to stream: SocketStream) {
-    var line: (UInt64, UInt64, UInt64) = (0, 0, 0)   // up to 16 hex digits + CRLF, no allocation
-    withUnsafeMutableBytes(of: &line) { buffer in
-        var digits = 0
-        var n = bytes.count
-        repeat { digits += 1; n >>= 4 } while n > 0
-        n = bytes.count
-        for i in stride(from: digits - 1, through: 0, by: -1) {
-            let d = UInt8(n & 15)
-            buffer[i] = d < 10 ? 0x30 + d : 0x61 + d - 10
-            n >>= 4
-        }
-        buffer[digits] = 0x0D
-        buffer[digits + 1] = 0x0A
-        let crlf: (UInt8, UInt8) = (0x0D, 0x0A)
-        withUnsafeBytes(of: crlf) { crlfBytes in
-            stream.write(parts: prefix, UnsafeRawBufferPointer(rebasing: buffer[0..<(digits + 2)]), bytes, crlfBytes)
-        }
     }
 }
