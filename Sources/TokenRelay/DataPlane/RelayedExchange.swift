@@ -121,6 +121,12 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
             guard proxy.takeTunnelSlot() else { return refuse(.tooManyTunnels, log: "upgrade over limits.max_tunnels") }
             holdsTunnelSlot = true
         }
+        // Cutting the prefix drops an absolute-form target's authority: judged first, as on any other route
+        // (another host, scheme or userinfo is a 400, not a request to this route's upstream with its token).
+        if strip > 0, head.target.first != UInt8(ascii: "/"),
+           let refusal = route.targets.refusal(ofAbsolute: String(decoding: head.target, as: UTF8.self)) {
+            return refuse(.badRequest(refusal.description), log: refusal.description)
+        }
         var targetBytes = session.lendTargetBuffer()
         if strip > 0 {
             RouteTable.appendStripped(head.target, strip: strip, to: &targetBytes)

@@ -54,6 +54,13 @@ struct RequestTarget {
         return .success(base + target)
     }
 
+    /// Why an absolute-form target may not be forwarded (nil: it names the upstream or tokenrelay). For a
+    /// route that strips its prefix, whose target is cut to origin-form before `upstreamTarget` sees it.
+    func refusal(ofAbsolute rawURI: String) -> Refusal? {
+        if case .failure(let refusal) = originForm(ofAbsolute: rawURI) { return refusal }
+        return nil
+    }
+
     private func originForm(ofAbsolute rawURI: String) -> Result<String, Refusal> {
         guard let uri = URIComponents(parsing: rawURI) else { return .failure(Refusal(description: "the request target is not valid")) }
         guard let scheme = uri.scheme?.lowercased(), scheme == "http" || scheme == "https",

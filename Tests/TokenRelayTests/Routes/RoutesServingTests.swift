@@ -45,6 +45,23 @@ final class RoutesServingTests: ReloadTestCase {
         XCTAssertTrue(requestLines.contains { $0.contains(#"route="hr""#) && $0.hasSuffix(" 2") }, "\(requestLines)")
     }
 
+    /// An absolute-form target is judged by its authority whatever route its path picks: a strip_prefix route
+    /// (whose target is cut to origin-form before it goes up) must refuse another host, another scheme and
+    /// userinfo as the others do, not send the request to its upstream with a token under another name.
+    func testAbsoluteFormOnAStrippingRouteIsRefusedUnlessItNamesTheRelay() throws {
+        let relay = try startRelay(["routes": routes])
+        let port = relay.proxyPort
+        for target in ["http://evil.example/hr/x", "https://127.0.0.1:\(port)/hr/x", "http://user@127.0.0.1:\(port)/hr/x",
+                       "http://127.0.0.1:1/hr/x"] {
+            let raw = try HTTPTestClient.sendRaw(port: port, bytes: Data("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8), timeout: 5)
+            XCTAssertTrue(String(decoding: raw, as: UTF8.self).hasPrefix("HTTP/1.1 400"), "\(target): \(String(decoding: raw.prefix(60), as: UTF8.self))")
+        }
+        XCTAssertEqual(hrAPI.requests.count, 0, "nothing reached the route's upstream")
+        let raw = try HTTPTestClient.sendRaw(port: port, bytes: Data("GET http://127.0.0.1:\(port)/hr/ok HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8), timeout: 5)
+        XCTAssertTrue(String(decoding: raw, as: UTF8.self).hasPrefix("HTTP/1.1 200"), String(decoding: raw.prefix(60), as: UTF8.self))
+        XCTAssertEqual(hrAPI.requests.map(\.target), ["/ok"], "the relay's own address: stripped, as origin-form")
+    }
+
     func testBurstOnAllRoutesAfterTheTokenDiedRefreshesOnce() throws {
         let relay = try startRelay(["routes": routes])
         XCTAssertEqual(try fetchVia(relay, "/warm").status, 200)
