@@ -19,30 +19,12 @@ enum RefreshTrigger {
 
     /// The `error` parameter of the DPoP challenge, if any.
     static func dpopError(in challenges: [String]) -> String? {
-        schemeError(in: challenges, scheme: "dpop")
+        AuthenticationChallenges.parameter("error", ofScheme: "dpop", in: challenges)
     }
 
-    /// `error=` at the start or after whitespace/comma, its value quoted or a bare token.
-    nonisolated(unsafe) private static let errorParameter = #/(?:^|[\s,])error\s*=\s*(?:"([^"]*)"|([^\s,"]+))/#
-        .ignoresCase().matchingSemantics(.unicodeScalar)
-
-    /// The `error` parameter of the Bearer challenge, if any.
+    /// The `error` parameter of the Bearer challenge, if any (read up to the next challenge, so that
+    /// `Bearer, DPoP error="use_dpop_nonce"` gives Bearer no error).
     static func bearerError(in challenges: [String]) -> String? {
-        schemeError(in: challenges, scheme: "bearer")
-    }
-
-    /// The `error` parameter after `scheme` in one of the challenges. Each scheme's parameters are read up to
-    /// the next scheme this knows of, so that `Bearer, DPoP error="use_dpop_nonce"` gives Bearer no error.
-    private static func schemeError(in challenges: [String], scheme: String) -> String? {
-        let other = scheme == "bearer" ? "dpop" : "bearer"
-        for challenge in challenges {
-            guard let start = challenge.rangeIgnoringASCIICase(of: scheme) else { continue }
-            var parameters = String(challenge[start.upperBound...])
-            if let next = parameters.rangeIgnoringASCIICase(of: other) { parameters = String(parameters[..<next.lowerBound]) }
-            guard let match = parameters.firstMatch(of: errorParameter) else { continue }
-            if let quoted = match.output.1 { return String(quoted) }
-            if let bare = match.output.2 { return String(bare) }
-        }
-        return nil
+        AuthenticationChallenges.parameter("error", ofScheme: "bearer", in: challenges)
     }
 }

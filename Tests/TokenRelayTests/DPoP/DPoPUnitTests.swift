@@ -119,6 +119,29 @@ final class DPoPUnitTests: XCTestCase {
         XCTAssertEqual(RefreshTrigger.bearerError(in: [#"Bearer error="invalid_token""#]), "invalid_token")
     }
 
+    /// A scheme's name inside a quoted value (a realm, a description) is text, not the start of a challenge: it
+    /// neither ends the challenge it is in nor starts one (found by the DPoP probe: a nonce challenge whose
+    /// realm said "bearer" was relayed to the client as a 401, and an error read from a description).
+    func testChallengeRulesReadSchemesOnlyOutsideQuotedValues() {
+        let statuses: Set<Int> = [401]
+        XCTAssertTrue(RefreshTrigger.isNonceChallenge(status: 401, challenges: [#"DPoP realm="bearer-api", error="use_dpop_nonce""#]))
+        XCTAssertTrue(RefreshTrigger.isNonceChallenge(status: 401, challenges: [#"DPoP error_description="Bearer tokens are refused", error="use_dpop_nonce""#]))
+        XCTAssertEqual(RefreshTrigger.bearerError(in: [#"Bearer realm="dpop-and-bearer.example", error="invalid_token""#]), "invalid_token")
+        XCTAssertFalse(RefreshTrigger.isNonceChallenge(status: 401, challenges: [#"Bearer error="invalid_token", error_description="see DPoP error=use_dpop_nonce""#]))
+        XCTAssertTrue(RefreshTrigger.indicatesExpiredToken(status: 401, challenges: [#"Bearer error="invalid_token", error_description="see DPoP error=use_dpop_nonce""#],
+                                                           triggerStatuses: statuses))
+        XCTAssertFalse(RefreshTrigger.indicatesExpiredToken(status: 401, challenges: [#"Bearer realm="a \"DPoP\" api", error="insufficient_scope""#],
+                                                            triggerStatuses: statuses))
+        // A name that merely contains a scheme's is another scheme; a token68 credential is no parameter.
+        XCTAssertNil(RefreshTrigger.dpopError(in: [#"XDPoP error="use_dpop_nonce""#]))
+        XCTAssertEqual(RefreshTrigger.dpopError(in: [#"Negotiate a87421000492aa874209af8bc028==, DPoP error=use_dpop_nonce"#]), "use_dpop_nonce")
+        XCTAssertEqual(RefreshTrigger.dpopError(in: [#"Basic realm="x",DPoP   error = "use_dpop_nonce" , algs="ES256""#]), "use_dpop_nonce")
+        // Unbalanced or odd input ends without a crash and without an error read from nowhere.
+        for odd in [#"DPoP error=""#, #"DPoP error"#, #"DPoP ="#, #"""#, #"DPoP realm="unterminated, error="use_dpop_nonce"#, "=,=,", ""] {
+            XCTAssertNil(RefreshTrigger.dpopError(in: [odd]), odd)
+        }
+    }
+
     // MARK: - Nonces
 
     func testNoncesAreValidatedAndNeverEchoed() {
