@@ -121,6 +121,7 @@ final class BodySplice {
         guard running else { return }
         if inPipe > 0 || sink.pendingOutput > 0 { sink.armWrite() } else { sink.disarmWrite() }
         if remaining > 0 && !pipeMayBeFull { source.resumeReading() } else { source.pauseReading() }
+        owner.spliceHoldsSource(remaining > 0 && pipeMayBeFull)
     }
 
     /// The upstream closed before the whole body came: the response is cut short.

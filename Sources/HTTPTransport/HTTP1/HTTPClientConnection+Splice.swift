@@ -51,6 +51,12 @@ extension HTTPClientConnection {
         return true
     }
 
+    func spliceHoldsSource(_ held: Bool) {
+        guard held != spliceHeldSource else { return }
+        spliceHeldSource = held
+        rearmSilence()
+    }
+
     func spliceReceived(_ n: Int) {
         splicedBytes += n
         rearmSilence()
@@ -82,6 +88,7 @@ extension HTTPClientConnection {
     private func endSplice() {
         guard let splice else { return }
         self.splice = nil
+        spliceHeldSource = false
         splice.stop()
         guard !stream.isClosed else { return }
         if readingPausedByHandler { stream.pauseReading() } else { stream.resumeReading() }

@@ -126,6 +126,9 @@ public final class HTTPClientConnection {
     var splice: BodySplice?
     /// The handler's pause, kept apart from the splice's own control of reading.
     var readingPausedByHandler = false
+    /// The splice stops reading the upstream while its pipe is full (the client is slow), as a paused
+    /// handler does: the silence limit waits for it to read again (`spliceHoldsSource`).
+    var spliceHeldSource = false
     /// Responses whose body (the rest after the bytes read with the head) went by splice, and the bytes.
     public internal(set) var splicedResponses = 0
     public internal(set) var splicedBytes = 0
@@ -257,7 +260,10 @@ public final class HTTPClientConnection {
     }
 
     func rearmSilence() {
-        guard let seconds = silenceLimit, requestOutstanding, !hasEnded else {
+        // Paused by the handler (its client is slow), the upstream is unread, not silent: the limit runs
+        // again from `resumeReading`, so a long response to a slow client is not cut for our own pause.
+        let unread = splice == nil ? readingPausedByHandler : spliceHeldSource
+        guard let seconds = silenceLimit, requestOutstanding, !hasEnded, !unread else {
             silenceTimer?.cancel()
             return
         }
@@ -341,12 +347,19 @@ public final class HTTPClientConnection {
     /// Stops reading the response (the receiver cannot take more yet); `resumeReading` continues.
     public func pauseReading() {
         readingPausedByHandler = true
-        if splice == nil { stream.pauseReading() }
+        if splice == nil {
+            stream.pauseReading()
+            rearmSilence()
+        }
     }
 
     public func resumeReading() {
+        let wasPaused = readingPausedByHandler
         readingPausedByHandler = false
-        if splice == nil { stream.resumeReading() }
+        if splice == nil {
+            stream.resumeReading()
+            if wasPaused { rearmSilence() }
+        }
     }
 
     func end(_ reason: ConnectionEnd) {

@@ -267,7 +267,8 @@ public final class HTTP2ClientConnection {
         let now = monotonicSeconds()
         var watching = false
         for open in Array(streams.values) {
-            guard let limit = open.silenceLimit, !open.isEnded else { continue }
+            // A paused stream is not watched (`HTTP2ClientStream.pauseReading`); its resume watches it again.
+            guard let limit = open.silenceLimit, !open.isEnded, !open.isReadingPaused else { continue }
             if now - open.lastInput >= limit { open.silenceExpired() } else { watching = true }
         }
         if watching { silenceTimer?.schedule(after: silenceInterval) } else { silenceInterval = .infinity }

@@ -151,11 +151,21 @@ public final class HTTP2ClientStream {
     }
 
     /// Stops handing the response window back to the server (the client is slow); `resumeReading` does.
+    /// While paused the silence limit does not run: once its window is used up the server is silent
+    /// because we hold it, and a slow client must not get its long response cut for that.
     public func pauseReading() { paused = true }
+
+    /// Whether the silence limit is suspended (`pauseReading`).
+    var isReadingPaused: Bool { paused }
 
     public func resumeReading() {
         guard paused else { return }
         paused = false
+        // Silence counts from now: the window handed back below is what lets the server speak again.
+        if let limit = silenceLimit {
+            lastInput = monotonicSeconds()
+            connection.watchSilence(limit)
+        }
         if owed > 0 {
             connection.consume(id, owed)
             owed = 0

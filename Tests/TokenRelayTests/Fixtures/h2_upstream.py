@@ -14,6 +14,8 @@ Settings (all optional):
   invalid_field_paths     requests to these paths are answered with a `connection` field (invalid in HTTP/2)
   hpack_bomb_paths        requests to these paths are answered with a header block that decodes into 40 MB
   broken_frame_paths      requests to these paths are answered with a CONTINUATION flood (the connection stays open 3 s)
+  large_paths             {path: bytes}: a 200 of that many body bytes, sent as the client's window allows; when a
+                          window stops it, {"event": "window_closed", "stream": id, "sent": n} is logged
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
 
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
@@ -75,6 +77,8 @@ class Connection:
         self.goaway_last = None
         self.send_lock = threading.Lock()
         self.linger_after_eof = False
+        self.large = {}   # stream id -> body bytes still to send (large_paths), sent as windows open
+        self.blocked = set()
 
     def send(self):
         data = self.conn.data_to_send()
@@ -102,6 +106,7 @@ class Connection:
                     return
                 for event in events:
                     self.handle(event)
+                self.send_large()
                 self.send()
 
     def handle(self, event):
@@ -170,6 +175,11 @@ class Connection:
             self.conn.send_data(stream_id, stream["body"])
             self.conn.send_headers(stream_id, [("grpc-status", "0"), ("x-trailer", "seen")], end_stream=True)
             return
+        if path in settings.get("large_paths", {}):
+            self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", str(settings["large_paths"][path]))])
+            self.large[stream_id] = [settings["large_paths"][path], 0]
+            self.send_large()
+            return
         if path in settings.get("stall_paths", []):
             # Half a body, then silence (the connection stays open).
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", "100")])
@@ -203,6 +213,26 @@ class Connection:
         body = ("ok %s %d\n" % (path, len(stream["body"]))).encode()
         self.conn.send_headers(stream_id, [(":status", "200"), ("content-type", "text/plain"), ("content-length", str(len(body)))])
         self.conn.send_data(stream_id, body, end_stream=True)
+
+
+    def send_large(self):
+        for stream_id, state in list(self.large.items()):
+            try:
+                while state[0] > 0:
+                    room = min(self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size, state[0])
+                    if room <= 0:
+                        if stream_id not in self.blocked:
+                            self.blocked.add(stream_id)
+                            log({"event": "window_closed", "conn": self.number, "stream": stream_id, "sent": state[1]})
+                        break
+                    self.blocked.discard(stream_id)
+                    state[0] -= room
+                    state[1] += room
+                    self.conn.send_data(stream_id, b"x" * room, end_stream=state[0] == 0)
+                if state[0] == 0:
+                    del self.large[stream_id]
+            except Exception:
+                del self.large[stream_id]
 
 
 def serve(sock, number, context):

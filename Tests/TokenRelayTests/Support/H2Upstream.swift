@@ -47,6 +47,9 @@ final class H2Upstream {
 
     var connectionCount: Int { events.filter { $0["event"] as? String == "connection" }.count }
 
+    /// How often a `large_paths` response stopped for want of window (the relay held it back).
+    var windowClosedCount: Int { events.filter { $0["event"] as? String == "window_closed" }.count }
+
     var requests: [Request] {
         events.filter { $0["event"] as? String == "request" }.map { event in
             let pairs = (event["headers"] as? [[String]] ?? []).map { (name: $0[0], value: $0[1]) }
