@@ -298,9 +298,14 @@ final class RelayMetrics {
     /// The key's RFC 7638 thumbprint (public: it is what the tokens' `cnf.jkt` names), as an info series.
     func recordDPoPKey(thumbprint: String) {
         dpopEnabled.record(1)
-        registry.makeGauge(descriptor: Family(name: "tokenrelay_dpop_key_info", help: "The DPoP key in use: its RFC 7638 thumbprint (jkt).").descriptor,
-                           labels: [("jkt", thumbprint)]).record(1)
+        // A key adopted at run time (`DPoPProofs.adoptKey`) replaces the series: one key is in use.
+        if let previous = dpopKeyInfo { registry.unregisterGauge(previous) }
+        let info = registry.makeGauge(descriptor: Family(name: "tokenrelay_dpop_key_info", help: "The DPoP key in use: its RFC 7638 thumbprint (jkt).").descriptor,
+                                      labels: [("jkt", thumbprint)])
+        info.record(1)
+        dpopKeyInfo = info
     }
+    private var dpopKeyInfo: Gauge?
 
     func exposition() -> String { registry.emitToString() }
 }

@@ -6,7 +6,8 @@ import Logging
 /// logging around them. The token endpoint's client and every proxied request ask it for a `DPoP` header
 /// value. Confined to the event loop.
 final class DPoPProofs {
-    let signer: ProofSigner
+    /// Replaced only by `adoptKey` (a key that arrived with adopted tokens), between two loop events.
+    private(set) var signer: ProofSigner
     let nonces = DPoPNonceStore()
     private let metrics: RelayMetrics
     private let logger: Logger
@@ -17,13 +18,19 @@ final class DPoPProofs {
     /// The generated key (PKCS#8 PEM) when it is kept with the token state (no `dpop.key_file`): every token
     /// set written carries it, so a state adopted without it (a `token import`) cannot lose it at the next
     /// write and, with it, the session bound to it at the next restart.
-    let keptKeyPEM: String?
+    private(set) var keptKeyPEM: String?
+    /// Proofs signed with keys this relay no longer signs with (`adoptKey`), for /status's running total.
+    private var proofsSignedBefore = 0
 
     init(signer: ProofSigner, metrics: RelayMetrics, logger: Logger, keptKeyPEM: String? = nil) {
         self.signer = signer
         self.keptKeyPEM = keptKeyPEM
         self.metrics = metrics
         self.logger = logger
+        use(signer)
+    }
+
+    private func use(_ signer: ProofSigner) {
         let signed = metrics.dpopProofsSigned
         signer.onSigned = { signed.increment() }
         metrics.recordDPoPKey(thumbprint: signer.thumbprint)
@@ -94,6 +101,43 @@ final class DPoPProofs {
 
     /// `/status`'s part: on, the thumbprint (public), what was signed and resent. Never the key or a proof.
     var statusReport: [String: Any] {
-        ["enabled": true, "alg": signer.alg.rawValue, "jkt": thumbprint, "proofs_signed": signer.proofsSigned, "nonce_replays": nonceReplays]
+        ["enabled": true, "alg": signer.alg.rawValue, "jkt": thumbprint, "proofs_signed": proofsSignedBefore &+ signer.proofsSigned,
+         "nonce_replays": nonceReplays]
+    }
+}
+
+extension DPoPProofs {
+    /// Tokens adopted from the token state (`tokenrelay login`, `token import`, another process's write) that
+    /// carry their own kept key and are bound to it, while this relay's key is one it keeps with the token
+    /// state and no token it holds is bound to it: the relay signs with the arriving key from now on.
+    /// The race it settles: a relay started with a generated key it had not written yet (it is written with
+    /// the first bound tokens) while `login` ran; the login found no key in the file, generated its own and
+    /// wrote it with the tokens bound to it. Keeping ours would present those tokens with a key they are not
+    /// bound to: the API refuses them and the refresh token is never presented ("bound to another key"), so
+    /// the user is asked to log in again. With tokens of our own bound to our key the arriving set is not a
+    /// login for this key, and nothing changes (`TokenEndpointClient` refuses the mismatch as before).
+    /// `dpop.key_file` keys are never replaced: the file is the operator's choice.
+    /// Called on the loop between the adoption and the requests it releases; the PEM is already in memory
+    /// (parsed here once, tens of microseconds for EC and Ed25519 keys, no file or lock). Returns the line
+    /// to log, nil when nothing changed.
+    func adoptKey(arrivingWith adopted: TokenSet, replacing previous: TokenSet) -> String? {
+        guard let ours = keptKeyPEM, previous.dpopBoundThumbprint != signer.thumbprint,
+              let pem = adopted.otherFields[TokenSet.dpopKeyField] as? String, pem != ours,
+              let bound = adopted.dpopBoundThumbprint, bound != signer.thumbprint else { return nil }
+        let next: ProofSigner
+        do {
+            let key = try SigningKey.load(pem: Array(pem.utf8))
+            guard key.thumbprint == bound else { return nil }  // not the key these tokens are bound to: not a login's pair
+            next = try ProofSigner(key: key, alg: signer.alg)
+        } catch {
+            return "dpop: the adopted tokens carry a key this relay cannot sign \(signer.alg.rawValue) with (\(error)); keeping jkt \(signer.thumbprint)"
+        }
+        let line = "dpop: the adopted tokens are bound to the key kept with them (jkt \(bound)); signing with it instead of jkt \(signer.thumbprint), "
+            + "which no stored token was bound to"
+        proofsSignedBefore &+= signer.proofsSigned
+        signer = next
+        keptKeyPEM = pem
+        use(next)
+        return line
     }
 }

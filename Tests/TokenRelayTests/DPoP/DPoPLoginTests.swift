@@ -75,6 +75,46 @@ final class DPoPLoginTests: XCTestCase {
         XCTAssertFalse(relay.stderrText.contains("dpop: generated"), "the relay uses the login's key")
     }
 
+    /// A relay running with a key it generated but has not written yet (no bound tokens: it writes the key with
+    /// the first ones), then `login`: the login finds no key in the file, generates its own and writes it with the
+    /// tokens bound to it. The relay adopts the tokens AND their key, so it presents them with the key they are
+    /// bound to — before, it kept its own key, the API refused the token and the relay asked for a login again.
+    func testARelayRunningWithAnUnwrittenKeyAdoptsTheKeyALoginWroteWithItsTokens() throws {
+        server = try DPoPServer(settings: ["refresh_token": "rt-unused", "token_nonce_every": 1, "device_pending_polls": 1], workDir: workDir)
+        try writeTokenFile(at: tokenFileURL, access: "not-yet-issued", refresh: "rt-not-bound")
+        var relayConfig = config(dpop: true)
+        relayConfig["tokens"] = ["file": tokenFileURL.path, "watch_interval_seconds": 0.1]
+        let relay = try TokenRelayProcess.start(config: relayConfig, workDir: workDir)
+        self.relay = relay
+        XCTAssertTrue(relay.stderrText.contains("dpop: generated"), "the relay generated a key at start")
+        let status = { try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/status").json()?["dpop"] as? [String: Any] }
+        let relayKey = try XCTUnwrap(try status()?["jkt"] as? String)
+        let before = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        XCTAssertNil(before["dpop_key"], "the relay's key is not written before it has bound tokens")
+
+        let result = try login(relayConfig)
+        XCTAssertEqual(result.exitCode, 0, result.stderr)
+        let loginKey = try XCTUnwrap((try server.stats()["jkts"] as? [String])?.first)
+        XCTAssertNotEqual(loginKey, relayKey, "the login generated a key of its own (the relay's was not in the file)")
+        XCTAssertTrue(waitUntil(timeout: 10) { relay.stderrText.contains("adopted tokens written to the token file") }, relay.stderrText)
+        XCTAssertEqual(try status()?["jkt"] as? String, loginKey, "the relay signs with the key the adopted tokens are bound to")
+        XCTAssertTrue(relay.stderrText.contains("dpop: the adopted tokens are bound to the key kept with them (jkt \(loginKey))"), relay.stderrText)
+
+        for index in 0..<4 {
+            XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: index % 2 == 0 ? "GET" : "POST", path: "/after-login/\(index)",
+                                                   body: index % 2 == 0 ? nil : Data("{}".utf8)).status, 200)
+        }
+        let stats = try server.stats()
+        XCTAssertEqual(stats["granted"] as? Int, 1, "the login's grant only: no refresh, no login asked for again")
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+        XCTAssertEqual(stats["jti_reuse"] as? Int, 0)
+        XCTAssertFalse(relay.stderrText.contains("bound to another DPoP key"), relay.stderrText)
+        XCTAssertFalse(relay.stderrText.contains("PRIVATE KEY"), "a key was logged")
+        // The key in the file is still the login's (the relay's own was never written over it).
+        let after = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: tokenFileURL)) as? [String: Any])
+        XCTAssertEqual(after["dpop_jkt"] as? String, loginKey)
+    }
+
     func testADPoPAnswerToALoginWithoutDPoPNamesTheMissingBlock() throws {
         server = try DPoPServer(settings: ["refresh_token": "rt-unused", "require_proof": false, "token_nonce": false], workDir: workDir)
         let result = try login(config(dpop: false))

@@ -1,5 +1,6 @@
 import Foundation
 import JOSE
+import Logging
 import XCTest
 @testable import TokenRelay
 
@@ -216,6 +217,48 @@ final class DPoPUnitTests: XCTestCase {
         let signer = try ProofSigner(key: try SigningKey.generate(for: .ES256), alg: .ES256)
         let (_, claims, _, _) = try decode(try signer.proof(method: "GET", htu: "http://a/\"q\\", accessToken: nil, nonce: nil, now: 1))
         XCTAssertEqual(claims["htu"] as? String, "http://a/\"q\\")
+    }
+
+    /// `adoptKey`: a relay whose kept key no stored token is bound to takes the key that arrives with adopted
+    /// tokens bound to it; nothing else makes it change keys.
+    func testARelayAdoptsTheKeyArrivingWithTokensBoundToItOnlyWhenNoneOfItsOwnAreBound() throws {
+        let ours = try SigningKey.generate(for: .ES256)
+        let theirs = try SigningKey.generate(for: .ES256)
+        let theirPEM = String(decoding: try theirs.privateKeyPEM(), as: UTF8.self)
+        let make = { (kept: Bool) in
+            DPoPProofs(signer: try ProofSigner(key: ours, alg: .ES256), metrics: RelayMetrics(), logger: Logger(label: "test"),
+                       keptKeyPEM: kept ? String(decoding: try ours.privateKeyPEM(), as: UTF8.self) : nil)
+        }
+        let login = TokenSet(accessToken: "a", refreshToken: "r", otherFields: [TokenSet.dpopKeyField: theirPEM, TokenSet.dpopThumbprintField: theirs.thumbprint])
+        let unbound = TokenSet(accessToken: "old", refreshToken: "r0")
+        let boundToOurs = TokenSet(accessToken: "old", refreshToken: "r0", otherFields: [TokenSet.dpopThumbprintField: ours.thumbprint])
+
+        let fromFile = try make(false)  // dpop.key_file: never replaced
+        XCTAssertNil(fromFile.adoptKey(arrivingWith: login, replacing: unbound))
+        XCTAssertEqual(fromFile.thumbprint, ours.thumbprint)
+
+        let holding = try make(true)  // tokens of our own bound to our key: the arriving set is not a login for it
+        XCTAssertNil(holding.adoptKey(arrivingWith: login, replacing: boundToOurs))
+        XCTAssertEqual(holding.thumbprint, ours.thumbprint)
+
+        let mismatched = try make(true)  // the key that came is not the one the tokens are bound to
+        var wrongPair = login
+        wrongPair.otherFields[TokenSet.dpopThumbprintField] = try SigningKey.generate(for: .ES256).thumbprint
+        XCTAssertNil(mismatched.adoptKey(arrivingWith: wrongPair, replacing: unbound))
+        XCTAssertNil(mismatched.adoptKey(arrivingWith: TokenSet(accessToken: "bearer"), replacing: unbound), "no key, not bound: nothing to adopt")
+
+        let fresh = try make(true)
+        _ = try fresh.proof(method: "GET", htu: "https://api.example/x", server: "https://api.example", accessToken: "old")
+        let line = try XCTUnwrap(fresh.adoptKey(arrivingWith: login, replacing: unbound))
+        XCTAssertTrue(line.contains(theirs.thumbprint) && !line.contains("PRIVATE"), line)
+        XCTAssertEqual(fresh.thumbprint, theirs.thumbprint)
+        XCTAssertEqual(fresh.keptKeyPEM, theirPEM, "the next token set written carries the adopted key")
+        XCTAssertEqual(fresh.statusReport["proofs_signed"] as? Int, 1, "the running total survives the change")
+        let proof = try XCTUnwrap(fresh.proof(method: "GET", htu: "https://api.example/x", server: "https://api.example", accessToken: "a"))
+        let header = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(XCTUnwrap(Base64URL.decode(proof.split(separator: ".")[0])))) as? [String: Any])
+        let theirJWK = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(theirs.publicJWK.utf8)) as? [String: Any])
+        XCTAssertEqual((header["jwk"] as? [String: Any])?["x"] as? String, try XCTUnwrap(theirJWK["x"] as? String), "proofs carry the adopted key")
+        XCTAssertEqual(fresh.statusReport["proofs_signed"] as? Int, 2)
     }
 
     func testAKeyOfTheWrongTypeForTheAlgIsRefused() throws {
