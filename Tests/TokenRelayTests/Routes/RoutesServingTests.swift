@@ -62,6 +62,26 @@ final class RoutesServingTests: ReloadTestCase {
         XCTAssertEqual(hrAPI.requests.map(\.target), ["/ok"], "the relay's own address: stripped, as origin-form")
     }
 
+    /// Over HTTP/2 (h2c, prior knowledge) the route is chosen by `:authority` as it is by Host over HTTP/1.1:
+    /// the same path goes to the docs route under its host and to the top-level upstream under another.
+    func testHostRoutingOverHTTP2FollowsTheAuthority() throws {
+        guard toolExists("curl") else { throw XCTSkip("curl is not installed") }
+        let relay = try startRelay(["routes": routes])
+        let port = relay.proxyPort
+        func h2(_ host: String, _ path: String) throws -> String {
+            try runTool("curl", ["-sS", "-i", "--http2-prior-knowledge", "--max-time", "20", "--resolve", "\(host):\(port):127.0.0.1",
+                                 "http://\(host):\(port)\(path)"], timeout: 30).stdout
+        }
+        XCTAssertTrue(try h2("docs.test", "/docs/h2").hasPrefix("HTTP/2 200"))
+        XCTAssertTrue(try h2("localhost", "/docs/h2-elsewhere").hasPrefix("HTTP/2 200"))
+        XCTAssertTrue(try h2("localhost", "/hr/h2").hasPrefix("HTTP/2 200"))
+        XCTAssertEqual(docsAPI.requests.map(\.target), ["/docs/h2"], "the :authority docs.test chose the docs route")
+        XCTAssertNil(docsAPI.requests.first?.header("authorization"))
+        XCTAssertNotNil(docsAPI.requests.first?.header("x-docs-token"), "the route's own header carries the token")
+        XCTAssertEqual(api.requests.map(\.target), ["/docs/h2-elsewhere"], "another authority: the top-level upstream")
+        XCTAssertEqual(hrAPI.requests.map(\.target), ["/h2"], "no host route for it: the prefix route, stripped")
+    }
+
     func testBurstOnAllRoutesAfterTheTokenDiedRefreshesOnce() throws {
         let relay = try startRelay(["routes": routes])
         XCTAssertEqual(try fetchVia(relay, "/warm").status, 200)
