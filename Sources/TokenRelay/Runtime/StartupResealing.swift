@@ -15,7 +15,21 @@ enum StartupResealing {
     ///
     /// Throws only when the stored state cannot be opened (an unknown key, a failed tag): `run` then stops
     /// with that one line, and nothing is written over it.
+    ///
+    /// Every identity's store is resealed, each under its own lock and with its own keys: a named identity's
+    /// file left plain would otherwise keep its tokens in clear until its own next refresh.
     static func reseal(_ preflight: Preflight, logger: Logger) throws -> Preflight {
+        let resealed = try resealStore(preflight, logger: logger)
+        for named in preflight.identities {
+            var identityLogger = logger
+            identityLogger[metadataKey: "identity"] = "\(named.name)"
+            named.preflight = try resealStore(named.preflight, logger: identityLogger)
+        }
+        return resealed
+    }
+
+    /// One identity's token file or Redis value.
+    private static func resealStore(_ preflight: Preflight, logger: Logger) throws -> Preflight {
         if let endpoint = preflight.redis, let settings = preflight.config.tokens.redis, preflight.codecs.sealer != nil {
             try resealRedis(endpoint: endpoint, settings: settings, codec: preflight.codecs.redis, logger: logger)
         }
