@@ -7,7 +7,8 @@ import HTTPWire
 ///
 /// Nothing here ever writes a token or a secret: `/status` reports a state, a generation and times.
 final class AdminServer {
-    private let coordinator: RefreshCoordinator
+    /// The top-level identity's; nil without one (then `/refresh` must name an identity).
+    private let coordinator: RefreshCoordinator?
     /// `identities` by name, in config order (each reported and probed beside the top-level one).
     /// Replaced by a reload that adds or removes identities (`use`).
     private var identities: [(name: String, coordinator: RefreshCoordinator)]
@@ -30,7 +31,7 @@ final class AdminServer {
     /// Descriptors the admin port can hold: its limit and the connections allowed to wait over it.
     static var maxDescriptors: Int { HTTPServer.Settings(maxConnections: limits.maxConnections).effectiveOverLimitAllowance + limits.maxConnections }
 
-    init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator, identities: [NamedIdentity] = [], proxy: ProxyServer,
+    init(loop: EventLoop, address: ListenAddress, coordinator: RefreshCoordinator?, identities: [NamedIdentity] = [], proxy: ProxyServer,
          metrics: RelayMetrics, bearerToken: AdminBearerToken? = nil) throws {
         self.bearerToken = bearerToken
         self.coordinator = coordinator
@@ -76,12 +77,20 @@ final class AdminServer {
             }
             chosen = found.coordinator
         }
+        if chosen == nil, request.method == .post, path == "/refresh" {
+            // No top-level identity to refresh: which one is meant must be said.
+            return respond(responder, 400, json: ["error": "identity_required",
+                                                  "reason": "this config has no top-level identity; name one with ?identity=NAME (identities: "
+                                                      + identities.map(\.name).joined(separator: ", ") + ")"])
+        }
         switch (request.method, path) {
         case (.get, "/healthz"), (.head, "/healthz"):
             respond(responder, 200, json: ["status": "alive"])
         case (.get, "/readyz"), (.head, "/readyz"):
-            let reason = identityName == nil ? notReadyReasonOfAll() : notReadyReason(chosen)
-            var body: [String: Any] = ["ready": reason == nil, "state": chosen.state.rawValue]
+            let reason = identityName == nil ? notReadyReasonOfAll() : chosen.flatMap(notReadyReason)
+            var body: [String: Any] = ["ready": reason == nil]
+            // Without a top-level identity, a probe of the whole relay has no one state: each identity's is listed.
+            body["state"] = chosen?.state.rawValue
             body["reason"] = reason
             if identityName == nil, !identities.isEmpty {
                 body["identities"] = Dictionary(uniqueKeysWithValues: identities.map { named in
@@ -96,7 +105,7 @@ final class AdminServer {
         case (.get, "/metrics"):
             respond(responder, 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: metrics.exposition())
         case (.post, "/refresh"):
-            chosen.forceRefresh { [weak self] outcome in
+            chosen?.forceRefresh { [weak self] outcome in
                 guard let self else { return }
                 switch outcome {
                 case .renewed(let generation):
@@ -126,7 +135,7 @@ final class AdminServer {
 
     /// Ready when every identity is: the first reason found, naming its identity.
     private func notReadyReasonOfAll() -> String? {
-        if let reason = notReadyReason(coordinator) { return reason }
+        if let coordinator, let reason = notReadyReason(coordinator) { return reason }
         for named in identities {
             if let reason = notReadyReason(named.coordinator) { return "identity \(named.name): \(reason)" }
         }
@@ -165,7 +174,8 @@ final class AdminServer {
     }
 
     private func statusReport() -> [String: Any] {
-        var report = identityReport(coordinator)
+        // Without a top-level identity: the listener's figures and the identities, nothing of an identity at the top.
+        var report = coordinator.map(identityReport) ?? processReport()
         report["ready"] = notReadyReasonOfAll() == nil
         report["held_requests"] = proxy.heldCount
         if !identities.isEmpty {
@@ -190,17 +200,19 @@ final class AdminServer {
             "refresh_hold_off": coordinator.refreshHoldOffReason ?? JSONNull(),
             "refresh_attempts": coordinator.refreshCount,
             "held_requests": proxy.heldCount(of: coordinator),
-            "active_requests": proxy.activeCount,
-            "upstream_waiters": proxy.upstreamWaiterCount,
-            "client_connections": proxy.clientConnectionCount,
-            "draining": proxy.isDraining,
-            "started_at": Timestamp.format(startedAt),
         ]
+        report.merge(processReport()) { identity, _ in identity }
         report["token_store"] = coordinator.storeStatus
         if let last = coordinator.lastOutcome {
             report["last_refresh"] = ["outcome": last.description, "at": Timestamp.format(last.at)]
         }
         return report
+    }
+
+    /// The process's own figures (the listener, the drain), the same for every identity.
+    private func processReport() -> [String: Any] {
+        ["active_requests": proxy.activeCount, "upstream_waiters": proxy.upstreamWaiterCount, "client_connections": proxy.clientConnectionCount,
+         "draining": proxy.isDraining, "started_at": Timestamp.format(startedAt)]
     }
 
     private func respond(_ responder: SmallResponder, _ status: Int, json: [String: Any], extraFields: [(name: String, value: String)] = []) {
@@ -217,6 +229,7 @@ final class AdminServer {
     private static func reasonPhrase(_ status: Int) -> String {
         switch status {
         case 200: return "OK"
+        case 400: return "Bad Request"
         case 401: return "Unauthorized"
         case 404: return "Not Found"
         case 405: return "Method Not Allowed"

@@ -8,6 +8,10 @@ public struct Config: Sendable {
     public var upstream: Upstream
     /// Whether the config has a top-level `upstream`. Without one, a request matching no route gets 404.
     public var hasDefaultRoute = true
+    /// Whether the config has a top-level identity (`tokens`, `refresh`). Without one every route names an
+    /// identity of `identities`, nothing runs for the top level, and `tokens` (no file, no Redis) and `refresh`
+    /// (the first identity's) only stand in where a value is needed (`ConfigLoader+DefaultIdentity`).
+    public var hasDefaultIdentity = true
     public var tokens: Tokens
     public var refresh: Refresh
     public var admin: Admin?

@@ -35,9 +35,9 @@ public enum ConfigLoader {
         // Without a top-level upstream, the routes are all there is: a request none matches gets 404.
         let upstream = try readDefaultUpstream(root)
 
-        let tokens = try readTokens(root.object("tokens"))
-
-        let refresh = try readRefresh(root.object("refresh"))
+        // Without top-level tokens, when every route names an identity, there is no default identity.
+        let identity = try readDefaultIdentity(root, hasDefaultRoute: upstream.configured)
+        let (tokens, refresh) = (identity.tokens, identity.refresh)
 
         var admin: Config.Admin?
         if let adminObject = try root.optionalObject("admin") {
@@ -57,6 +57,7 @@ public enum ConfigLoader {
 
         var config = Config(listen: listen, upstream: upstream.settings, tokens: tokens, refresh: refresh, admin: admin)
         config.hasDefaultRoute = upstream.configured
+        config.hasDefaultIdentity = identity.configured
         config.inject = try InjectSettings.read(from: root)
         config.dpop = try DPoPSettings.read(from: root)
         config.login = try LoginSettings.read(from: root, refresh: refresh)

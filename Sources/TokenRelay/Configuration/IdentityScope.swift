@@ -6,6 +6,7 @@ extension Config {
         var scoped = self
         scoped.tokens = identity.tokens
         scoped.tokens.identity = identity.name
+        scoped.hasDefaultIdentity = true
         scoped.refresh = identity.refresh
         scoped.login = identity.login
         scoped.dpop = identity.dpop
@@ -16,7 +17,13 @@ extension Config {
 
     /// `--identity NAME` of the CLI: the named identity as a config, or the config itself for nil.
     public func scoped(toIdentityNamed name: String?) throws -> Config {
-        guard let name else { return self }
+        guard let name else {
+            // Without a top-level identity there is no default to fall back on: the file to work on must be named.
+            guard hasDefaultIdentity else {
+                throw ConfigError("--identity", "is required: this config has no top-level tokens (identities: \(identities.map(\.name).joined(separator: ", ")))")
+            }
+            return self
+        }
         guard let identity = identities.first(where: { $0.name == name }) else {
             let known = identities.isEmpty ? "this config has no identities" : "identities: \(identities.map(\.name).joined(separator: ", "))"
             throw ConfigError("--identity", "unknown identity \"\(name)\" (\(known))")

@@ -54,6 +54,10 @@ enum RouteChecks {
             if let earlier = firstByName.updateValue(index, forKey: route.name) {
                 throw ConfigError("\(field).name", "duplicate route name \"\(route.name)\" (also routes[\(earlier)].name)")
             }
+            if route.identity == nil && !config.hasDefaultIdentity {
+                throw ConfigError("\(field).identity", "is required: there are no top-level tokens and refresh for the route to use "
+                    + "(identities: \(identityNames.joined(separator: ", ")))")
+            }
             if let identity = route.identity, !identityNames.contains(identity) {
                 let known = identityNames.isEmpty ? "no identities are configured" : "identities: \(identityNames.joined(separator: ", "))"
                 throw ConfigError("\(field).identity", "unknown identity \"\(identity)\" (\(known))")
@@ -78,7 +82,7 @@ enum RouteChecks {
     /// schedule, and two writers of one state would overwrite each other's rotation (and present one
     /// refresh token twice).
     private static func checkSharedTokenState(_ config: Config) throws {
-        var owners: [(field: String, tokens: Config.Tokens)] = [("tokens", config.tokens)]
+        var owners: [(field: String, tokens: Config.Tokens)] = config.hasDefaultIdentity ? [("tokens", config.tokens)] : []
         owners += config.identities.map { ("identities.\($0.name).tokens", $0.tokens) }
         var files: [String: String] = [:]
         var keys: [(field: String, redis: RedisSettings)] = []

@@ -7,10 +7,11 @@ final class ProxyServer {
     let loop: EventLoop
     /// The running configuration; a reload swaps it (`apply`).
     private(set) var config: Config
-    let coordinator: RefreshCoordinator
+    /// The top-level identity's; nil without one (every route names an identity).
+    let coordinator: RefreshCoordinator?
     /// The coordinators of `identities` by name (routes naming one carry its token); a reload changes them (`use`).
     private var identityCoordinators: [String: RefreshCoordinator]
-    /// Every identity's coordinator, the top-level one first.
+    /// Every identity's coordinator, the top-level one (if any) first.
     private var coordinators: [RefreshCoordinator]
     /// Coordinators of identities a reload removed: a drain still waits for their exchange with the token endpoint.
     private var retiredCoordinators: [RefreshCoordinator] = []
@@ -41,13 +42,13 @@ final class ProxyServer {
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
-    init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = [], coordinator: RefreshCoordinator,
+    init(loop: EventLoop, config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = [], coordinator: RefreshCoordinator?,
          identities: [NamedIdentity] = [], metrics: RelayMetrics, logger: Logger) throws {
         self.loop = loop
         self.config = config
         self.coordinator = coordinator
         identityCoordinators = Dictionary(identities.map { ($0.name, $0.coordinator) }, uniquingKeysWith: { first, _ in first })
-        coordinators = [coordinator] + identities.map(\.coordinator)
+        coordinators = Array(coordinator.map { [$0] } ?? []) + identities.map(\.coordinator)
         self.metrics = metrics
         self.logger = logger
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
@@ -65,22 +66,28 @@ final class ProxyServer {
     /// its requests in flight end with the answers they get.
     func use(_ identities: [NamedIdentity]) {
         let kept = Set(identities.map { ObjectIdentifier($0.coordinator) })
-        for removed in coordinators.dropFirst() where !kept.contains(ObjectIdentifier(removed)) {
+        for removed in coordinators where removed !== coordinator && !kept.contains(ObjectIdentifier(removed)) {
             removed.stopRefreshing()
             removed.onOutcome = nil
             refreshFinished(.unavailable(reason: "its identity was removed by a config reload"), of: removed)
             retiredCoordinators.append(removed)
         }
         identityCoordinators = Dictionary(identities.map { ($0.name, $0.coordinator) }, uniquingKeysWith: { first, _ in first })
-        coordinators = [coordinator] + identities.map(\.coordinator)
-        coordinators.dropFirst().forEach(listen(to:))
+        coordinators = Array(coordinator.map { [$0] } ?? []) + identities.map(\.coordinator)
+        identities.map(\.coordinator).forEach(listen(to:))
     }
 
     /// The coordinator of `name`; nil names the top-level identity. The config checks (at start and on
     /// reload, with identities applied before routes) make a missing one impossible; a route must never
     /// fall back to another identity's token.
-    private func identityCoordinator(_ name: String?) -> RefreshCoordinator {
-        guard let name else { return coordinator }
+    /// Without a top-level identity only the default context asks for nil, and it answers every request 404
+    /// itself (a config without one has no top-level `upstream`): the first route's identity stands in for
+    /// it there, as the first route's upstream does for the missing `upstream`, and is never asked.
+    private func identityCoordinator(_ name: String?, _ config: Config) -> RefreshCoordinator {
+        guard let name = name ?? (coordinator == nil ? config.routes.first?.identity : nil) else {
+            guard let coordinator else { preconditionFailure("a config without a top-level identity has a route naming none") }
+            return coordinator
+        }
         guard let found = identityCoordinators[name] else { preconditionFailure("route names identity \(name), which is not running") }
         return found
     }
@@ -91,7 +98,7 @@ final class ProxyServer {
         // A route's identity has its own refresh block, trigger statuses included (the checks make a missing one impossible).
         let refresh = identity.flatMap { name in config.identities.first { $0.name == name }?.refresh } ?? config.refresh
         return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS),
-                               injection: injection, proxy: self, coordinator: identityCoordinator(identity), metrics: metrics,
+                               injection: injection, proxy: self, coordinator: identityCoordinator(identity, config), metrics: metrics,
                                requestCounters: requestCounters(config, routeName: routeName),
                                routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.limits.maxHeldRequests,
                                answersNotFound: routeName == nil && !config.hasDefaultRoute)

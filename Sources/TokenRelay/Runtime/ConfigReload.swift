@@ -21,6 +21,8 @@ struct ConfigReload {
     /// The config to apply: the loaded one with every restart-only field as it runs.
     let effective: Config
     let needsRestart: [Deferred]
+    /// Why the loaded config cannot be applied at all, with the running one kept whole.
+    private var refusal: ConfigError?
 
     private static func describe(_ dpop: DPoPSettings?) -> String {
         guard let dpop else { return "none" }
@@ -28,6 +30,16 @@ struct ConfigReload {
     }
 
     init(running: Config, loaded: Config) {
+        // The top-level identity's token store is opened (and locked) at start, like any token file: a reload
+        // that adds or removes it is refused whole, instead of leaving routes without the identity they expect.
+        if running.hasDefaultIdentity != loaded.hasDefaultIdentity {
+            effective = running
+            needsRestart = []
+            movedTokenState = nil
+            refusal = ConfigError("tokens", "the reload \(loaded.hasDefaultIdentity ? "adds a" : "removes the") top-level identity (tokens, refresh); "
+                + "that needs a restart")
+            return
+        }
         var effective = loaded
         var deferred: [Deferred] = []
         func keep(_ field: String, _ running: String, _ requested: String, restore: (inout Config) -> Void) {
@@ -121,6 +133,7 @@ struct ConfigReload {
     /// And a route whose own listener stays (until a restart) naming an identity the reload removes, and a
     /// token store moved from one staying identity to another (`movedTokenState`).
     func validate() throws {
+        if let refusal { throw refusal }
         if let movedTokenState { throw movedTokenState }
         // A route kept for its listener must still find its identity.
         for (index, route) in effective.routes.enumerated() {

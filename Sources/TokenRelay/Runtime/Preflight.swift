@@ -51,6 +51,11 @@ public struct Preflight {
 
     private static func runTopLevel(config: Config) throws -> Preflight {
         let upstreamTLS = try tlsContext(for: config.upstream.url, settings: config.upstream.tls, field: "upstream.tls")
+        guard config.hasDefaultIdentity else {
+            // No top-level identity: nothing of `tokens` or `refresh` is read (they only stand in, see Config).
+            return Preflight(config: config, clientSecret: nil, credentialKeys: .none, tokens: TokenSet(accessToken: ""), tokenForm: nil,
+                             codecs: try ConfiguredTokenCodecs(config.tokens), tokenFile: nil, redis: nil, upstreamTLS: upstreamTLS, refreshTLS: nil)
+        }
         let refreshTLS = try tlsContext(for: config.refresh.tokenURL, settings: config.refresh.tls, field: "refresh.tls")
         let secret = try SecretLoader.load(config.refresh.clientSecret)
         let keys = try CredentialKeys.load(config.refresh)
@@ -172,6 +177,10 @@ public struct Preflight {
     }
 
     private var storeSummary: String {
+        guard config.hasDefaultIdentity else {
+            return "ok: config valid; no top-level identity, each route names one of identities \(identities.map(\.name).joined(separator: ", "))"
+                + unverifiedTLSTargets.map { "; WARNING: TLS certificates not verified (\($0))" }.joined()
+        }
         if let redis = config.tokens.redis {
             let cache = tokenFile.map { file in
                 tokens.accessToken.isEmpty ? "; cache \(file.path): empty" : "; cache \(file.path): access token "

@@ -7,6 +7,7 @@ import Logging
 extension Relay {
     /// (Re)starts the watch on the files read for every token request, for the running settings.
     func watchCredentialFiles() {
+        guard config.hasDefaultIdentity else { return }
         credentialFilesWatch = CredentialFilesWatch(settings: config.refresh, loop: loop, interval: config.tokens.watchIntervalSeconds) {
             [unowned self] field in self.clientCredentialChanged("\(field) replaced")
         }
@@ -26,6 +27,7 @@ extension Relay {
     /// accepted here too); a relay that is fine has nothing to retry. At most one token request per change:
     /// a credential the endpoint still refuses latches again.
     func clientCredentialChanged(_ cause: String) {
+        guard let coordinator else { return }
         Self.retry(coordinator, afterCredentialChange: cause, logger: logger)
     }
 

@@ -127,7 +127,7 @@ extension Relay {
         if let running = tokenSealer, let loaded = preflight.codecs.sealer { running.use(loaded.keyring) }
         proxy.apply(next, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS)
         reconfigureTokenEndpoint()
-        coordinator.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
+        coordinator?.apply(settings: next.refresh, injection: next.inject, refreshTimeout: next.timeouts.refreshSeconds,
                           lockTimeout: RefreshCoordinator.lockTimeout(for: next),
                           lockLifetime: next.tokens.redis?.effectiveLockSeconds(refreshSeconds: next.timeouts.refreshSeconds))
         watchClientSecret()
@@ -137,12 +137,13 @@ extension Relay {
 
     /// The token endpoint client with the running refresh settings and client secret, from its next exchange on.
     func reconfigureTokenEndpoint() {
-        endpoint.reconfigure(connection: Self.tokenEndpointConnection(config: config, tls: refreshTLS),
+        endpoint?.reconfigure(connection: Self.tokenEndpointConnection(config: config, tls: refreshTLS),
                              grant: TokenGrants.make(config.refresh, clientSecret: clientSecret, keys: credentialKeys))
     }
 
     /// (Re)starts the watch on `refresh.client_secret_file`, for the file the running config names.
     func watchClientSecret() {
+        guard config.hasDefaultIdentity else { return }
         secretWatch = ClientSecretWatch(source: config.refresh.clientSecret, loop: loop, interval: config.tokens.watchIntervalSeconds,
                                         logger: logger) { [unowned self] secret in
             self.redactor.add(secret)

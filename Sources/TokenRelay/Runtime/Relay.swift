@@ -24,14 +24,17 @@ public final class Relay {
     var adminTokenWatch: FileChangeWatch?
     /// The process's metrics; with `identities`, the top-level identity's carry `identity="default"`.
     let metrics: RelayMetrics
-    let coordinator: RefreshCoordinator
+    /// The top-level identity's; nil in a config without one (`Config.hasDefaultIdentity`), where every route
+    /// names an identity of `namedIdentities`.
+    let coordinator: RefreshCoordinator?
     /// `identities`, each with its own token store and refresh coordinator (the top-level one is `coordinator`).
     var namedIdentities: [NamedIdentity]
     /// Identities a reload removed, stopped but kept (`applyIdentities`).
     var retiredIdentities: [NamedIdentity] = []
     /// Every identity's coordinator, the top-level one first.
-    var coordinators: [RefreshCoordinator] { [coordinator] + (namedIdentities + retiredIdentities).map(\.coordinator) }
-    let endpoint: TokenEndpointClient
+    var coordinators: [RefreshCoordinator] { Array(coordinator.map { [$0] } ?? []) + (namedIdentities + retiredIdentities).map(\.coordinator) }
+    /// The top-level identity's token endpoint client (nil without one).
+    let endpoint: TokenEndpointClient?
     let proxy: ProxyServer
     private(set) var admin: AdminServer?
     /// DPoP proofs (`dpop`; the top-level identity's), nil without.
@@ -52,6 +55,8 @@ public final class Relay {
         var preflight = started
         self.loop = loop
         metrics = RelayMetrics(identity: preflight.config.identities.isEmpty ? nil : Config.defaultIdentityName)
+        // Without a top-level identity no `identity="default"` series is shown: there is no such identity.
+        if !preflight.config.hasDefaultIdentity { metrics.retire() }
         config = preflight.config
         self.logger = logger
         self.redactor = redactor
@@ -75,11 +80,17 @@ public final class Relay {
         let dpopKey = try Self.dpopKeySource(config: preflight.config, tokens: &preflight.tokens, fleet: fleetKey, logger: logger)
         dpop = try Self.dpopProofs(config: preflight.config, source: dpopKey, tokens: preflight.tokens, metrics: metrics, logger: logger)
         for identity in preflight.identities { try identity.loadDPoPKey(logger: logger) }
-        endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
-        endpoint.dpop = dpop
         redactor.add(preflight.redis?.password)
-        coordinator = try Self.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
-        coordinator.dpop = dpop
+        if preflight.config.hasDefaultIdentity {
+            let endpoint = Self.makeTokenEndpoint(loop: loop, preflight: preflight)
+            endpoint.dpop = dpop
+            self.endpoint = endpoint
+            coordinator = try Self.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
+            coordinator?.dpop = dpop
+        } else {
+            endpoint = nil
+            coordinator = nil
+        }
         let metrics = self.metrics
         namedIdentities = try preflight.identities.map { try NamedIdentity($0, loop: loop, metrics: metrics, redactor: redactor, logger: logger) }
         proxy = try ProxyServer(loop: loop, config: config, upstreamTLS: preflight.upstreamTLS, routeTLS: preflight.routeUpstreamTLS, coordinator: coordinator,
@@ -91,7 +102,7 @@ public final class Relay {
             admin = try AdminServer(loop: loop, address: adminConfig.listen, coordinator: coordinator, identities: namedIdentities,
                                     proxy: proxy, metrics: metrics, bearerToken: bearer)
         }
-        coordinator.start(watchInterval: config.tokens.watchIntervalSeconds)
+        coordinator?.start(watchInterval: config.tokens.watchIntervalSeconds)
         namedIdentities.forEach { $0.start() }
         watchClientSecret()
         watchCredentialFiles()
@@ -141,7 +152,7 @@ public final class Relay {
             "proxy": "\(config.listen.host):\(proxyPort)",
             "admin": "\(adminText)",
             "upstream": "\(config.proxyingSummary)",
-            "generation": "\(coordinator.generation)",
+            "generation": "\(coordinator.map { "\($0.generation)" } ?? "none (no top-level identity)")",
         ])
         for route in config.routes where route.listen != nil {
             logger.info("route listening", metadata: ["route": "\(route.name)", "proxy": "\(route.listen!.host):\(proxy.frontEnd.port(ofRoute: route.name) ?? 0)"])
@@ -215,7 +226,7 @@ public final class Relay {
     /// Every identity's unfinished business at exit (tokens not saved, a refresh in flight), all of it reported.
     func finishAtExit() throws {
         var problems: [String] = []
-        for (name, coordinator) in [("", coordinator)] + (namedIdentities + retiredIdentities).map({ ($0.name, $0.coordinator) }) {
+        for (name, coordinator) in Array(coordinator.map { [("", $0)] } ?? []) + (namedIdentities + retiredIdentities).map({ ($0.name, $0.coordinator) }) {
             do {
                 try coordinator.finishAtExit()
             } catch {
