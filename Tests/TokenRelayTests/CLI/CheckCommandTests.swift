@@ -121,18 +121,29 @@ final class CheckCommandTests: RelayTestCase {
         for name in examples {
             let data = try Data(contentsOf: configDirectory.appendingPathComponent(name))
             var object = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any], name)
-            var tokens = object["tokens"] as! [String: Any]
-            tokens["file"] = tokenFileURL.path
-            object["tokens"] = tokens
-            var refresh = object["refresh"] as! [String: Any]
-            if refresh["client_secret_file"] != nil { refresh["client_secret_file"] = secretFile.path }
-            // Key files name a deployment's path (a systemd credential, a Secret volume): a key made here stands in.
-            if refresh["client_key_file"] != nil { refresh["client_key_file"] = try exampleSigningKey().path }
-            if var assertion = refresh["assertion"] as? [String: Any], assertion["key_file"] != nil {
-                assertion["key_file"] = try exampleSigningKey().path
-                refresh["assertion"] = assertion
+            // The top level's tokens and refresh, and each identity's (a config may have only identities).
+            func pointAtTestFiles(_ owner: inout [String: Any], tokenFile: URL) throws {
+                if var tokens = owner["tokens"] as? [String: Any], tokens["redis"] == nil || tokens["file"] != nil {
+                    tokens["file"] = tokenFile.path
+                    owner["tokens"] = tokens
+                }
+                guard var refresh = owner["refresh"] as? [String: Any] else { return }
+                if refresh["client_secret_file"] != nil { refresh["client_secret_file"] = secretFile.path }
+                // Key files name a deployment's path (a systemd credential, a Secret volume): a key made here stands in.
+                if refresh["client_key_file"] != nil { refresh["client_key_file"] = try exampleSigningKey().path }
+                if var assertion = refresh["assertion"] as? [String: Any], assertion["key_file"] != nil {
+                    assertion["key_file"] = try exampleSigningKey().path
+                    refresh["assertion"] = assertion
+                }
+                owner["refresh"] = refresh
             }
-            object["refresh"] = refresh
+            try pointAtTestFiles(&object, tokenFile: tokenFileURL)
+            if var identities = object["identities"] as? [String: [String: Any]] {
+                for identity in identities.keys {
+                    try pointAtTestFiles(&identities[identity]!, tokenFile: workDir.appendingPathComponent("\(identity)-tokens.json"))
+                }
+                object["identities"] = identities
+            }
             for target in ["upstream", "refresh"] {
                 guard var section = object[target] as? [String: Any], let tls = section["tls"] as? [String: Any] else { continue }
                 section["tls"] = try pointingAtTestPKI(tls)

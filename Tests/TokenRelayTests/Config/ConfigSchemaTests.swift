@@ -266,6 +266,12 @@ final class ConfigSchemaTests: XCTestCase {
             Self.invalid("strip_prefix without path_prefix", [("routes", [["name": "a", "match": ["host": "a", "strip_prefix": true],
                                                                             "upstream": ["url": "http://a"]]])], "routes[0].match.strip_prefix:"),
             Self.invalid("identity without refresh", [("identities", ["a": ["tokens": ["file": "/a.json"]]])], "identities.a.refresh: is required"),
+            Self.valid("identities only, no top-level identity", identitiesOnly([])),
+            Self.invalid("no top-level identity, a route naming none", identitiesOnly([
+                ("routes", [["name": "hr", "match": ["path_prefix": "/hr/"], "upstream": ["url": "https://hr.internal"], "identity": "hr"],
+                            ["name": "docs", "match": ["host": "docs"], "upstream": ["url": "http://docs.internal"]]])]), "routes[1].identity:"),
+            Self.invalid("top-level upstream without tokens", identitiesOnly([("upstream", ["url": "http://127.0.0.1:9000"])]), "upstream:"),
+            Self.invalid("no tokens and no identities", [("tokens", nil)], "tokens: is required"),
             // tokens.encryption (issue 20, sealing)
             Self.valid("sealed token state", [("tokens.encryption", ["key_file": stateKeyFile.path, "previous_key_files": [stateKeyFile.path]])]),
             Self.invalid("sealing with two key sources", [("tokens.encryption", ["key_file": stateKeyFile.path, "key_env": "K"])],
@@ -273,6 +279,17 @@ final class ConfigSchemaTests: XCTestCase {
             Self.invalid("sealing without a key", [("tokens.encryption", ["previous_key_files": [stateKeyFile.path]])],
                          "tokens.encryption.key_file: is required"),
         ]
+    }
+
+    /// `routes` and `identities` alone (the issue 23 example's shape): no top-level upstream, tokens or refresh.
+    private func identitiesOnly(_ more: [(String, Any?)]) -> [(String, Any?)] {
+        [
+            ("upstream", nil), ("tokens", nil), ("refresh", nil),
+            ("routes", [["name": "hr", "match": ["path_prefix": "/hr/", "strip_prefix": true], "upstream": ["url": "https://hr.internal"], "identity": "hr"]]),
+            ("identities", ["hr": ["tokens": ["file": workDir.appendingPathComponent("hr.json").path],
+                                   "refresh": ["grant": "client_credentials", "token_url": "https://idp/token", "client_id": "hr",
+                                               "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_post"]]]),
+        ] + more
     }
 
     /// A seed-style custom grant: the refresh token in a header, client id and secret in a JSON body.
