@@ -1,72 +1,10 @@
 import Foundation
-import TLSFixtures
 import XCTest
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// Fleet mode end to end: real tokenrelay processes sharing one identity through a real redis-server,
-/// against the fake token server that rotates refresh tokens and revokes the family on reuse.
-class FleetTestCase: RelayTestCase {
-    var redis: RedisServerProcess!
-    let key = "tokenrelay:fleet-test"
-    /// Whether the test's redis-server also listens on a 127.0.0.1 port (a replica connects over TCP).
-    var redisListensOnTCP: Bool { false }
-    /// Whether it also listens for TLS (`redis.tlsPort`, the shared test PKI's server certificate).
-    var redisListensOnTLS: Bool { false }
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        redis = try RedisServerProcess(appendOnly: true, tcp: redisListensOnTCP, tls: redisListensOnTLS ? TestPKI.shared() : nil)
-    }
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        redis?.stop()
-        redis = nil
-    }
-
-    func fleetConfig(_ redisOverrides: [String: Any] = [:], cache: Bool = false) -> [String: Any] {
-        var redisSettings: [String: Any] = ["url": redis.url, "key": key, "command_timeout_seconds": 0.5, "poll_interval_seconds": 0.1]
-        redisSettings.merge(redisOverrides) { _, new in new }
-        var tokens: [String: Any] = ["redis": redisSettings, "watch_interval_seconds": 0.2]
-        // startRelay merges this over the base config, whose tokens.file is the single-host token file:
-        // null removes it (no cache) unless the test wants the cache.
-        if cache { tokens["file"] = tokenFileURL.path } else { tokens["file"] = NSNull() }
-        var config = config(["timeouts": ["refresh_seconds": 2, "hold_seconds": 15]])
-        config["tokens"] = tokens
-        return config
-    }
-
-    /// `tokenrelay token import` into Redis (the token file written in setUp is the input).
-    func importTokens(expectingVersion version: Int = 1) throws {
-        let configURL = workDir.appendingPathComponent("import-config.json")
-        try JSONSerialization.data(withJSONObject: fleetConfig()).write(to: configURL)
-        let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
-                                                      environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
-        XCTAssertEqual(result.exitCode, 0, result.stderr)
-        XCTAssertTrue(result.stdout.contains("version \(version):"), result.stdout)
-    }
-
-    func startFleet(_ count: Int, _ redisOverrides: [String: Any] = [:]) throws -> [TokenRelayProcess] {
-        let relays = try (0..<count).map { _ in try startRelay(fleetConfig(redisOverrides)) }
-        for relay in relays {
-            XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 }, "relay not ready: \(relay.stderrText.suffix(2000))")
-        }
-        return relays
-    }
-
-    func storedVersion() throws -> Int {
-        Int(try redis.cli(["HGET", key, "version"])) ?? 0
-    }
-
-    func status(_ relay: TokenRelayProcess) throws -> [String: Any] {
-        let body = try admin(relay, "/status").body
-        return try XCTUnwrap(JSONSerialization.jsonObject(with: body) as? [String: Any])
-    }
-
-}
-
+/// The fleet's rules end to end, on `FleetTestCase`'s real relays and redis-server.
 final class FleetTests: FleetTestCase {
     /// The first test: 5 relays, 50 requests spread over them after expiry: all 200, exactly one
     /// refresh fleet-wide, no reuse; the other four adopt the published version.
@@ -361,83 +299,5 @@ final class FleetTests: FleetTestCase {
         let result = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path],
                                                       environment: ["TOKENRELAY_CLIENT_SECRET": Self.clientSecret])
         XCTAssertEqual(result.exitCode, 0, result.stderr)
-    }
-}
-
-/// Real-time soak of the fleet (the rules keep their fast tests above and in RefreshMachineTests).
-final class FleetSoakTests: FleetTestCase {
-    override var accessTokenLifetime: Double? { 2 }
-
-    /// Soak (TOKENRELAY_SLOW_TESTS=1): 5 relays under steady load for 20 s with 2 s tokens: no client-visible
-    /// 401, no reuse, about one refresh per token lifetime for the whole fleet.
-    func testFiveRelaysUnderSteadyLoadWithShortTokens() throws {
-        try skipUnlessSlowTestsEnabled("FleetTests.testBurstAfterExpiryOverFiveRelaysRefreshesOnceFleetWide and RefreshMachineTests")
-        try importTokens()
-        let relays = try startFleet(5)
-        tokenServer.expireAccessTokens()
-        let ports = relays.map(\.proxyPort)
-        let deadline = Date().addingTimeInterval(20)
-        let results = HTTPTestClient.concurrently(10, timeout: 60) { worker -> [Int: Int] in
-            var counts: [Int: Int] = [:]
-            var index = 0
-            while Date() < deadline {
-                let status = (try? HTTPTestClient.send(port: ports[worker % ports.count], method: "GET", path: "/soak/\(worker)/\(index)").status) ?? -1
-                counts[status, default: 0] += 1
-                index += 1
-            }
-            return counts
-        }
-        var total: [Int: Int] = [:]
-        for case .success(let counts) in results { total.merge(counts, uniquingKeysWith: +) }
-        XCTAssertEqual(total.keys.sorted(), [200], "\(total)")
-        XCTAssertEqual(tokenServer.reuseDetections, 0)
-        XCTAssertLessThanOrEqual(tokenServer.successfulRefreshes, 20, "about one per 2 s lifetime fleet-wide, not one per relay")
-        XCTAssertGreaterThanOrEqual(tokenServer.successfulRefreshes, 8)
-    }
-}
-
-/// `tokens.redis.wait_replicas`: with a replica attached the write counts once the replica has it; with
-/// none in time the write has not landed: the held requests stay held (their hold timeout answers 503),
-/// the log says why, and the write goes again until a replica acknowledges it; no reuse.
-final class FleetReplicaWaitTests: FleetTestCase {
-    override var redisListensOnTCP: Bool { true }
-
-    func testHeldRequestsWaitForTheConfiguredReplicas() throws {
-        try importTokens()
-        let replica = try RedisServerProcess()
-        defer { replica.stop() }
-        try replica.cli(["REPLICAOF", "127.0.0.1", String(try XCTUnwrap(redis.tcpPort))])
-        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:1") })
-        XCTAssertTrue(waitUntil(timeout: 10) { ((try? replica.cli(["INFO", "replication"])) ?? "").contains("master_link_status:up") })
-        var config = fleetConfig(["wait_replicas": 1])
-        config["timeouts"] = ["refresh_seconds": 2, "hold_seconds": 2]
-        let relay = try startRelay(config)
-        XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relay, "/readyz").status) == 200 })
-        tokenServer.expireAccessTokens()
-        XCTAssertEqual(try get(relay, "/with-replica").status, 200)
-        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, false, "the replica acknowledged")
-        XCTAssertEqual(try replica.cli(["HGET", key, "version"]), "2", "the replica has the new version")
-
-        replica.stop()
-        XCTAssertTrue(waitUntil(timeout: 10) { ((try? self.redis.cli(["INFO", "replication"])) ?? "").contains("connected_slaves:0") })
-        tokenServer.expireAccessTokens()
-        let held = try get(relay, "/no-replica")
-        XCTAssertEqual(held.status, 503, "no replica has the new tokens: the request is not released with them")
-        XCTAssertNotNil(held.header("Retry-After"), "503 with Retry-After")
-        XCTAssertEqual(try statusField(relay, "unsaved_tokens") as? Bool, true, "no replica acknowledged: the write has not landed")
-        XCTAssertTrue(relay.stderrText.contains("replicas acknowledged"), relay.stderrText.suffix(2000).description)
-        XCTAssertTrue(relay.stderrText.contains("held requests wait until the shared token store acknowledges"), relay.stderrText.suffix(2000).description)
-
-        let second = try RedisServerProcess()
-        defer { second.stop() }
-        try second.cli(["REPLICAOF", "127.0.0.1", String(try XCTUnwrap(redis.tcpPort))])
-        XCTAssertTrue(waitUntil(timeout: 15) { (try? self.statusField(relay, "unsaved_tokens") as? Bool) == false }, "written again until acknowledged")
-        XCTAssertEqual(try get(relay, "/after-replica").status, 200)
-        XCTAssertEqual(tokenServer.successfulRefreshes, 2, "one refresh per expiry; the retry wrote the same tokens")
-        XCTAssertEqual(tokenServer.reuseDetections, 0)
-    }
-
-    private func statusField(_ relay: TokenRelayProcess, _ field: String) throws -> Any? {
-        try XCTUnwrap(JSONSerialization.jsonObject(with: admin(relay, "/status").body) as? [String: Any])[field]
     }
 }
