@@ -12,29 +12,15 @@ final class FleetCacheMarkAtShutdownTests: FleetTestCase {
     func testARotationStillUnacknowledgedAtAGracefulStopStaysMarkedInTheCacheAndIsWrittenBack() throws {
         try importTokens()
         let cachePath = workDir.appendingPathComponent("relay-a-cache.json").path
-        var configA = fleetConfig()
-        var tokens = try XCTUnwrap(configA["tokens"] as? [String: Any])
-        tokens["file"] = cachePath
-        configA["tokens"] = tokens
+        var configA = try fleetConfig(cachingIn: cachePath)
         var timeouts = try XCTUnwrap(configA["timeouts"] as? [String: Any])
         timeouts["drain_seconds"] = 2
         configA["timeouts"] = timeouts
         let relayA = try startRelay(configA)
         XCTAssertTrue(waitUntil(timeout: 10) { (try? self.admin(relayA, "/readyz").status) == 200 }, relayA.stderrText.suffix(1500).description)
 
-        tokenServer.failureMode = .gated
-        tokenServer.expireAccessTokens()
-        _ = HTTPTestClient.concurrentlyAsync { try? HTTPTestClient.send(port: relayA.proxyPort, method: "GET", path: "/rotate").status }
-        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls == 1 })
-        try redis.cli(["CLIENT", "PAUSE", "30000", "WRITE"])
         defer { _ = try? redis.cli(["CLIENT", "UNPAUSE"]) }
-        tokenServer.openGate()
-        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.successfulRefreshes == 1 })
-        let rotated = try XCTUnwrap(tokenServer.currentRefreshToken)
-        XCTAssertTrue(waitUntil(timeout: 5) {
-            let cache = (try? String(contentsOfFile: cachePath, encoding: .utf8)) ?? ""
-            return cache.contains(rotated) && cache.contains("redis_write_unacknowledged")
-        }, "the rotated set is in A's cache, marked: \(relayA.stderrText.suffix(1500))")
+        let rotated = try rotateWhileRedisPausesWrites(through: relayA, cachePath: cachePath)
 
         relayA.signal(SIGTERM)
         XCTAssertNotNil(relayA.waitForExit(timeout: 20), "A exits after its drain")
@@ -45,10 +31,7 @@ final class FleetCacheMarkAtShutdownTests: FleetTestCase {
         try redis.cli(["CLIENT", "UNPAUSE"])
         XCTAssertEqual(try storedVersion(), 1, "Redis never got the rotation")
 
-        let restarted = try startRelay(configA)
-        XCTAssertTrue(waitUntil(timeout: 10) {
-            (try? self.storedVersion()) == 2 && (try? self.redis.cli(["HGET", self.key, "tokens"]))?.contains(rotated) == true
-        }, "written back once Redis answers: \(restarted.stderrText.suffix(2000))")
+        let restarted = try restartAndAwaitWriteBack(configA, rotated: rotated)
         XCTAssertEqual(try get(restarted, "/after").status, 200)
         XCTAssertEqual(tokenServer.successfulRefreshes, 1, "served with the rotated set, nothing presented again")
         XCTAssertEqual(tokenServer.reuseDetections, 0)

@@ -11,10 +11,7 @@ final class FleetCacheWriteBackTests: FleetTestCase {
     func testARotationRedisNeverAcknowledgedIsWrittenBackFromTheCacheAfterARestart() throws {
         try importTokens()
         let cachePath = workDir.appendingPathComponent("relay-a-cache.json").path
-        var configA = fleetConfig()
-        var tokens = try XCTUnwrap(configA["tokens"] as? [String: Any])
-        tokens["file"] = cachePath
-        configA["tokens"] = tokens
+        let configA = try fleetConfig(cachingIn: cachePath)
         let relayA = try startRelay(configA)
         let relayB = try startRelay(fleetConfig())
         for relay in [relayA, relayB] {
@@ -22,31 +19,15 @@ final class FleetCacheWriteBackTests: FleetTestCase {
         }
 
         // A's refresh reaches the token server; Redis stalls writes before the answer comes back, so A's
-        // write is never acknowledged; A dies holding the only copy of the rotated set, in its cache. (Writes
-        // paused rather than the whole Redis stopped with SIGSTOP: a stopped Redis, once resumed, still runs
-        // the write waiting in the dead relay's socket, and the loss this test is about would not happen.)
-        tokenServer.failureMode = .gated
-        tokenServer.expireAccessTokens()
-        _ = HTTPTestClient.concurrentlyAsync { try? HTTPTestClient.send(port: relayA.proxyPort, method: "GET", path: "/rotate").status }
-        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.refreshCalls == 1 })
-        try redis.cli(["CLIENT", "PAUSE", "30000", "WRITE"])
+        // write is never acknowledged; A dies holding the only copy of the rotated set, in its cache.
         defer { _ = try? redis.cli(["CLIENT", "UNPAUSE"]) }
-        tokenServer.openGate()
-        XCTAssertTrue(waitUntil(timeout: 5) { self.tokenServer.successfulRefreshes == 1 })
-        let rotated = try XCTUnwrap(tokenServer.currentRefreshToken)
-        XCTAssertTrue(waitUntil(timeout: 5) {
-            let cache = (try? String(contentsOfFile: cachePath, encoding: .utf8)) ?? ""
-            return cache.contains(rotated) && cache.contains("redis_write_unacknowledged")
-        }, "the rotated set is in A's cache, marked as not acknowledged: \(relayA.stderrText.suffix(1500))")
+        let rotated = try rotateWhileRedisPausesWrites(through: relayA, cachePath: cachePath)
         relayA.signal(SIGKILL)
         XCTAssertNotNil(relayA.waitForExit(timeout: 5))
         try redis.cli(["CLIENT", "UNPAUSE"])
         XCTAssertEqual(try storedVersion(), 1, "Redis never got the rotation")
 
-        let restarted = try startRelay(configA)
-        XCTAssertTrue(waitUntil(timeout: 10) {
-            (try? self.storedVersion()) == 2 && (try? self.redis.cli(["HGET", self.key, "tokens"]))?.contains(rotated) == true
-        }, "written back once Redis answers: \(restarted.stderrText.suffix(2000))")
+        let restarted = try restartAndAwaitWriteBack(configA, rotated: rotated)
         XCTAssertFalse(try redis.cli(["HGET", key, "tokens"]).contains("redis_write_unacknowledged"), "the mark stays in the cache")
         XCTAssertTrue(restarted.stderrText.contains("put a token set lost by Redis back"))
 

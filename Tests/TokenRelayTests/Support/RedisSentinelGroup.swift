@@ -129,20 +129,14 @@ final class SentinelProcess: @unchecked Sendable {
 
     func stop() {
         guard let process, process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
-        if !waitUntil(timeout: 5, { !process.isRunning }) {
-            kill(process.processIdentifier, SIGKILL)
-            waitUntil(timeout: 5) { !process.isRunning }
-        }
+        terminateRedisProcess(process)
         self.process = nil
     }
 
     @discardableResult
     func cli(_ arguments: [String]) throws -> String {
         let login = password.map { ["-a", $0, "--no-auth-warning"] } ?? []
-        let result = try runTool("redis-cli", ["-h", "127.0.0.1", "-p", String(port)] + login + arguments, timeout: 10)
-        guard result.exitCode == 0 else { throw TestSupportError("redis-cli \(arguments.first ?? ""): \(result.stderr)") }
-        return result.stdout.trimmingCharacters(in: .newlines)
+        return try redisCLI(["-h", "127.0.0.1", "-p", String(port)] + login, arguments)
     }
 
     /// `SENTINEL master <name>` as field -> value.

@@ -87,11 +87,7 @@ final class RedisServerProcess: @unchecked Sendable {
     /// SIGTERM (an AOF is flushed on the way out), SIGKILL after 5 s.
     func stop() {
         guard let process, process.isRunning else { return }
-        kill(process.processIdentifier, SIGTERM)
-        if !waitUntil(timeout: 5, { !process.isRunning }) {
-            kill(process.processIdentifier, SIGKILL)
-            waitUntil(timeout: 5) { !process.isRunning }
-        }
+        terminateRedisProcess(process)
         self.process = nil
     }
 
@@ -111,9 +107,7 @@ final class RedisServerProcess: @unchecked Sendable {
     /// One redis-cli command against this server; its output without the trailing newline.
     @discardableResult
     func cli(_ arguments: [String]) throws -> String {
-        let result = try runTool("redis-cli", ["-s", socketPath] + arguments, timeout: 10)
-        guard result.exitCode == 0 else { throw TestSupportError("redis-cli \(arguments.first ?? ""): \(result.stderr)") }
-        return result.stdout.trimmingCharacters(in: .newlines)
+        try redisCLI(["-s", socketPath], arguments)
     }
 
     static func freeLoopbackPort() throws -> Int {
