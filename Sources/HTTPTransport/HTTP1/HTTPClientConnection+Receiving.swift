@@ -150,6 +150,13 @@ extension HTTPClientConnection: SocketStreamOwner {
     }
 
     func streamConnected(_ stream: SocketStream) {
+        // Offered beside http/1.1 by a connection that speaks HTTP/1.1 itself (no `onConnected`: not one
+        // handed over to HTTP/2), h2 selected means the server changed: learnt here, at each new connection,
+        // so an upstream redeployed with HTTP/2 is spoken to over it again without a reload.
+        if offersHTTP2 && onConnected == nil && stream.selectedProtocol == "h2" {
+            serverSelectedHTTP2 = true
+            return connectFailed("\(remote?.description ?? host) selected h2 in ALPN", cause: .connect)
+        }
         connected = true
         connectTimer?.cancel()
         let told = onConnected

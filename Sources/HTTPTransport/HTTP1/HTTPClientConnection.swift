@@ -59,6 +59,12 @@ public final class HTTPClientConnection {
     }
     /// Set when the connection ends as `.connectFailed` (or the initializer throws).
     var connectFailureCause: ConnectFailureCause?
+    /// `h2` was offered in ALPN beside `http/1.1` (`upstream.http2` "alpn", on the HTTP/1.1 path).
+    let offersHTTP2: Bool
+    /// The server selected h2 although this connection speaks HTTP/1.1: the upstream changed since it chose
+    /// HTTP/1.1. The connection ended as `.connectFailed` before its request went out (nothing processed),
+    /// so the request may go again, over HTTP/2.
+    public internal(set) var serverSelectedHTTP2 = false
 
     /// Held strongly until the connection ends (after its `ended` report) or another is set; the pool
     /// clears it on release. Not `weak`: a weak reference gives the handler a side table, which makes every
@@ -187,6 +193,7 @@ public final class HTTPClientConnection {
         }
         self.host = host
         self.port = port
+        offersHTTP2 = alpn.contains("h2")
         self.limits = limits
         parser = HeadParser(limits: limits)
         chunked = ChunkedDecoder(limits: limits)

@@ -61,10 +61,13 @@ public final class HTTP2UpstreamPool {
     private var arriving: [Ticket] = []
     private var idleTimer: TransportTimer?
     public private(set) var isRetired = false
-    /// The server selected HTTP/1.1 in ALPN: requests go to the HTTP/1.1 pool from now on (the caller's
-    /// choice; this pool refuses them with `connectFailed`). Learnt once, kept for the pool's life (a
-    /// reload makes a new pool, which asks again).
-    public private(set) var serverChoseHTTP1 = false
+    /// The server selected HTTP/1.1 in ALPN: requests go to the HTTP/1.1 pool (the caller's choice; this
+    /// pool refuses them with `connectFailed`) until it is asked again: `serverMaySpeakHTTP2` (an HTTP/1.1
+    /// connection found h2 selected) or `askAgain` (a call that needs HTTP/2).
+    public private(set) var serverChoseHTTP1 = false {
+        didSet { if serverChoseHTTP1 { choseHTTP1At = monotonicSeconds() } }
+    }
+    private var choseHTTP1At = 0.0
     /// Connections opened over the pool's life (a test's or a metric's look).
     public private(set) var connectionsOpened = 0
     public var openCount: Int { connections.count }
@@ -107,6 +110,20 @@ public final class HTTP2UpstreamPool {
         if lane == .admitted { admitted.append(ticket) } else { arriving.append(ticket) }
         pump()
         return ticket
+    }
+
+    /// A new HTTP/1.1 connection to the upstream found h2 selected in ALPN: the server changed, requests come
+    /// here again (the next connection learns anew).
+    public func serverMaySpeakHTTP2() { serverChoseHTTP1 = false }
+
+    /// For a request that only HTTP/2 can carry (gRPC) while the server is known to choose HTTP/1.1: the
+    /// next connection asks the server again if the last answer is at least `seconds` old, so that a client
+    /// that sends nothing else (which would open no HTTP/1.1 connection to learn from) is not refused for
+    /// ever after a redeploy, while a flood of such calls costs at most one handshake per `seconds`.
+    /// Returns whether requests come here now.
+    public func askAgain(notSooner seconds: Double) -> Bool {
+        if serverChoseHTTP1 && monotonicSeconds() - choseHTTP1At >= seconds { serverChoseHTTP1 = false }
+        return !serverChoseHTTP1
     }
 
     /// No new requests; connections close as their streams end.

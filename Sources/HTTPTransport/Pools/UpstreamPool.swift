@@ -32,6 +32,9 @@ public final class UpstreamPool {
         /// Longest a new connection may take to resolve, connect and finish its TLS handshake (nil: no
         /// limit of its own); beyond it the connection ends as `.connectFailed`.
         public var connectTimeout: Double?
+        /// Protocols offered in ALPN over TLS (empty: none). With `h2` among them, a connection whose server
+        /// selects h2 ends before its request (`HTTPClientConnection.serverSelectedHTTP2`).
+        public var alpn: [String] = []
 
         public init(maxConnections: Int = 128, maxIdle: Int = 64, limits: HTTPWireLimits = HTTPWireLimits(),
                     maxWaiters: Int = 4096, idleTimeout: Double = 0) {
@@ -293,7 +296,7 @@ public final class UpstreamPool {
     private func open() -> Result<HTTPClientConnection, AcquireFailure> {
         do {
             let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits,
-                                                      tls: settings.tls, connectTimeout: settings.connectTimeout)
+                                                      tls: settings.tls, connectTimeout: settings.connectTimeout, alpn: settings.alpn)
             openCount += 1
             connection.onClosed = { [link, unowned connection] in link.pool?.closed(connection) }
             connection.onUnsolicitedBytes = { [link] count in link.pool?.onUnsolicitedBytes?(count) }

@@ -536,6 +536,8 @@ final class RelayedExchange<Session: ExchangeSession>: ProxiedExchange, HTTPClie
 
     func connection(_ connection: HTTPClientConnection, ended: ConnectionEnd, responseStarted: Bool) {
         guard connection === upstream else { return }
+        // "alpn": the server now selects h2; the machine's fresh-connection retry takes the HTTP/2 path.
+        if connection.serverSelectedHTTP2 { route.http2Pool?.serverMaySpeakHTTP2() }
         var failure = TransportUpstream.failure(ended, responseStarted: responseStarted, connected: connection.isConnected)
         if let status = connection.statusUnreadAtFailure {
             // Still a 502 (the answer was not read), but the log says what the upstream meant.

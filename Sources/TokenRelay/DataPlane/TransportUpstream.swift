@@ -5,7 +5,10 @@ import HTTPWire
 /// How the transport engine reaches the upstream: its pool, and how a connection's end reads as a failure
 /// of the request on it.
 enum TransportUpstream {
-    static func makePool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop) -> HTTPTransport.UpstreamPool {
+    /// `offerHTTP2`: "alpn": h2 is offered beside http/1.1, so that a server that changed to h2 is noticed
+    /// at the next connection (`HTTPClientConnection.serverSelectedHTTP2`).
+    static func makePool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
+                         offerHTTP2: Bool = false) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
         // A response head is bounded at 256 KiB, far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
@@ -13,6 +16,7 @@ enum TransportUpstream {
                                                             maxWaiters: config.limits.maxUpstreamWaiters,
                                                             idleTimeout: config.timeouts.poolIdleSeconds)
         settings.tls = tls
+        if offerHTTP2 && tls != nil { settings.alpn = ["h2", "http/1.1"] }
         return HTTPTransport.UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port),
                                           settings: settings)
     }

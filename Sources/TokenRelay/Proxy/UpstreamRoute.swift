@@ -18,6 +18,9 @@ final class UpstreamRoute {
     let http2Pool: HTTP2UpstreamPool?
     /// Requests go over HTTP/2: `upstream.http2` is on, and (with "alpn") the server has not selected HTTP/1.1.
     var speaksHTTP2: Bool { http2Pool.map { !$0.serverChoseHTTP1 } ?? false }
+    /// `speaksHTTP2` for a gRPC call: with "alpn", a server that chose HTTP/1.1 more than a second ago is
+    /// asked again (`HTTP2UpstreamPool.askAgain`).
+    var takesGRPC: Bool { http2Pool?.askAgain(notSooner: 1) ?? false }
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
     /// The upstream URL has no path of its own: an origin-form target is sent as it came.
@@ -30,7 +33,8 @@ final class UpstreamRoute {
         hostField = PreparedField(name: "Host", value: settings.url.authority)
         passthroughPrefixes = settings.passthroughPrefixes
         forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
-        pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop)
+        pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
+                                          offerHTTP2: settings.http2 == .alpn)
         http2Pool = settings.http2 == .never ? nil
             : TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
                                               http1Allowed: settings.http2 == .alpn)

@@ -17,6 +17,9 @@ Settings (all optional):
   large_paths             {path: bytes}: a 200 of that many body bytes, sent as the client's window allows; when a
                           window stops it, {"event": "window_closed", "stream": id, "sent": n} is logged
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
+  alpn_file               with TLS: a file read at each new connection, "h2" or "http/1.1" (a redeploy that changes what
+                          the server selects); an open h2 connection that sees "http/1.1" at a request sends GOAWAY below
+                          it and closes (the request not processed)
 
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
 or Trailers-Only grpc-status 16 for a rejected token); anything else 200 "ok <path>", or 401 for a rejected token.
@@ -45,6 +48,7 @@ except ImportError:
 settings = json.load(open(sys.argv[1]))
 lock = threading.Lock()
 connections = [0]
+contexts = {}
 
 
 def log(event):
@@ -110,6 +114,12 @@ class Connection:
                 self.send()
 
     def handle(self, event):
+        if isinstance(event, h2.events.RequestReceived) and alpn_mode() == "http/1.1":
+            # Redeployed as HTTP/1.1-only: this connection goes, the request unprocessed.
+            self.conn.close_connection(error_code=0, last_stream_id=max(0, event.stream_id - 2))
+            self.send()
+            self.sock.shutdown(socket.SHUT_RDWR)
+            return
         if isinstance(event, h2.events.RequestReceived):
             self.streams[event.stream_id] = {"headers": [list(h) for h in event.headers], "body": b""}
             self.received += 1
@@ -235,8 +245,17 @@ class Connection:
                 del self.large[stream_id]
 
 
+def alpn_mode():
+    path = settings.get("alpn_file")
+    if not path:
+        return None
+    return open(path).read().strip()
+
+
 def serve(sock, number, context):
     try:
+        if context and alpn_mode():
+            context = contexts[alpn_mode()]
         if context:
             sock = context.wrap_socket(sock, server_side=True)
             if sock.selected_alpn_protocol() != "h2":
@@ -257,6 +276,10 @@ def main():
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(settings["cert_file"], settings["key_file"])
         context.set_alpn_protocols(["http/1.1"] if settings.get("alpn_http11_only") else ["h2", "http/1.1"])
+        for mode, protocols in (("h2", ["h2", "http/1.1"]), ("http/1.1", ["http/1.1"])):
+            contexts[mode] = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            contexts[mode].load_cert_chain(settings["cert_file"], settings["key_file"])
+            contexts[mode].set_alpn_protocols(protocols)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
