@@ -37,7 +37,7 @@ final class DPoPNonceStore {
     static let maxServers = 256
     private var nonces: [String: String] = [:]
 
-    /// `server`: the origin the nonce came from (`scheme://host:port`).
+    /// `server`: the origin the nonce came from (`scheme://host:port`; the token endpoint's is prefixed "token endpoint ").
     func nonce(for server: String) -> String? { nonces[server] }
 
     /// Keeps `value` as `server`'s nonce; a refused value leaves the previous one and says why.

@@ -145,7 +145,7 @@ final class TokenEndpointClient {
         if let dpop {
             // A fresh proof for every send, the resend after a nonce challenge too (a new jti, the new nonce).
             let htu = ProofSigner.htu(origin: tokenEndpointOrigin, target: Array(prepared.target.utf8))
-            if let proof = dpop.proof(method: prepared.method, htu: htu, server: tokenEndpointOrigin, accessToken: nil) {
+            if let proof = dpop.proof(method: prepared.method, htu: htu, server: tokenEndpointNonceServer, accessToken: nil) {
                 request.fields.append(("DPoP", proof))
             }
         }
@@ -153,8 +153,12 @@ final class TokenEndpointClient {
         call = HTTPExchange(loop: loop, request: request, limits: limits) { [weak self] result in self?.exchangeEnded(result) }
     }
 
-    /// The token endpoint as a DPoP server: its nonces are kept apart from the upstreams'.
     private var tokenEndpointOrigin: String { "\(connection.endpoint.scheme)://\(connection.endpoint.authority)" }
+
+    /// The token endpoint as a DPoP server, whose nonces are kept apart from the upstreams' even at one origin
+    /// (RFC 9449 §8 and §9 nonces are each the issuing server's): keyed by origin alone, an API beside the
+    /// token endpoint overwrote its nonce and each refresh, then the next request, was challenged and resent.
+    private var tokenEndpointNonceServer: String { "token endpoint \(tokenEndpointOrigin)" }
 
     /// RFC 9449 §8: `400 {"error":"use_dpop_nonce"}` with a usable `DPoP-Nonce`. The server refused the
     /// request before looking at the grant, so the refresh token it carried was not consumed: sending the
@@ -197,7 +201,7 @@ final class TokenEndpointClient {
             // §8.2: the latest nonce the token endpoint sent, on any answer, is the one for the next request.
             var nonceAccepted = false
             if let dpop, let nonce = response.field("DPoP-Nonce") {
-                nonceAccepted = dpop.received(nonce: Array(nonce.utf8), from: tokenEndpointOrigin)
+                nonceAccepted = dpop.received(nonce: Array(nonce.utf8), from: tokenEndpointNonceServer)
             }
             if dpop != nil && resendsForNonce(response, nonceAccepted: nonceAccepted) { return }
             if dpop != nil && response.status == 400, (TokenEndpointJSON.parse(response.body) as? [String: Any])?["error"] as? String == "use_dpop_nonce" {
