@@ -49,6 +49,9 @@ struct LocalResponse {
         unavailable("the last token refresh's outcome is unknown; no new token before the refresh hold-off ends", retryAfter: retryAfter)
     }
 
+    /// A refresh-triggering answer when refreshing has stopped for the request's identity.
+    static let noRefresh = unavailable("no token refresh will run: tokenrelay is shutting down or its identity was removed", retryAfter: 1)
+
     static let tooManyHeld = LocalResponse(
         status: 503, reason: "Service Unavailable", error: "overloaded",
         message: "too many requests are waiting for a token refresh", extraHeaders: [("Retry-After", "1")])

@@ -67,8 +67,8 @@ final class ProxyServer {
     func use(_ identities: [NamedIdentity]) {
         let kept = Set(identities.map { ObjectIdentifier($0.coordinator) })
         for removed in coordinators where removed !== coordinator && !kept.contains(ObjectIdentifier(removed)) {
+            // Still heard: a request that joins its refresh in flight after this is released by that refresh.
             removed.stopRefreshing()
-            removed.onOutcome = nil
             refreshFinished(.unavailable(reason: "its identity was removed by a config reload"), of: removed)
             retiredCoordinators.append(removed)
         }

@@ -48,6 +48,12 @@ extension RefreshMachine {
         // Stale generation: the request left with an older token, which says nothing against the current
         // one. Refreshing on it would burn a refresh token for nothing; replay at once.
         if sentGeneration < generation { return (.replay, drain()) }
+        // Stopped: no cycle starts, so a hold would only wait out `hold_seconds` (a request whose 401 came
+        // after SIGTERM, or after a reload removed its identity). A cycle already running still releases.
+        if stopped {
+            if case .refreshing = phase { return (.hold, drain()) }
+            return (.noRefresh, drain())
+        }
         refusedGeneration = generation
         if storeOutage != nil {
             deadGeneration = generation

@@ -85,6 +85,9 @@ extension RefreshMachine {
         case passThrough
         /// No refresh may start now (the refresh hold-off): 503 with this `Retry-After`.
         case unavailable(retryAfter: Int)
+        /// Refreshing has stopped (shutdown, or a reload removed the identity) and no cycle is running to
+        /// release a hold: 503 at once.
+        case noRefresh
     }
 
     /// What a request that just arrived should do. `send` carries the generation; the driver adds the

@@ -85,4 +85,25 @@ final class IdentityLifecycleTests: ReloadTestCase {
         XCTAssertEqual(try get(relay, "/still").status, 200)
         XCTAssertEqual(try admin(relay, "/metrics").status, 200)
     }
+
+    /// A request of an identity a reload removes, whose 401 comes after the reload: its identity's machine is
+    /// stopped and no refresh will run, so it is answered 503 when the 401 comes, not held for hold_seconds.
+    func testARemovedIdentitysLate401IsAnsweredAtOnce() throws {
+        var config = withB
+        config["timeouts"] = ["hold_seconds": 20]
+        let relay = try startRelay(config)
+        XCTAssertEqual(try get(relay, "/b/warm").status, 200)
+        tokenServerB.expireAccessTokens()
+        apiB.responseDelay = 1.5
+        let port = relay.proxyPort
+        let late = AsyncCall { try HTTPTestClient.send(port: port, method: "GET", path: "/b/late", timeout: 30) }
+        XCTAssertTrue(waitUntil(timeout: 5) { self.apiB.requests.contains { $0.target == "/late" } })
+        let started = Date()
+        try reload(relay, ["identities": [String: Any](), "routes": [[String: Any]]()])
+        let response = try late.wait(timeout: 30)
+        XCTAssertEqual(response.status, 503, response.bodyText)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 8, "answered when its 401 came, not after hold_seconds (20 s)")
+        XCTAssertEqual(tokenServerB.refreshCalls, 0)
+        XCTAssertEqual(try get(relay, "/still").status, 200)
+    }
 }

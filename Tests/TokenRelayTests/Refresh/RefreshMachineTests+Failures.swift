@@ -170,8 +170,24 @@ extension RefreshMachineTests {
         XCTAssertFalse(machine.isTalkingToTokenEndpoint)
         XCTAssertEqual(actions.last, .tokenEndpointIdle)
         XCTAssertNil(timers[.proactive])
-        XCTAssertEqual(unauthorized(2), .hold)
+        XCTAssertEqual(unauthorized(2), .noRefresh, "no cycle will release a hold: answered at once")
         XCTAssertEqual(machine.state, .ready, "no new cycle after shutdown")
+    }
+
+    /// A 401 that joins a cycle still running at shutdown is held and released by it; with none running,
+    /// the answer is immediate (a hold would only wait out hold_seconds).
+    func testA401AfterShutdownIsHeldOnlyByACycleInFlight() {
+        makeMachine()
+        XCTAssertEqual(unauthorized(1), .hold)
+        record(machine.shutdown(now: now))
+        XCTAssertEqual(unauthorized(1), .hold, "joins the cycle, which still ends")
+        attemptReachesTokenEndpoint()
+        answer(grant("a2", "r2"))
+        record(machine.persisted(now: now))
+        XCTAssertEqual(releases, [.renewed(generation: 2)])
+        XCTAssertEqual(unauthorized(1), .replay, "an older generation is replayed with the new token")
+        XCTAssertEqual(unauthorized(2), .noRefresh)
+        XCTAssertEqual(presentations, 1)
     }
 
     func testAForcedRefreshJoinsTheRunningCycle() {

@@ -207,7 +207,7 @@ final class SimulatedRelay {
             case .replay: self.send(self.machine.generation)
             case .hold: self.held.append(generation)
             case .passThrough: self.fleet.count(answer: 401)
-            case .unavailable: self.fleet.count(answer: 503)
+            case .unavailable, .noRefresh: self.fleet.count(answer: 503)
             }
         }
     }

@@ -325,6 +325,8 @@ struct RequestLifecycle {
             return respondCaptured(now: now)
         case .unavailable(let retryAfter):
             return respond(.refreshOnHold(retryAfter: retryAfter), now: now)
+        case .noRefresh:
+            return respond(.noRefresh, now: now)
         }
     }
 
