@@ -36,6 +36,17 @@ extension Relay {
         return DPoPProofs(signer: signer, metrics: metrics, logger: logger, keptKeyPEM: kept)
     }
 
+    /// Fleet mode with the key kept in the Redis record: the store's writes put it back (HSETNX) when the
+    /// record lost the field (`RedisTokenStore.dpopKeyField`). Sealed once here, as `DPoPFleetKey` seals it.
+    static func keepDPoPKeyInRecord(_ coordinator: RefreshCoordinator, dpop: DPoPProofs?, preflight: Preflight, logger: Logger) throws {
+        guard let store = coordinator.store as? RedisTokenStore, preflight.config.dpop?.keyFile == nil, let pem = dpop?.keptKeyPEM,
+              let endpoint = preflight.redis, let settings = preflight.config.tokens.redis else { return }
+        store.dpopKeyField = try DPoPFleetKey(endpoint: endpoint, settings: settings, codec: preflight.codecs.redis).encode(pem)
+        store.onDPoPKeyStored = {
+            logger.warning("dpop: the Redis record had lost its \(DPoPFleetKey.field) field (a flush or a recreated record); stored the key this relay signs with again")
+        }
+    }
+
     /// `dpop` without `key_file` and no `tokens.encryption`: the generated key is stored as readable PEM.
     static func clearKeyWarning(_ config: Config) -> String? {
         guard let settings = config.dpop, settings.keyFile == nil, config.tokens.encryption == nil else { return nil }

@@ -51,6 +51,7 @@ final class NamedIdentity {
         coordinator = try Relay.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint,
                                                 metrics: identityMetrics, redactor: redactor, logger: logger)
         coordinator.dpop = dpop
+        try Relay.keepDPoPKeyInRecord(coordinator, dpop: dpop, preflight: preflight, logger: logger)
         self.loop = loop
         self.logger = logger
         credentialKeys = preflight.credentialKeys

@@ -87,6 +87,7 @@ public final class Relay {
             self.endpoint = endpoint
             coordinator = try Self.makeCoordinator(loop: loop, preflight: preflight, endpoint: endpoint, metrics: metrics, redactor: redactor, logger: logger)
             coordinator?.dpop = dpop
+            if let coordinator { try Self.keepDPoPKeyInRecord(coordinator, dpop: dpop, preflight: preflight, logger: logger) }
         } else {
             endpoint = nil
             coordinator = nil

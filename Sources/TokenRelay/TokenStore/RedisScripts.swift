@@ -8,8 +8,11 @@ enum RedisScripts {
     /// publishes the new version in the same step, so no write goes unannounced. An absent key (a new
     /// store, or one that lost its data) takes any write, numbered past the writer's own version so the
     /// versions relays hold stay behind it. ARGV[6], given only by an operator's import, is the record's
-    /// new `imported_at` (`RedisHeldSet`); a relay's write keeps the one there. Returns {1, new version} or
-    /// {0, stored version}.
+    /// new `imported_at` (`RedisHeldSet`); a relay's write keeps the one there. ARGV[7], given only by a relay
+    /// that keeps its DPoP key in the record (`DPoPFleetKey`), is that key's field value: stored with HSETNX,
+    /// so a record that lost `dpop_key` (a flush, a recreated record) gets back the key the fleet's tokens are
+    /// bound to at the next write, in the same step, and a key already there is never replaced. Returns
+    /// {1, new version, 1 when the key field was stored again} or {0, stored version}.
     static let compareAndSet = """
         local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
         local expected = tonumber(ARGV[1])
@@ -18,8 +21,10 @@ enum RedisScripts {
         redis.call('HSET', KEYS[1], 'version', next, 'tokens', ARGV[2], 'writer', ARGV[4])
         if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'login_required') else redis.call('HSET', KEYS[1], 'login_required', ARGV[3]) end
         if ARGV[6] and ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'imported_at', ARGV[6]) end
+        local keyStored = 0
+        if ARGV[7] and ARGV[7] ~= '' then keyStored = redis.call('HSETNX', KEYS[1], 'dpop_key', ARGV[7]) end
         redis.call('PUBLISH', ARGV[5], next)
-        return {1, next}
+        return {1, next, keyStored}
         """
 
     /// KEYS[1] the lock. ARGV[1] our owner id. Deletes the lock only if it is still ours: a holder whose
@@ -36,9 +41,16 @@ enum RedisScripts {
     }
 
     static func compareAndSetArguments(key: String, channel: String, expected: Int64, tokens: Data, loginRequired: String,
-                                       writer: String, importStamp: Int64? = nil) -> [Data] {
-        ["EVAL", compareAndSet, "1", key, String(expected)].map { Data($0.utf8) } + [tokens]
-            + ([loginRequired, writer, channel] + (importStamp.map { [String($0)] } ?? [])).map { Data($0.utf8) }
+                                       writer: String, importStamp: Int64? = nil, dpopKeyField: Data? = nil) -> [Data] {
+        let stamp = importStamp.map { [String($0)] } ?? (dpopKeyField == nil ? [] : [""])
+        return ["EVAL", compareAndSet, "1", key, String(expected)].map { Data($0.utf8) } + [tokens]
+            + ([loginRequired, writer, channel] + stamp).map { Data($0.utf8) } + (dpopKeyField.map { [$0] } ?? [])
+    }
+
+    /// Whether a written compare-and-set stored the DPoP key field again (it was missing).
+    static func storedDPoPKey(_ reply: RedisReply) -> Bool {
+        guard case .array(let parts) = reply, parts.count == 3 else { return false }
+        return parts[2].integer == 1
     }
 
     static func releaseArguments(lockKey: String, owner: String) -> [String] {
@@ -47,7 +59,7 @@ enum RedisScripts {
 
     static func compareAndSetOutcome(_ reply: RedisReply) -> CompareAndSetOutcome {
         switch reply {
-        case .array(let parts) where parts.count == 2:
+        case .array(let parts) where parts.count == 2 || parts.count == 3:
             guard let flag = parts[0].integer, let version = parts[1].integer else { return .failed("unexpected reply from Redis") }
             return flag == 1 ? .written(version: version) : .conflict(stored: version)
         case .error(let message): return .failed("Redis: \(message)")

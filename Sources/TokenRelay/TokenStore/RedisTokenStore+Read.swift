@@ -98,12 +98,13 @@ extension RedisTokenStore {
         guard let held, !puttingBack, let commands, isConnected else { return }
         puttingBack = true
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: stored, tokens: held.value,
-                                                            loginRequired: held.loginRequired, writer: ownerID)
+                                                            loginRequired: held.loginRequired, writer: ownerID, dpopKeyField: dpopKeyField)
         commands.send(arguments) { [weak self] result in
             guard let self else { return }
             self.puttingBack = false
             guard case .success(let reply) = result, !self.noticedReadOnly(reply),
                   case .written(let version) = RedisScripts.compareAndSetOutcome(reply) else { return }
+            self.noteDPoPKey(reply)
             self.writesPutBack += 1
             self.onCount?(.writePutBack)
             self.onPutBack?("Redis held version \(stored), lower than version \(held.version) this relay had seen; wrote it back as version \(version)")

@@ -21,7 +21,7 @@ extension RedisTokenStore {
             return deferred { completion(.failed("\(error)")) }
         }
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
-                                                            loginRequired: loginRequired ?? "", writer: ownerID)
+                                                            loginRequired: loginRequired ?? "", writer: ownerID, dpopKeyField: dpopKeyField)
         commands.send(arguments) { [weak self] result in
             guard let self else { return }
             switch result {
@@ -30,6 +30,7 @@ extension RedisTokenStore {
                 if self.noticedReadOnly(reply) { return completion(.failed(self.outage ?? "READONLY")) }
                 switch RedisScripts.compareAndSetOutcome(reply) {
                 case .written(let version):
+                    self.noteDPoPKey(reply)
                     self.held = RedisHeldSet(version: version, value: data, loginRequired: loginRequired ?? "",
                                              importStamp: self.lastRead?.importStamp ?? self.held?.importStamp)
                     self.dataLossNoticedAt = nil
@@ -68,12 +69,17 @@ extension RedisTokenStore {
     func writeAtExit(_ tokens: TokenSet) throws {
         let data = try codec.encode(tokens, expiryMilliseconds: true)
         let arguments = RedisScripts.compareAndSetArguments(key: settings.key, channel: channel, expected: baseVersion, tokens: data,
-                                                            loginRequired: "", writer: ownerID)
+                                                            loginRequired: "", writer: ownerID, dpopKeyField: dpopKeyField)
         let reply = try RedisOneShot.run(endpoint: endpoint, timeout: settings.commandTimeoutSeconds * 2, arguments)
         switch RedisScripts.compareAndSetOutcome(reply) {
         case .written: return
         case .conflict: throw RedisStoreError(description: "Redis key \(settings.key) holds a newer version; ours was not written")
         case .failed(let reason): throw RedisStoreError(description: reason)
         }
+    }
+
+    /// A write that found `dpop_key` gone and stored this relay's key again: said once per time it happens.
+    func noteDPoPKey(_ reply: RedisReply) {
+        if RedisScripts.storedDPoPKey(reply) { onDPoPKeyStored?() }
     }
 }

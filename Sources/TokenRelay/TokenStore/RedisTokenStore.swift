@@ -78,6 +78,12 @@ final class RedisTokenStore: TokenStore {
     var onCount: ((RedisStoreCount) -> Void)?
     /// A write put back (for the log; never a token).
     var onPutBack: ((String) -> Void)?
+    /// The sealed `dpop_key` field value of the key this relay signs with, when it is kept in the record
+    /// (`DPoPFleetKey`, no `dpop.key_file`): every write stores it if the field is missing (HSETNX), so a
+    /// record that lost it converges on the key the fleet's tokens are bound to, not on the key of the next
+    /// relay to start. `onDPoPKeyStored` is told when a write stored it again.
+    var dpopKeyField: Data?
+    var onDPoPKeyStored: (() -> Void)?
     /// An operator's import followed instead of put back over (for the log; never a token).
     var onImportFollowed: ((String) -> Void)?
     private(set) var readOnlyReplies = 0

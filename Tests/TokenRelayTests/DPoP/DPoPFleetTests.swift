@@ -147,6 +147,48 @@ final class DPoPFleetTests: XCTestCase, SealedStateChecks {
         XCTAssertEqual(stats["refresh_token_reuse"] as? Int, 0)
     }
 
+    /// The record loses `dpop_key` while a relay runs (an operator's HDEL, a partial restore; a flush or a
+    /// recreated record lose it too): the relay's next write of the record stores its key again (HSETNX, sealed
+    /// as at start) and says so, so the field holds the key the fleet's tokens are bound to and a relay started
+    /// later reads it there instead of generating one.
+    func testARunningRelayStoresItsKeyAgainAtItsNextWriteWhenTheRecordLostIt() throws {
+        let sealingKey = try writeKey(workDir, "state-key")
+        let relayConfig = config(sealingKey: sealingKey.url)
+        let configURL = workDir.appendingPathComponent("import.json")
+        try JSONSerialization.data(withJSONObject: relayConfig).write(to: configURL)
+        let imported = try TokenRelayProcess.runCommand(arguments: ["token", "import", "--config", configURL.path, "--from", tokenFileURL.path])
+        XCTAssertEqual(imported.exitCode, 0, imported.stderr)
+        let directories = (0..<2).map { workDir.appendingPathComponent("restore-\($0)") }
+        for directory in directories { try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true) }
+        let first = try TokenRelayProcess.start(config: relayConfig, workDir: directories[0])
+        relays.append(first)
+        let firstJKT = try XCTUnwrap(try jkt(first))
+        XCTAssertFalse(try redis.cli(["HGET", key, "dpop_key"]).isEmpty, "stored at start")
+        XCTAssertEqual(try redis.cli(["HDEL", key, "dpop_key"]), "1")
+
+        // The first request refreshes (the seeded token is not the server's): the relay's next write.
+        XCTAssertTrue(waitUntil(timeout: 10) { (try? HTTPTestClient.send(port: first.proxyPort, method: "GET", path: "/a").status) == 200 },
+                      first.stderrText)
+        XCTAssertEqual(try server.count("granted"), 1)
+        let stored = try redis.cli(["HGET", key, "dpop_key"])
+        XCTAssertFalse(stored.isEmpty, "the write stored the key again")
+        XCTAssertFalse(stored.contains("PRIVATE KEY"), "sealed under tokens.encryption, as at start")
+        XCTAssertNoThrow(try sealedEnvelope(Data(stored.utf8)))
+        XCTAssertTrue(first.stderrText.contains("dpop: the Redis record had lost its dpop_key field"), first.stderrText)
+
+        // Relays started now read that key (not generated, not recovered from elsewhere) and serve with the bound tokens.
+        let second = try TokenRelayProcess.start(config: relayConfig, workDir: directories[1])
+        relays.append(second)
+        XCTAssertEqual(try jkt(second), firstJKT)
+        XCTAssertFalse(second.stderrText.contains("dpop: generated"))
+        XCTAssertEqual(try HTTPTestClient.send(port: second.proxyPort, method: "GET", path: "/b").status, 200)
+        let stats = try server.stats()
+        XCTAssertEqual(stats["proof_failures"] as? [String], [])
+        XCTAssertEqual(stats["refresh_token_reuse"] as? Int, 0)
+        XCTAssertEqual(Set(stats["jkts"] as? [String] ?? []), [firstJKT])
+        for relay in relays { XCTAssertFalse(relay.stderrText.contains("PRIVATE KEY"), "a key was logged") }
+    }
+
     /// `tokenrelay login` in fleet mode: the polls are signed with the key it stores in the Redis record (none was
     /// there), and a relay started after it signs with that key: the login's bound tokens work at once.
     func testLoginInFleetModeStoresTheKeyTheRelaysThenUse() throws {
