@@ -102,7 +102,12 @@ final class NamedIdentity {
         let credentialChange = Relay.credentialChange(from: (config.refresh, credentialKeys), to: (preflight.config.refresh, preflight.credentialKeys))
             ?? (preflight.clientSecret != clientSecret ? "a new client secret" : nil)
         credentialKeys = preflight.credentialKeys
-        config = preflight.config
+        // The token settings and the DPoP key stay as they run until a restart (the reload plan keeps
+        // `identities.NAME.tokens` and `.dpop` and says so): the watches and the lock lifetime follow them too.
+        var next = preflight.config
+        next.tokens = config.tokens
+        next.dpop = config.dpop
+        config = next
         redactor.add(preflight.clientSecret)
         clientSecret = preflight.clientSecret
         refreshTLS = preflight.refreshTLS

@@ -40,7 +40,25 @@ final class IdentityLifecycleTests: ReloadTestCase {
     }
 
     func testAnIdentityWatchesItsOwnClientSecretFile() throws {
+        try assertSecretFileWatched(try startRelay(withB))
+    }
+
+    /// A reload asking for another `watch_interval_seconds` (a token setting: it waits for a restart, and the
+    /// reload line says so) leaves the running interval in force, for the secret watch too.
+    func testAReloadKeepsTheRunningWatchIntervalUntilARestart() throws {
         let relay = try startRelay(withB)
+        var slower = withB
+        var identities = slower["identities"] as! [String: [String: Any]]
+        identities["b"]!["tokens"] = ["file": tokenFileB.path, "watch_interval_seconds": 3600]
+        slower["identities"] = identities
+        try reload(relay, slower)
+        XCTAssertTrue(relay.stderrText.contains("identities.b.tokens: changing it needs a restart"), relay.stderrText)
+        try assertSecretFileWatched(relay)
+    }
+
+    /// b's server switches secret: b latches "client authentication refused"; replacing b's secret file
+    /// (seen within the running watch interval) brings b back with one refresh.
+    private func assertSecretFileWatched(_ relay: TokenRelayProcess) throws {
         let rotated = "rotated-b-\(UUID().uuidString.prefix(8))"
         tokenServerB.clientSecret = rotated  // b's old secret now gets 401 invalid_client
         tokenServerB.expireAccessTokens()
