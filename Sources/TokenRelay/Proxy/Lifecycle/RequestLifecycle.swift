@@ -41,6 +41,8 @@
 /// (`DataPlane/RelayedExchange`, on HTTPTransport) feeds it events and carries out its actions
 /// in order.
 struct RequestLifecycle {
+    // State the stages in RequestLifecycle+UpstreamAnswer/+RefreshPath/+Ending.swift read and set is internal,
+    // not private (a `private` member is visible only in this file); only the machine's own methods set it.
     enum Phase: Equatable {
         case arrived
         case waitingForConnection
@@ -56,30 +58,30 @@ struct RequestLifecycle {
     typealias RefreshOutcome = RefreshMachine.Outcome
 
     let settings: Settings
-    private(set) var phase = Phase.arrived
+    var phase = Phase.arrived
     /// Forwarded untouched: no token injected, no refresh on its 401 (`passthrough_paths`).
     private(set) var passthrough = false
     /// Sends that reached the point of waiting for an answer (a retried failure does not count): the
     /// refresh rules apply to the first one only.
-    private(set) var attempts = 0
+    var attempts = 0
     private(set) var sentGeneration: UInt64 = 0
-    private var retried = false
+    var retried = false
     /// Resends after a DPoP nonce challenge (0 or 1: the loop guard). Not counted as a send for the
     /// refresh rules' "first answer" test.
-    private(set) var nonceResends = 0
+    var nonceResends = 0
     /// The answer being captured is a nonce challenge: its end resends instead of asking the refresh rules.
-    private var capturingNonceChallenge = false
-    private var sentOnReusedConnection = false
-    private var heldSince: Double?
-    private var holdDeadline: Double?
+    var capturingNonceChallenge = false
+    var sentOnReusedConnection = false
+    var heldSince: Double?
+    var holdDeadline: Double?
     /// The current hold is the request's first: if the list of held requests refuses it, the request
     /// was never held at all (no hold duration is recorded for it).
-    private var holdIsFirst = false
-    private var capturedStatus: Int?
-    private var answeredStatus = 0
-    private var answeredByUpstream = false
+    var holdIsFirst = false
+    var capturedStatus: Int?
+    var answeredStatus = 0
+    var answeredByUpstream = false
     /// The client left before anything was answered: the summary then reports `clientClosedRequest`.
-    private var clientLeftUnanswered = false
+    var clientLeftUnanswered = false
     /// A body that is streamed (not kept) can be sent only once: after its first byte has gone, a
     /// refresh-triggering answer is passed to the client as it is.
     private(set) var bodyIsReplayable = true
@@ -93,10 +95,10 @@ struct RequestLifecycle {
     /// by a rarer path costs only a cancel that finds nothing armed; it is never clear while the deadline
     /// is armed.
     private var poolWaitMayBeArmed = false
-    private var connectMayBeArmed = false
+    var connectMayBeArmed = false
     /// What `finish` reports, set when the machine finishes (and never again: a finished machine takes
     /// no more events), so the driver reads it whenever the `finish` action runs.
-    private(set) var summary: Summary?
+    var summary: Summary?
 
     init(settings: Settings) {
         self.settings = settings
@@ -200,256 +202,4 @@ struct RequestLifecycle {
         return ActionList(.schedule(.responseHead, after: settings.upstreamSeconds))
     }
 
-    // MARK: - The upstream's answer
-
-    /// The response head is in. `indicatesExpiredToken`: the status and challenge say the token is no
-    /// longer accepted (see `RefreshTrigger`).
-    mutating func responseHead(status: Int, indicatesExpiredToken: Bool) -> ActionList {
-        guard phase == .awaitingResponse else { return ActionList() }
-        if indicatesExpiredToken && answerMayBeReplaced {
-            phase = .capturing
-            capturedStatus = status
-            // The 401's body is only needed if the refresh fails; a body that drips (never silent, so never
-            // cut by the silence limit) must not keep the request from being held: it gets upstream_seconds.
-            return ActionList(.cancel(.connect), .schedule(.responseHead, after: settings.upstreamSeconds), .captureResponse)
-        }
-        phase = .relaying
-        answeredStatus = status
-        answeredByUpstream = true
-        var actions = ActionList()
-        // A streamed upload's 401 is the client's (its body has gone), but the token is dead all the same:
-        // the refresh rules must hear of it, or the next requests would all be sent with it and refused
-        // too, each passed on, until a replayable request happened to start the refresh.
-        if attempts - nonceResends == 1 && !passthrough && indicatesExpiredToken && !bodyIsReplayable {
-            actions.append(.reportUnreplayableRefreshTrigger(sentGeneration: sentGeneration))
-        }
-        if connectMayBeArmed {
-            connectMayBeArmed = false
-            actions.append(.cancel(.connect))
-        }
-        actions.append(.cancel(.responseHead))
-        actions.append(.relayResponse)
-        return actions
-    }
-
-    /// The response head is a DPoP nonce challenge (401, `WWW-Authenticate: DPoP error="use_dpop_nonce"`, and
-    /// a usable `DPoP-Nonce`, which the driver has kept for this upstream). The first one is read to its end
-    /// (the connection stays reusable) and the request goes again with a fresh proof; any later one, or one
-    /// to a body that cannot be sent again, is the client's answer.
-    mutating func nonceChallenged(status: Int) -> ActionList {
-        guard phase == .awaitingResponse else { return ActionList() }
-        guard nonceResends == 0, !passthrough, bodyIsReplayable else { return responseHead(status: status, indicatesExpiredToken: false) }
-        phase = .capturing
-        capturingNonceChallenge = true
-        capturedStatus = status
-        return ActionList(.cancel(.connect), .schedule(.responseHead, after: settings.upstreamSeconds), .captureResponse)
-    }
-
-    /// Back to the pool for the resend after a nonce challenge.
-    /// A refresh-triggering answer now would be captured and the request sent again: this is the first send
-    /// (not a replay, whose answer is the client's: the loop guard), it carries the token, and its body can
-    /// still be sent whole.
-    var answerMayBeReplaced: Bool {
-        phase == .awaitingResponse && attempts - nonceResends == 1 && !passthrough && bodyIsReplayable
-    }
-
-    private mutating func resendForNonce() -> Action {
-        capturingNonceChallenge = false
-        nonceResends += 1
-        phase = .waitingForConnection
-        return .resendWithFreshProof
-    }
-
-    /// The response is complete (its body too).
-    mutating func responseEnded(now: Double) -> ActionList {
-        switch phase {
-        case .capturing where capturingNonceChallenge:
-            return ActionList(.cancel(.responseHead), .releaseConnection, resendForNonce())
-        case .capturing:
-            return ActionList(.cancel(.responseHead), .releaseConnection, .consultRefreshRules(sentGeneration: sentGeneration))
-        case .relaying:
-            return ActionList(.releaseConnection, .endRelayedResponse, finish(now: now))
-        default:
-            return ActionList()
-        }
-    }
-
-    /// The upstream connection failed, or the driver refused its answer (invalid, too large).
-    /// `responseUnsent`: while relaying, no byte of the response has reached the client.
-    mutating func upstreamFailed(_ failure: UpstreamFailure, responseUnsent: Bool = false, now: Double) -> ActionList {
-        switch phase {
-        case .awaitingResponse, .capturing:
-            var actions = ActionList(.cancel(.connect), .cancel(.responseHead)).reporting(failure)
-            if phase == .awaitingResponse && mayRetry(failure) {
-                retried = true
-                attempts -= 1
-                phase = .waitingForConnection
-                return actions + ActionList(.retrying, .acquireFreshConnection)
-            }
-            actions += ActionList(.releaseConnection, .upstreamFailed)
-            return actions + respond(failure.isTimeout ? .gatewayTimeout : .badGateway("upstream \(failure)"), now: now)
-        case .relaying:
-            // `responseUnsent`: the driver took back a head that had not left yet (it waits for the first
-            // body piece): the client has seen nothing, so it can still be told the truth.
-            if responseUnsent {
-                return ActionList(.releaseConnection, .upstreamFailed).reporting(failure) + respond(.badGateway("upstream \(failure)"), now: now)
-            }
-            // The head is out: a truncated response is the honest answer.
-            return ActionList(.releaseConnection, .upstreamFailed, .abortClient(flushFirst: true), finish(now: now)).reporting(failure)
-        default:
-            return ActionList()
-        }
-    }
-
-    private func mayRetry(_ failure: UpstreamFailure) -> Bool {
-        guard !retried, !failure.responseStarted, bodyIsReplayable else { return false }
-        switch failure.kind {
-        case .connect: return true
-        case .connectionLost: return sentOnReusedConnection && settings.idempotent
-        case .connectTimeout, .timeout, .invalidResponse, .tooLarge, .tls: return false
-        }
-    }
-
-    // MARK: - The refresh path
-
-    /// The refresh rules' answer to `consultRefreshRules`.
-    mutating func refreshRulesDecided(_ decision: RefreshRulesDecision, now: Double) -> ActionList {
-        guard phase == .capturing else { return ActionList() }
-        switch decision {
-        case .replay:
-            phase = .waitingForConnection
-            return ActionList(.countReplay(.staleGeneration), .acquireConnection(admittedEarlier: heldSince != nil))
-        case .hold:
-            return hold(now: now)
-        case .passThrough:
-            return respondCaptured(now: now)
-        case .unavailable(let retryAfter):
-            return respond(.refreshOnHold(retryAfter: retryAfter), now: now)
-        case .noRefresh:
-            return respond(.noRefresh, now: now)
-        }
-    }
-
-    /// The hold deadline runs from the first hold: a request held, replayed, and held again does not
-    /// get a second full wait.
-    private mutating func hold(now: Double) -> ActionList {
-        phase = .held
-        holdIsFirst = heldSince == nil
-        if holdIsFirst { heldSince = now }
-        let deadline = holdDeadline ?? now + settings.holdSeconds
-        holdDeadline = deadline
-        return ActionList(.hold, .schedule(.hold, after: max(0, deadline - now)))
-    }
-
-    /// The list of held requests is full (`limits.max_held_requests`).
-    mutating func holdRefused(now: Double) -> ActionList {
-        guard phase == .held else { return ActionList() }
-        if holdIsFirst { heldSince = nil }
-        return ActionList(.cancel(.hold)) + respond(.tooManyHeld, now: now)
-    }
-
-    /// A refresh cycle ended. After `renewed` the replay reads the token when its connection is in hand.
-    mutating func refreshFinished(_ outcome: RefreshOutcome, now: Double) -> ActionList {
-        guard phase == .held else { return ActionList() }
-        let leave = ActionList(.cancel(.hold), .unhold)
-        switch outcome {
-        case .renewed:
-            phase = .waitingForConnection
-            let replay = attempts > 0 ? ActionList(.countReplay(.afterRefresh)) : ActionList()
-            return leave + replay + ActionList(.acquireConnection(admittedEarlier: true))
-        case .rejected:
-            return leave + (capturedStatus != nil ? respondCaptured(now: now) : respond(.loginRequired, now: now))
-        case .unavailable:
-            return leave + respond(.unavailable("no valid access token could be obtained; try again later"), now: now)
-        }
-    }
-
-    // MARK: - Deadlines
-
-    mutating func timerFired(_ timer: Timer, now: Double) -> ActionList {
-        switch (timer, phase) {
-        case (.poolWait, .waitingForConnection):
-            return ActionList(.cancelConnectionWait) + respond(.poolExhausted("timed out waiting for a free upstream connection"), now: now)
-        case (.connect, .awaitingResponse):
-            // The cancel also stops the connect attempt.
-            let failure = UpstreamFailure(kind: .connectTimeout, responseStarted: false, description: "could not connect in time")
-            return ActionList(.cancel(.responseHead), .cancelUpstream, .releaseConnection, .upstreamFailed).reporting(failure)
-                + respond(.gatewayTimeout, now: now)
-        case (.responseHead, .awaitingResponse):
-            // The connection is closed by the cancel: never reused with half a head in it.
-            let failure = UpstreamFailure(kind: .timeout, responseStarted: false, description: "timed out")
-            return ActionList(.cancel(.connect), .cancelUpstream, .releaseConnection, .upstreamFailed).reporting(failure)
-                + respond(.gatewayTimeout, now: now)
-        case (.responseHead, .capturing) where capturingNonceChallenge:
-            // The challenge's body did not end in time: its connection is closed, the resend takes another.
-            return ActionList(.cancelUpstream, resendForNonce())
-        case (.responseHead, .capturing):
-            // The 401's body did not end in time: decide with what was read (the connection, with the rest
-            // of that body in it, is closed, never reused).
-            return ActionList(.cancelUpstream, .consultRefreshRules(sentGeneration: sentGeneration))
-        case (.hold, .held):
-            return ActionList(.unhold) + respond(.unavailable("timed out waiting for a token refresh"), now: now)
-        default:
-            return ActionList()
-        }
-    }
-
-    // MARK: - The client, and shutdown
-
-    /// The status reported (access log, request metric) for a request whose client left before it was
-    /// answered: nginx's 499, so that one count means the same in both (no such status is ever sent).
-    static let clientClosedRequest = 499
-
-    /// The client hung up (or its connection failed): nobody is left to answer.
-    mutating func clientGone(now: Double) -> ActionList {
-        guard phase != .finished else { return ActionList() }
-        let wasHeld = phase == .held
-        if answeredStatus == 0 {
-            clientLeftUnanswered = true
-            answeredStatus = Self.clientClosedRequest
-        }
-        return ActionList(.cancelUpstream) + (wasHeld ? ActionList(.unhold) : ActionList()) + ActionList(finish(now: now))
-    }
-
-    /// The drain deadline passed at shutdown.
-    mutating func abandon(now: Double) -> ActionList {
-        switch phase {
-        case .finished: return ActionList()
-        case .relaying: return ActionList(.cancelUpstream, .abortClient(flushFirst: false), finish(now: now))
-        case .held: return ActionList(.unhold, .cancel(.hold)) + respond(.unavailable("tokenrelay is shutting down"), now: now)
-        default: return ActionList(.cancelUpstream) + respond(.unavailable("tokenrelay is shutting down"), now: now)
-        }
-    }
-
-    // MARK: - Answers
-
-    private mutating func respond(_ response: LocalResponse, now: Double) -> ActionList {
-        answeredStatus = Int(response.status)
-        answeredByUpstream = false
-        return ActionList(.respond, finish(now: now)).answering(response)
-    }
-
-    private mutating func respondCaptured(now: Double) -> ActionList {
-        answeredStatus = capturedStatus ?? 401
-        answeredByUpstream = false
-        return ActionList(.respondCaptured, finish(now: now))
-    }
-
-    private mutating func finish(now: Double) -> Action {
-        phase = .finished
-        var summary = Summary(status: answeredStatus, attempts: attempts, generation: sentGeneration)
-        if let since = heldSince {
-            let outcome: HoldOutcome = switch answeredStatus {
-            case _ where clientLeftUnanswered: .clientGone
-            case _ where answeredByUpstream: .replayed
-            case 503: .unavailable
-            case 401: .unauthorized
-            case _ where capturedGRPCRefusal: .unauthorized
-            default: .other
-            }
-            summary.hold = (max(0, now - since), outcome)
-        }
-        self.summary = summary
-        return .finish
-    }
 }
