@@ -188,7 +188,9 @@ extension RefreshMachine {
                 // The client's credential was refused, not the refresh token: the session is fine. Nothing is
                 // latched in the shared store (another relay's credential may be the good one), and a change
                 // of the secret or key asks again (Relay+Credentials).
-                reject("client authentication refused; keeping the refresh token until the client credential changes",
+                reject(oauthError == Self.dpopProofRefusal
+                       ? "the token endpoint refused the DPoP proof (check the clock and dpop.alg); keeping the refresh token until POST /refresh or a credential change"
+                       : "client authentication refused; keeping the refresh token until the client credential changes",
                        ["status": "\(status)", "error": oauthError], now, latchInStore: false, clientRefused: true)
             } else {
                 reject("refresh rejected; login required", ["status": "\(status)", "error": oauthError ?? "none"], now)

@@ -106,7 +106,10 @@ struct RefreshMachine {
     /// Latched because the token endpoint refused the client, not its refresh token (RFC 6749 §5.2).
     var clientAuthenticationRefused: Bool { state == .loginRequired && latchedOnClientRefusal }
 
-    static let clientRefusalErrors: Set<String> = ["invalid_client", "unauthorized_client"]
+    /// `invalid_dpop_proof` (RFC 9449 §5) too: the client's proof was refused before the grant was looked at (an
+    /// alg policy, a clock apart), so the refresh token is fine and a new login would be refused the same way.
+    static let clientRefusalErrors: Set<String> = ["invalid_client", "unauthorized_client", dpopProofRefusal]
+    static let dpopProofRefusal = "invalid_dpop_proof"
 
     var mode: Mode? {
         if case .refreshing(let cycle) = phase { return cycle.mode }

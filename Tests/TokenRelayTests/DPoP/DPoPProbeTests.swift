@@ -137,6 +137,27 @@ final class DPoPProbeTests: XCTestCase {
         try assertNothingLeaks(relay, try server.secretsSeen() + ["refresh-token-seed-0123456789", "access-token-seed-0123456789"] + (try pemBody(clientKey)))
     }
 
+    /// RFC 9449 §5: a token endpoint that refuses the proof (`400 invalid_dpop_proof`: its alg policy, a clock
+    /// apart) refused it before looking at the grant: the refresh token is fine and a new login cannot help. It
+    /// latches like a refused client credential (kept refresh token, nothing latched in a shared store, the
+    /// reason named), and `POST /refresh` asks again once the cause is gone. It latched "login required".
+    func testARefusedDPoPProofKeepsTheRefreshTokenAndIsNotALoginRequired() throws {
+        server = try OAuthProbeServer(settings: ["client_auth": "none", "token_type": "DPoP", "refuse_dpop_proof": true], workDir: workDir)
+        try writeTokenFile(at: tokenFileURL, access: "not-yet-issued", refresh: "rt0")
+        let relay = try startRelay(upstream: server.apiURL, refresh: [:], dpop: [:])
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/refused").status, 401)
+        let ready = try HTTPTestClient.send(port: relay.adminPort, method: "GET", path: "/readyz")
+        XCTAssertEqual(ready.status, 503)
+        XCTAssertFalse(ready.bodyText.contains("login required"), ready.bodyText)
+        XCTAssertTrue(relay.stderrText.contains("the token endpoint refused the DPoP proof"), relay.stderrText)
+        XCTAssertEqual(try server.count("token_requests"), 1, "no storm")
+        try server.set("refuse_dpop_proof", "false")
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.adminPort, method: "POST", path: "/refresh", body: Data()).status, 200)
+        XCTAssertEqual(try HTTPTestClient.send(port: relay.proxyPort, method: "GET", path: "/recovered").status, 200)
+        try assertNoFailures()
+        XCTAssertEqual(try server.count("granted"), 1)
+    }
+
     private func pemBody(_ url: URL) throws -> [String] {
         try String(contentsOf: url, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("-----") }.map(String.init)
     }

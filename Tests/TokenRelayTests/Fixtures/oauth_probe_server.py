@@ -25,6 +25,7 @@ stdout. Configured by one JSON file (argv[1]); every key is optional:
   api_base             the path the API serves under (default ""); api_on_token_port: the API is also served
                        on the token port under api_base (one origin for both servers)
   token_delay          seconds the token endpoint waits before answering
+  refuse_dpop_proof    the token endpoint answers 400 invalid_dpop_proof to a good proof (an alg or clock policy)
   echo_on_reject       a refused client assertion is answered with the whole form echoed in the error
                        description and a WWW-Authenticate realm (a hostile server: nothing of it may be logged)
 
@@ -294,6 +295,8 @@ class H(BaseHTTPRequestHandler):
                 if nonce_needed and claims.get("nonce") != nonce_state["token"]:
                     stats["token_nonce_challenges"] += 1
                     return self.reply(400, {"error": "use_dpop_nonce", "error_description": "nonce"}, [("DPoP-Nonce", nonce_state["token"])])
+                if S.get("refuse_dpop_proof"):
+                    return self.reply(400, {"error": "invalid_dpop_proof", "error_description": "proof refused by policy"})
             except (ValueError, InvalidSignature) as e:
                 fail("token proof: %s" % (e or "bad signature"))
                 return self.reply(400, {"error": "invalid_dpop_proof"})

@@ -36,6 +36,11 @@ final class OAuthProbeServer: @unchecked Sendable { // immutable after init; Pro
         _ = try HTTPTestClient.send(port: controlPort, method: "POST", path: "/expire", body: Data())
     }
 
+    /// Changes one of the script's settings while it runs.
+    func set(_ key: String, _ jsonValue: String) throws {
+        _ = try HTTPTestClient.send(port: controlPort, method: "POST", path: "/set/\(key)=\(jsonValue)", body: Data())
+    }
+
     /// What tokenrelay sent that a real server would keep from others: refresh tokens, assertions, proofs,
     /// access tokens (from the requests the server saw).
     func secretsSeen() throws -> [String] {
