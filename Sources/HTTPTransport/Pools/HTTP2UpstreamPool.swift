@@ -8,6 +8,11 @@
 /// opening more. While one connection is being opened, no second one is started for the same waiters.
 /// A connection that received GOAWAY takes no new stream; the ones it did not process fail
 /// `.notProcessed` (the caller sends them again, they get a stream elsewhere).
+///
+/// Each connection takes a slot of the pool's `UpstreamConnectionBudget`, as in `UpstreamPool`: a pool
+/// that needs one more connection while the budget is spent waits in its line. A connection with no
+/// stream is idle: another pool may have it closed for its slot, and when its last stream ends while
+/// another pool waits, it closes. One whose streams keep going is never cut for another pool.
 public final class HTTP2UpstreamPool {
     public struct Settings: Sendable {
         public var maxConnections: Int
@@ -73,18 +78,27 @@ public final class HTTP2UpstreamPool {
     public var openCount: Int { connections.count }
     public var waitingCount: Int { admitted.count + arriving.count }
 
-    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings) {
+    /// The limit this pool shares with others (its own when none is given: no bound beyond `maxConnections`).
+    public let budget: UpstreamConnectionBudget
+    private let seat = UpstreamBudgetSeat()
+
+    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings, budget: UpstreamConnectionBudget? = nil) {
         self.loop = loop
         self.host = host
         self.port = port
         self.settings = settings
+        self.budget = budget ?? .unbounded()
+        seat.member = self
+        self.budget.join(seat)
     }
 
     deinit {
+        budget.leave(seat)
         for connection in connections {
             connection.onReady = nil
             connection.onStreamClosed = nil
-            connection.onClosed = nil
+            // Still open: its slot goes back when it closes.
+            connection.onClosed = { [budget] in budget.giveBack() }
         }
     }
 
@@ -138,6 +152,7 @@ public final class HTTP2UpstreamPool {
     fileprivate func left(_ ticket: Ticket) {
         admitted.removeAll { $0 === ticket }
         arriving.removeAll { $0 === ticket }
+        if waitingCount == 0 { budget.leaveLine(seat) }
     }
 
     private func nextWaiter() -> Ticket? {
@@ -154,15 +169,48 @@ public final class HTTP2UpstreamPool {
             ticket.ready = nil
             ready(.success(connection.makeStream()))
         }
-        guard waitingCount > 0, !isRetired else { return scheduleIdleCheck() }
+        guard waitingCount > 0, !isRetired else {
+            budget.leaveLine(seat)
+            return scheduleIdleCheck()
+        }
         let opening = connections.contains { !$0.isReady && !$0.isClosed }
         // A server whose SETTINGS allow no stream now (SETTINGS_MAX_CONCURRENT_STREAMS 0, legal) would say
         // the same on every connection: the waiters wait on the one it has (bounded by their pool wait)
         // instead of each pump opening another, up to `maxConnections` connections for one request.
         let refusingStreams = connections.contains { $0.isReady && !$0.isGoingAway && !$0.isClosed && $0.peerMaxStreams == 0 }
-        if !opening && !refusingStreams && connections.count < settings.maxConnections { open() }
+        guard !opening && !refusingStreams && connections.count < settings.maxConnections else { return }
+        if offered {
+            offered = false
+            budget.takeOffered()
+            open()
+        } else if budget.take() {
+            open()
+        } else {
+            budget.wait(seat)
+        }
     }
 
+    /// Set while the budget offers this pool a slot (`budgetOffersSlot`): `pump` may take it although
+    /// other pools are in line.
+    private var offered = false
+
+    func budgetOffersSlot() {
+        offered = true
+        pump()
+        offered = false
+    }
+
+    var oldestIdleSince: Double? {
+        connections.lazy.filter(\.isUnused).map(\.lastUsed).min()
+    }
+
+    func closeOldestIdle() {
+        guard let oldest = connections.filter(\.isUnused).min(by: { $0.lastUsed < $1.lastUsed }) else { return }
+        oldest.drain()
+        oldest.close()
+    }
+
+    /// Opens a connection on a budget slot `pump` took; its close gives the slot back.
     private func open() {
         let connection = HTTP2ClientConnection(loop: loop, host: host, port: port, tls: settings.tls,
                                                connectTimeout: settings.connectTimeout, settings: settings.connection,
@@ -172,7 +220,10 @@ public final class HTTP2UpstreamPool {
         connection.onReady = { [weak self] in self?.pump() }
         connection.onStreamClosed = { [weak self, unowned connection] in
             guard let self else { return }
-            if self.isRetired && connection.activeStreams == 0 { connection.close() }
+            // Another pool waits for the budget: a connection this pool no longer uses goes, for its slot.
+            if (self.isRetired || self.budget.isWaitedFor(by: self.seat) && self.waitingCount == 0) && connection.activeStreams == 0 {
+                connection.close()
+            }
             self.pump()
         }
         connection.onClosed = { [weak self, unowned connection] in self?.closed(connection) }
@@ -180,6 +231,8 @@ public final class HTTP2UpstreamPool {
 
     private func closed(_ connection: HTTP2ClientConnection) {
         connections.removeAll { $0 === connection }
+        // Last: the waiters of a connection that never came up are answered on it first.
+        defer { budget.giveBack() }
         if connection.serverChoseHTTP1 { serverChoseHTTP1 = true }
         if !connection.isReady && connection.connectFailure != nil && !connection.serverChoseHTTP1 {
             // The waiters were waiting for this connection: each gets a stream on it, which fails as its
@@ -221,4 +274,11 @@ public final class HTTP2UpstreamPool {
         }
         scheduleIdleCheck()
     }
+}
+
+extension HTTP2UpstreamPool: UpstreamBudgetMember {}
+
+private extension HTTP2ClientConnection {
+    /// Up, carrying no stream, and not on its way out.
+    var isUnused: Bool { isReady && !isClosed && !isGoingAway && activeStreams == 0 }
 }

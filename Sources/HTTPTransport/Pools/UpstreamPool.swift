@@ -1,7 +1,9 @@
 import HTTPWire
 
 /// Connections to one upstream (a host name or an IP literal, plain or TLS), reused while `isReusable`, at most `maxConnections` open; when
-/// all are busy, requests wait for the next free one instead of being refused.
+/// all are busy, requests wait for the next free one instead of being refused. Every connection also takes a
+/// slot of the pool's `UpstreamConnectionBudget`, which pools may share (a process-wide limit across routes);
+/// a pool that could open one more but for a spent budget waits in the budget's line.
 ///
 /// Waiting is in two lanes, each first come, first served:
 /// - `.admitted`: requests that were admitted under another bound already (requests held during a token
@@ -124,23 +126,30 @@ public final class UpstreamPool {
     /// What tickets and connections reach the pool through (see `PoolLink`).
     fileprivate let link = PoolLink()
     private var idle: [(connection: HTTPClientConnection, since: Double)] = []
-    private var arriving = WaitQueue()
-    private var admitted = WaitQueue()
+    private var arriving = UpstreamWaitQueue()
+    private var admitted = UpstreamWaitQueue()
     private var waitingArriving = 0
     private var waitingAdmitted = 0
     private var idleTimer: TransportTimer?
+    /// The limit this pool shares with others (its own when none is given: no bound beyond `maxConnections`).
+    public let budget: UpstreamConnectionBudget
+    private let seat = UpstreamBudgetSeat()
 
-    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings = Settings()) {
+    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings = Settings(), budget: UpstreamConnectionBudget? = nil) {
         self.loop = loop
         self.host = host
         self.port = port
         self.settings = settings
+        self.budget = budget ?? .unbounded()
         link.pool = self
+        seat.member = self
+        self.budget.join(seat)
     }
 
     deinit {
         // Connections and tickets that outlive the pool report to nobody.
         link.pool = nil
+        budget.leave(seat)
     }
 
     /// Calls `ready` with a connection: before returning when one is idle or may be opened, later (from
@@ -158,7 +167,7 @@ public final class UpstreamPool {
                 deliver(.success(connection), to: ticket)
                 return ticket
             }
-            if openCount < settings.maxConnections {
+            if openCount < settings.maxConnections && budget.take() {
                 deliver(open(), to: ticket)
                 return ticket
             }
@@ -184,6 +193,7 @@ public final class UpstreamPool {
             timer.schedule(after: waitLimit)
             ticket.timer = timer
         }
+        waitForBudgetIfBlocked()
         return ticket
     }
 
@@ -201,10 +211,10 @@ public final class UpstreamPool {
     /// room), otherwise the caller waits like any other.
     @discardableResult
     public func acquireFresh(lane: Lane, waitLimit: Double? = nil, _ ready: @escaping Grant) -> Ticket {
-        if !isRetired && openCount >= settings.maxConnections, let stale = idle.popLast() {
+        if !isRetired && (openCount >= settings.maxConnections || budget.inUse >= budget.limit), let stale = idle.popLast() {
             stale.connection.close()
         }
-        if !isRetired && openCount < settings.maxConnections {
+        if !isRetired && openCount < settings.maxConnections && budget.take() {
             let ticket = Ticket(ready, lane: lane, pool: self)
             deliver(open(), to: ticket)
             return ticket
@@ -229,11 +239,25 @@ public final class UpstreamPool {
             connection.close()
             return
         }
+        if budget.hasWaitingPools { return releaseWhileOthersWait(connection) }
         if let ticket = nextWaiter() {
             deliver(.success(connection), to: ticket)
         } else if !isRetired && idle.count < settings.maxIdle && openCount <= settings.maxConnections {
             idle.append((connection, monotonicSeconds()))
             scheduleIdleCheck()
+        } else {
+            connection.close()
+        }
+    }
+
+    /// The budget is spent and pools wait in its line. If another pool is first, the connection closes and
+    /// its slot goes there; if this pool is, its first waiter reuses the connection and the pool goes to the
+    /// back of the line (see `UpstreamConnectionBudget` for the starvation either prevents).
+    private func releaseWhileOthersWait(_ connection: HTTPClientConnection) {
+        if !budget.isWaitedFor(by: seat), let ticket = nextWaiter() {
+            budget.servedInLine(seat)
+            if waitingCount == 0 { budget.leaveLine(seat) }
+            deliver(.success(connection), to: ticket)
         } else {
             connection.close()
         }
@@ -268,6 +292,7 @@ public final class UpstreamPool {
             waitingAdmitted -= 1
             admitted.pruneIfSparse(waiting: waitingAdmitted)
         }
+        if waitingCount == 0 { budget.leaveLine(seat) }
         checkDrained()
     }
 
@@ -293,15 +318,20 @@ public final class UpstreamPool {
         return nil
     }
 
+    /// Opens a connection on a budget slot the caller took (`take`, or an offer); a failure gives it back.
     private func open() -> Result<HTTPClientConnection, AcquireFailure> {
         do {
             let connection = try HTTPClientConnection(loop: loop, host: host, port: port, limits: settings.limits,
                                                       tls: settings.tls, connectTimeout: settings.connectTimeout, alpn: settings.alpn)
             openCount += 1
-            connection.onClosed = { [link, unowned connection] in link.pool?.closed(connection) }
+            // After the pool is gone (a connection out with a request outlives it), the slot still goes back.
+            connection.onClosed = { [link, budget, unowned connection] in
+                if let pool = link.pool { pool.closed(connection) } else { budget.giveBack() }
+            }
             connection.onUnsolicitedBytes = { [link] count in link.pool?.onUnsolicitedBytes?(count) }
             return .success(connection)
         } catch {
+            budget.giveBack()
             return .failure(.connectFailed(error.description))
         }
     }
@@ -309,11 +339,17 @@ public final class UpstreamPool {
     private func closed(_ connection: HTTPClientConnection) {
         openCount -= 1
         idle.removeAll { $0.connection === connection }
-        // A slot is free: the first waiter gets a fresh connection.
-        if openCount < settings.maxConnections, let ticket = nextWaiter() {
-            deliver(open(), to: ticket)
-        }
+        // A slot is free, in the pool and in the budget: it goes to the pool first in line, and this pool's
+        // waiters queue behind those that waited longer (first in line at once when nobody else waits).
+        budget.giveBack()
+        waitForBudgetIfBlocked()
         checkDrained()
+    }
+
+    /// Waiters this pool could open a connection for but for the budget: the pool queues there.
+    private func waitForBudgetIfBlocked() {
+        guard waitingCount > 0, openCount < settings.maxConnections, idle.isEmpty else { return }
+        budget.wait(seat)
     }
 
     private func deliver(_ result: Result<HTTPClientConnection, AcquireFailure>, to ticket: Ticket) {
@@ -335,6 +371,20 @@ public final class UpstreamPool {
 
     // MARK: - Idle timeout
 
+    var oldestIdleSince: Double? { idle.first?.since }
+
+    func closeOldestIdle() {
+        guard !idle.isEmpty else { return }
+        idle.removeFirst().connection.close()
+    }
+
+    func budgetOffersSlot() {
+        guard openCount < settings.maxConnections, let ticket = nextWaiter() else { return }
+        budget.takeOffered()
+        deliver(open(), to: ticket)
+        waitForBudgetIfBlocked()
+    }
+
     private func scheduleIdleCheck() {
         guard settings.idleTimeout > 0, let oldest = idle.first else { return }
         // Unowned: the pool owns the timer, whose deinit makes sure it never fires afterwards.
@@ -355,6 +405,8 @@ public final class UpstreamPool {
     }
 }
 
+extension UpstreamPool: UpstreamBudgetMember {}
+
 /// How tickets and the connections a pool opened reach it (a ticket given up, a connection closed, bytes
 /// nobody asked for), also after the pool is gone. Not a weak reference to the pool: that would give the
 /// pool a side table, and every retain and release of it (several per request) would take the runtime's
@@ -362,40 +414,4 @@ public final class UpstreamPool {
 /// never a freed object (and safe `unowned` would trap, not read freed memory, were that rule broken).
 fileprivate final class PoolLink {
     unowned var pool: UpstreamPool?
-}
-
-/// A FIFO of tickets; cancelled ones are skipped when they reach the front (amortised O(1) per ticket).
-private struct WaitQueue {
-    private var tickets: [UpstreamPool.Ticket] = []
-    private var start = 0
-
-    mutating func append(_ ticket: UpstreamPool.Ticket) { tickets.append(ticket) }
-
-    mutating func popWaiting() -> UpstreamPool.Ticket? {
-        defer { compact() }
-        while start < tickets.count {
-            let ticket = tickets[start]
-            start += 1
-            if ticket.isWaiting { return ticket }
-        }
-        return nil
-    }
-
-    /// Drops given-up tickets once they outnumber the waiting ones: while every connection stays busy
-    /// (long streams), clients that time out and go away would otherwise pile up behind the front.
-    mutating func pruneIfSparse(waiting: Int) {
-        guard tickets.count - start > 2 * waiting + 64 else { return }
-        tickets = tickets[start...].filter(\.isWaiting)
-        start = 0
-    }
-
-    private mutating func compact() {
-        if start == tickets.count {
-            tickets.removeAll(keepingCapacity: true)
-            start = 0
-        } else if start > 64 && start * 2 > tickets.count {
-            tickets.removeFirst(start)
-            start = 0
-        }
-    }
 }

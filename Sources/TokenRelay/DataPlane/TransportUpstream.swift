@@ -6,9 +6,10 @@ import HTTPWire
 /// of the request on it.
 enum TransportUpstream {
     /// `offerHTTP2`: "alpn": h2 is offered beside http/1.1, so that a server that changed to h2 is noticed
-    /// at the next connection (`HTTPClientConnection.serverSelectedHTTP2`).
+    /// at the next connection (`HTTPClientConnection.serverSelectedHTTP2`). `budget`: the process's
+    /// `limits.max_upstream_connections`, shared by every route's pools.
     static func makePool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
-                         offerHTTP2: Bool = false) -> HTTPTransport.UpstreamPool {
+                         offerHTTP2: Bool = false, budget: UpstreamConnectionBudget) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
         // A response head is bounded at 256 KiB, far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
@@ -18,21 +19,22 @@ enum TransportUpstream {
         settings.tls = tls
         if offerHTTP2 && tls != nil { settings.alpn = ["h2", "http/1.1"] }
         return HTTPTransport.UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port),
-                                          settings: settings)
+                                          settings: settings, budget: budget)
     }
 
     /// The HTTP/2 connections to an upstream that `upstream.http2` says speaks it: as many connections as
-    /// `limits.max_upstream_connections`, each with up to 100 streams (fewer if the server says so).
+    /// `limits.max_upstream_connections` (from the same process-wide budget), each with up to 100 streams (fewer if the server says so).
     /// `http1Allowed`: "alpn": the server may select HTTP/1.1, after which the route uses its HTTP/1.1 pool.
     static func makeHTTP2Pool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
-                              http1Allowed: Bool) -> HTTP2UpstreamPool {
+                              http1Allowed: Bool, budget: UpstreamConnectionBudget) -> HTTP2UpstreamPool {
         var settings = HTTP2UpstreamPool.Settings(maxConnections: config.limits.maxUpstreamConnections,
                                                   maxWaiters: config.limits.maxUpstreamWaiters,
                                                   idleTimeout: config.timeouts.poolIdleSeconds)
         settings.tls = tls
         settings.connectTimeout = config.timeouts.connectSeconds
         settings.http1Allowed = http1Allowed
-        return HTTP2UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port), settings: settings)
+        return HTTP2UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port), settings: settings,
+                                 budget: budget)
     }
 
     /// The failure an upstream connection's end means for the request on it.

@@ -21,6 +21,9 @@ final class ProxyServer {
     var route: UpstreamRoute { context.route }
     /// Routes a reload replaced, kept until their last connection is back.
     private var retiredRoutes: [UpstreamRoute] = []
+    /// `limits.max_upstream_connections` for the whole process: every route's pools (HTTP/1.1 and HTTP/2,
+    /// retired ones until their connections are back) draw from it. A reload changes its limit.
+    let upstreamBudget: UpstreamConnectionBudget
     /// The contexts of `config.routes`, in route order, their names (to hand an exchange in flight to its
     /// route's next context at a reload), and the lookup for the main listener.
     private var routeContexts: [ExchangeContext] = []
@@ -51,6 +54,7 @@ final class ProxyServer {
         coordinators = Array(coordinator.map { [$0] } ?? []) + identities.map(\.coordinator)
         self.metrics = metrics
         self.logger = logger
+        upstreamBudget = UpstreamConnectionBudget(limit: config.limits.maxUpstreamConnections)
         frontEnd = try TransportFrontEnd(proxy: self, config: config)
         context = makeContext(config, upstream: config.upstream, injection: config.inject, upstreamTLS: upstreamTLS)
         makeRouteContexts(config, routeTLS: routeTLS)
@@ -152,7 +156,8 @@ final class ProxyServer {
     }
 
     private func makeRoute(_ upstream: Config.Upstream, _ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
-        let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort)
+        let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort,
+                                  budget: upstreamBudget)
         let desynced: (Int) -> Void = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",
@@ -169,6 +174,8 @@ final class ProxyServer {
     func apply(_ config: Config, upstreamTLS: TLSContext?, routeTLS: [TLSContext?] = []) {
         self.config = config
         frontEnd.apply(config)
+        // Connections in use above a lowered limit are not cut: the limit is reached as they close.
+        upstreamBudget.limit = config.limits.maxUpstreamConnections
         retiredRoutes.removeAll { $0.requestsInFlight == 0 }
         let replaced = context!
         let replacedRoutes = zip(routeNames, routeContexts)

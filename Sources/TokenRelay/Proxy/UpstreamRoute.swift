@@ -27,17 +27,19 @@ final class UpstreamRoute {
     let forwardsPathsUnchanged: Bool
     var hasPassthroughPaths: Bool { !passthroughPrefixes.isEmpty }
 
-    /// `settings`: the top-level `upstream` or a route's.
-    init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int) {
+    /// `settings`: the top-level `upstream` or a route's. `budget`: the upstream connections of the whole
+    /// process, which every route's pools draw from.
+    init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int,
+         budget: UpstreamConnectionBudget) {
         upstream = settings.url
         hostField = PreparedField(name: "Host", value: settings.url.authority)
         passthroughPrefixes = settings.passthroughPrefixes
         forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
-                                          offerHTTP2: settings.http2 == .alpn)
+                                          offerHTTP2: settings.http2 == .alpn, budget: budget)
         http2Pool = settings.http2 == .never ? nil
             : TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
-                                              http1Allowed: settings.http2 == .alpn)
+                                              http1Allowed: settings.http2 == .alpn, budget: budget)
         targets = RequestTarget(upstream: settings.url, listenHost: config.listen.host, listenPort: listenPort)
     }
 

@@ -12,16 +12,16 @@ enum FileDescriptorBudget {
     static let overhead = 64
 
     /// `listeners`: the main listener and each route's own (`routes[].listen`): each has the client connection
-    /// limit. `pools`: the default route's and each route's upstream pool: each has the upstream connection limit.
-    static func needed(for limits: Config.Limits, listeners: Int = 1, pools: Int = 1) -> Int {
+    /// limit. The upstream connection limit bounds every route's pools together (`UpstreamConnectionBudget`).
+    static func needed(for limits: Config.Limits, listeners: Int = 1) -> Int {
         max(1, listeners) * (limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance)
-            + max(1, pools) * limits.maxUpstreamConnections + limits.maxTunnels /* their upstream sides */ + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
+            + limits.maxUpstreamConnections + limits.maxTunnels /* their upstream sides */ + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
     }
 
     /// Raises the soft limit towards `needed` (never above the hard limit). Returns a warning when even
     /// the hard limit is too low.
-    static func ensure(for limits: Config.Limits, listeners: Int = 1, pools: Int = 1) -> String? {
-        let needed = rlim_t(Self.needed(for: limits, listeners: listeners, pools: pools))
+    static func ensure(for limits: Config.Limits, listeners: Int = 1) -> String? {
+        let needed = rlim_t(Self.needed(for: limits, listeners: listeners))
         var limit = rlimit()
         guard getrlimit(openFiles, &limit) == 0 else { return nil }
         guard limit.rlim_cur < needed else { return nil }

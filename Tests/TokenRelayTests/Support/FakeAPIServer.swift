@@ -69,6 +69,13 @@ final class FakeAPIServer: @unchecked Sendable { // @unchecked: `http` is set on
     var acceptedConnections: Int { http.acceptedConnections }
     /// TCP connections open right now (idle pool timeout checks).
     var openConnections: Int { http.openConnections }
+    /// Open connections the client has not closed (counted at accept: see `LoopbackAcceptor.liveConnections`).
+    var liveConnections: Int { http.liveConnections }
+    /// Called after each accept (a census across upstreams).
+    var onAccepted: (@Sendable () -> Void)? {
+        get { http.onAccepted }
+        set { http.onAccepted = newValue }
+    }
 
     /// Delay before every answer, capped at 60 s and cut short by stop(), to simulate a slow upstream.
     var responseDelay: Double {

@@ -27,6 +27,25 @@ final class LoopbackAcceptor: @unchecked Sendable { // mutable state is guarded 
     var acceptedConnections: Int { state.lock(); defer { state.unlock() }; return accepted }
     var openConnections: Int { state.lock(); defer { state.unlock() }; return openFDs.count }
     var isStopped: Bool { state.lock(); defer { state.unlock() }; return stopped }
+    /// Called on the accept thread after each accept (a census of connections across servers).
+    var onAccepted: (@Sendable () -> Void)? {
+        get { state.lock(); defer { state.unlock() }; return accepted_ }
+        set { state.lock(); accepted_ = newValue; state.unlock() }
+    }
+    private var accepted_: (@Sendable () -> Void)?
+
+    /// Open connections whose peer has not closed its side: a connection the client closed a moment ago
+    /// may still be open here (its thread has not read the end yet), but its FIN has arrived, which
+    /// `recv(MSG_PEEK)` sees at once. Counted at each accept, this is exact for a client that closes one
+    /// connection before opening the next.
+    var liveConnections: Int {
+        state.lock()
+        defer { state.unlock() }
+        return openFDs.filter { fd in
+            var byte: UInt8 = 0
+            return recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) != 0
+        }.count
+    }
 
     /// - Parameters:
     ///   - accepting: false leaves connections in the listen queue (with `backlog` 0 connects then hang).
@@ -87,7 +106,9 @@ final class LoopbackAcceptor: @unchecked Sendable { // mutable state is guarded 
             accepted += 1
             liveThreads += 1
             let connectionID = accepted
+            let told = accepted_
             state.unlock()
+            told?()
             Thread { [self] in
                 LoopbackSocket.setTimeouts(fd, seconds: socketTimeout)
                 serve(fd, connectionID)

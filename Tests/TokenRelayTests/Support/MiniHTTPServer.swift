@@ -34,6 +34,13 @@ final class MiniHTTPServer: @unchecked Sendable {
     var acceptedConnections: Int { acceptor.acceptedConnections }
     /// Number of connections currently open.
     var openConnections: Int { acceptor.openConnections }
+    /// Open connections whose client has not closed them (see `LoopbackAcceptor.liveConnections`).
+    var liveConnections: Int { acceptor.liveConnections }
+    /// Called after each accept.
+    var onAccepted: (@Sendable () -> Void)? {
+        get { acceptor.onAccepted }
+        set { acceptor.onAccepted = newValue }
+    }
 
     /// `expectation`: consulted for a head with `Expect: 100-continue` (its body empty); nil sends 100.
     init(expectation: ExpectationHandler? = nil, handler: @escaping Handler) throws {
