@@ -17,7 +17,7 @@ import HTTPWire
 /// The pool only manages connections. What to do with a request whose connection failed (retry on a
 /// fresh one, answer 502) is the caller's decision; `responseStarted` in the connection's end report
 /// tells whether the upstream may have acted on it.
-public final class UpstreamPool {
+public final class UpstreamPool: UpstreamBudgetMember {
     public struct Settings: Sendable {
         public var maxConnections: Int
         /// Idle connections kept for reuse; more are closed when released.
@@ -403,15 +403,4 @@ public final class UpstreamPool {
         }
         scheduleIdleCheck()
     }
-}
-
-extension UpstreamPool: UpstreamBudgetMember {}
-
-/// How tickets and the connections a pool opened reach it (a ticket given up, a connection closed, bytes
-/// nobody asked for), also after the pool is gone. Not a weak reference to the pool: that would give the
-/// pool a side table, and every retain and release of it (several per request) would take the runtime's
-/// slow path. The link is held strongly by whoever may report; the pool's deinit cuts it, so `pool` is
-/// never a freed object (and safe `unowned` would trap, not read freed memory, were that rule broken).
-fileprivate final class PoolLink {
-    unowned var pool: UpstreamPool?
 }
