@@ -14,9 +14,10 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
     /// Whether connections to this endpoint speak TLS.
     public var usesTLS: Bool { scheme == "https" }
 
-    /// `Host` header value: the port is omitted when it is the scheme's default.
+    /// `Host` header value: the port is omitted when it is the scheme's default. An IPv6 host keeps the brackets
+    /// the URL parser leaves on it (bracketing it again sent `Host: [[::1]]:8080`, and a DPoP `htu` with it).
     public var authority: String {
-        let hostPart = host.contains(":") ? "[\(host)]" : host
+        let hostPart = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         let defaultPort = scheme == "https" ? 443 : 80
         return port == defaultPort ? hostPart : "\(hostPart):\(port)"
     }
@@ -42,7 +43,9 @@ public struct HTTPEndpoint: Sendable, CustomStringConvertible {
         let port = uri.port ?? 0
         return HTTPEndpoint(
             scheme: scheme,
-            host: host,
+            // RFC 3986 §6.2.2.1: case-insensitive, normalised to lower case, as the `Host` field and a DPoP `htu`
+            // go out (a server comparing `htu` with its URL as written refused a mixed-case one).
+            host: host.lowercased(),
             port: port > 0 ? port : (scheme == "https" ? 443 : 80),
             path: uri.path,
             query: uri.query

@@ -219,6 +219,19 @@ final class DPoPUnitTests: XCTestCase {
         XCTAssertEqual(claims["htu"] as? String, "http://a/\"q\\")
     }
 
+    /// RFC 3986 §6.2.2.1: a host is case-insensitive and normalised to lower case; a server that compares `htu`
+    /// with its own URL as written (not every one normalises, RFC 9449 §4.3 only says SHOULD) refused the proofs
+    /// for an upstream or token URL configured as `https://API.Example.com` (found by the DPoP probe). The path
+    /// keeps its case (it is case-sensitive), and the Host field goes out as the htu says.
+    func testAMixedCaseHostIsLowerCasedForTheHtuAndTheHostField() throws {
+        let endpoint = try HTTPEndpoint.parse("https://API.Example.COM:443/Base", field: "upstream.url")
+        XCTAssertEqual(endpoint.authority, "api.example.com")
+        XCTAssertEqual(endpoint.path, "/Base")
+        XCTAssertEqual(ProofSigner.htu(origin: "\(endpoint.scheme)://\(endpoint.authority)", target: Array("/Base/x?q=A".utf8)),
+                       "https://api.example.com/Base/x")
+        XCTAssertEqual(try HTTPEndpoint.parse("HTTP://[::1]:8080/T", field: "refresh.token_url").description, "http://[::1]:8080/T")
+    }
+
     /// `adoptKey`: a relay whose kept key no stored token is bound to takes the key that arrives with adopted
     /// tokens bound to it; nothing else makes it change keys.
     func testARelayAdoptsTheKeyArrivingWithTokensBoundToItOnlyWhenNoneOfItsOwnAreBound() throws {
