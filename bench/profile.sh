@@ -9,6 +9,8 @@
 #   BIN=/path/to/tokenrelay SKIP_BUILD=1 bench/profile.sh   # another build (before/after a change)
 #   UPSTREAM_TLS=1 bench/profile.sh     # the upstream over TLS (kept alive, verified against a throwaway CA)
 #   DPOP=ES256 bench/profile.sh         # a DPoP proof signed per request (files get a -dpop-ALG suffix)
+#   CACHE_SIM=1 DPOP=ES256 bench/profile.sh   # also valgrind's simulated cache misses (L1 and last level, user
+#                                       # space only): the report adds them per request and per signature
 #
 # Knobs: ENGINE (transport|evhttp), PATH_ (small|large), COUNT (requests counted), CONNECTIONS (wrk, 4),
 # BASE_PORT (3 consecutive ports from 18620), BIN, SKIP_BUILD=1, TOP (rows per table, 40), TAG (file suffix),
@@ -28,6 +30,7 @@ BASE_PORT=${BASE_PORT:-18620}
 SKIP_BUILD=${SKIP_BUILD:-0}
 TOP=${TOP:-40}
 UPSTREAM_TLS=${UPSTREAM_TLS:-0}
+CACHE_SIM=${CACHE_SIM:-0}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
@@ -36,6 +39,7 @@ SCRATCH=$REPO_DIR/.build-bench
 BIN=${BIN:-$SCRATCH/release/tokenrelay}
 TAG=${TAG:-}
 if [[ "$UPSTREAM_TLS" == 1 ]]; then TAG="-tls$TAG"; fi
+if [[ "$CACHE_SIM" == 1 ]]; then TAG="-cache$TAG"; fi
 UP_PORT=$BASE_PORT
 TR_PORT=$((BASE_PORT + 1))
 ADMIN_PORT=$((BASE_PORT + 2))
@@ -121,17 +125,7 @@ EOF
 DPOP_JSON=""
 if [[ -n "${DPOP:-}" ]]; then
     # As bench/run.sh: a key made by openssl, the bench tokens bound to it (a proof signed per request).
-    case "$DPOP" in
-        ES256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/dpop.pem" 2>/dev/null ;;
-        EdDSA) openssl genpkey -algorithm ED25519 -out "$TMP/dpop.pem" 2>/dev/null ;;
-        *) die "DPOP must be ES256 or EdDSA" ;;
-    esac
-    DPOP_JKT=$(openssl pkey -in "$TMP/dpop.pem" -pubout -outform DER 2>/dev/null | python3 -c '
-import base64, hashlib, json, sys
-der = sys.stdin.buffer.read()
-b = lambda x: base64.urlsafe_b64encode(x).rstrip(b"=").decode()
-jwk = {"crv": "P-256", "kty": "EC", "x": b(der[-64:-32]), "y": b(der[-32:])} if sys.argv[1] == "ES256" else {"crv": "Ed25519", "kty": "OKP", "x": b(der[-32:])}
-print(b(hashlib.sha256(json.dumps(jwk, separators=(",", ":"), sort_keys=True).encode()).digest()))' "$DPOP")
+    DPOP_JKT=$("$BENCH_DIR/dpop_key.py" "$DPOP" "$TMP/dpop.pem") || die "DPOP must be ES256, ES384, EdDSA, RS256 or PS256"
     DPOP_JSON="\"dpop\": { \"alg\": \"$DPOP\", \"key_file\": \"$TMP/dpop.pem\" },"
     printf '{"access_token":"%s","refresh_token":"bench-refresh-123456","dpop_jkt":"%s"}\n' "$TOKEN" "$DPOP_JKT" >"$TMP/tokens.json"
     TAG="-dpop-$DPOP$TAG"
@@ -163,7 +157,7 @@ wrk_count() { # count -> wrk output
 "$NGINX" -p "$TMP/up/" -e "$TMP/up/error.log" -c "$TMP/up/nginx.conf" &
 PIDS+=($!)
 objcopy --strip-debug "$BIN" "$TMP/tokenrelay"
-valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+valgrind -q --tool=callgrind --cache-sim="$([[ "$CACHE_SIM" == 1 ]] && echo yes || echo no)" --callgrind-out-file="$TMP/cg.out" \
     "$TMP/tokenrelay" run --config "$TMP/tokenrelay.json" 2>"$TMP/tokenrelay.err" &
 CG_PID=$!
 PIDS+=("$CG_PID")
@@ -192,14 +186,24 @@ REPORT=$RESULTS_DIR/profile-$ENGINE-$PATH_$TAG.txt
     set +o pipefail   # `head` closes each table early: callgrind_annotate's broken pipe is expected
     echo "tokenrelay data_plane $ENGINE, /$PATH_, $n requests (c=$CONNECTIONS), $(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || echo '?')"
     awk -v t="$total" -v n="$n" 'BEGIN {printf "user-space instructions: %d per request\n", t / n}'
+    if [[ "$CACHE_SIM" == 1 ]]; then
+        # callgrind's events with --cache-sim: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw (simulated L1 and last-level
+        # caches of this machine's sizes; user space only, no L2 model).
+        awk -v n="$n" '/^summary:/ {printf "simulated misses per request: L1 instruction %.0f, L1 data read %.0f, write %.0f; last level %.0f\n", $5 / n, $6 / n, $7 / n, ($8 + $9 + $10) / n; exit}' "$dump"
+        echo "signing, inclusive per request (compare: the same figures per signature of openssl speed under callgrind, bench/README.md):"
+        callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null | sed 's/([^)]*)//g' \
+            | grep -E '(ECDSA_sign_ex|EVP_PKEY_sign|EVP_DigestSign|ossl_ed25519_sign|RSA_sign|SHA256_Update) ' \
+            | awk -v n="$n" '{for (i = 1; i <= 9; i++) { gsub(",", "", $i); if ($i == ".") $i = 0 }
+                   printf "  %-16s Ir %7.0f  L1 data read misses %5.0f  L1 instruction misses %5.0f  last-level misses %3.0f\n", $10, $1 / n, $5 / n, $4 / n, ($7 + $8 + $9) / n}'
+    fi
     echo
     echo "--- inclusive (instructions per request, % of all) ---"
-    callgrind_annotate --inclusive=yes --threshold=100 "$dump" 2>/dev/null \
+    callgrind_annotate --show=Ir --inclusive=yes --threshold=100 "$dump" 2>/dev/null \
         | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ .*\(/ || /^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
         | head -n "$TOP" | demangle
     echo
     echo "--- self (instructions per request, % of all) ---"
-    callgrind_annotate --inclusive=no --threshold=100 "$dump" 2>/dev/null \
+    callgrind_annotate --show=Ir --inclusive=no --threshold=100 "$dump" 2>/dev/null \
         | awk -v n="$n" -v t="$total" '/^ *[0-9,]+ +[^ ]/ {c = $1; gsub(",", "", c); if (c + 0 == 0) next; $1 = ""; if ($2 ~ /^\(/) $2 = ""; if ($3 ~ /^[0-9.]+%\)$/) $3 = ""; sub(/^ +/, ""); sub(/^\?\?\?:/, ""); sub(/ \[\/tmp\/tokenrelay-profile[^]]*\]$/, ""); printf "%9.0f %5.1f%%  %s\n", c / n, 100 * c / t, $0}' \
         | head -n "$TOP" | demangle
     echo

@@ -38,9 +38,13 @@
 #                      with prior knowledge → proxy → HTTP/1.1 upstream, tokenrelay beside nginx `listen ... http2`)
 #   ROUTES=N           N routes matched by path prefix (/route-0/ ...), none matching a measured path: every request
 #                      is looked up through all of them before it goes to the top-level upstream (default 0)
-#   DPOP=ES256|EdDSA   tokenrelay signs a DPoP proof for every request (`dpop` with a key made by openssl, the token
+#   DPOP=ES256|EdDSA|ES384|RS256|PS256   tokenrelay signs a DPoP proof for every request (`dpop` with a key made by openssl, the token
 #                      file's tokens bound to it), nginx stays plain bearer; the report adds `openssl speed` of one
 #                      signature of that alg, measured in the same run, and the goal CPU <= nginx + 1.3 x signature
+#   RATE=N             the timed runs offer N requests/s (h2load --h1 at a fixed rate per connection, CONNECTIONS
+#                      of them) instead of wrk's closed loop: CPU per request at the same load for every proxy,
+#                      with none of them the bottleneck (which changes what the kernel does per request: see
+#                      bench/README.md, "Where DPoP's CPU goes"); p50/p99 from h2load's per-request log
 #   OLD_BIN=path       with EVHTTP=1: the `evhttp` instance runs this binary (an old build that still has the
 #                      evhttp engine, e.g. one built at a4db024) instead of this tree's
 #
@@ -76,6 +80,7 @@ UPSTREAM_KEEPALIVE_REQUESTS=${UPSTREAM_KEEPALIVE_REQUESTS:-1000000}
 if [[ "$UPSTREAM_TLS" == 1 ]]; then SCENARIOS_DEFAULT=small; else SCENARIOS_DEFAULT="small large"; fi
 read -r -a SCENARIOS <<<"${SCENARIOS:-$SCENARIOS_DEFAULT}"
 OLD_BIN=${OLD_BIN:-}
+RATE=${RATE:-}
 # The HTTP/2 scenario (h2load with prior knowledge, beside nginx's `listen ... http2`) has its own script.
 if [[ "${SCENARIOS[*]}" == h2 ]]; then exec "$(dirname "${BASH_SOURCE[0]}")/h2.sh"; fi
 
@@ -315,19 +320,9 @@ proxy_nginx_conf "$TMP/cgngx" "$CG_NGX_PORT" off >"$TMP/cgngx/nginx.conf"
 DPOP=${DPOP:-}
 DPOP_JSON=""
 if [[ -n "$DPOP" ]]; then
-    case "$DPOP" in
-        ES256) openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/dpop.pem" 2>/dev/null ;;
-        EdDSA) openssl genpkey -algorithm ED25519 -out "$TMP/dpop.pem" 2>/dev/null ;;
-        *) die "DPOP must be ES256 or EdDSA" ;;
-    esac
+    # The key and its RFC 7638 thumbprint, so that the bench tokens are bound to it (DPoP-bound: a proof per request).
+    DPOP_JKT=$("$BENCH_DIR/dpop_key.py" "$DPOP" "$TMP/dpop.pem") || die "DPOP must be ES256, ES384, EdDSA, RS256 or PS256"
     chmod 0644 "$TMP/dpop.pem"
-    # The key's RFC 7638 thumbprint, so that the bench tokens are bound to it (DPoP-bound: a proof per request).
-    DPOP_JKT=$(openssl pkey -in "$TMP/dpop.pem" -pubout -outform DER 2>/dev/null | python3 -c '
-import base64, hashlib, json, sys
-der = sys.stdin.buffer.read()
-b = lambda x: base64.urlsafe_b64encode(x).rstrip(b"=").decode()
-jwk = {"crv": "P-256", "kty": "EC", "x": b(der[-64:-32]), "y": b(der[-32:])} if sys.argv[1] == "ES256" else {"crv": "Ed25519", "kty": "OKP", "x": b(der[-32:])}
-print(b(hashlib.sha256(json.dumps(jwk, separators=(",", ":"), sort_keys=True).encode()).digest()))' "$DPOP")
     DPOP_JSON="\"dpop\": { \"alg\": \"$DPOP\", \"key_file\": \"$TMP/dpop.pem\" },"
     printf '{"access_token":"%s","refresh_token":"bench-refresh-123456","dpop_jkt":"%s"}\n' "$TOKEN" "$DPOP_JKT" >"$TMP/tokens.json"
 else
@@ -401,6 +396,11 @@ wait_log() { # file pattern pid seconds
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }   # utime+stime
 # TCP segments sent machine-wide (all of 127.0.0.1 here), and of them pure ACKs: how much packet work each
 # proxy's socket behaviour causes (every segment on loopback is processed by the kernel twice, out and in).
+# Inter-processor interrupts machine-wide (rescheduling + function call, all CPUs): a wake-up of a task on the
+# other, idle CPU is one, and in this VM the vCPU it wakes has halted (no idle polling), which the sender pays
+# for inside the kernel. A proxy that is the run's bottleneck wakes idle peers (wrk, the upstream) more often.
+ipis() { awk '$1 == "RES:" || $1 == "CAL:" {for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i} END {print n + 0}' /proc/interrupts; }
+irq_counts() { awk '$1 ~ /^(RES|CAL|TLB|LOC):$/ {print $1, $2, $3}' /proc/interrupts; }   # kind, CPU 0, CPU 1
 tcp_segments() { nstat -az TcpOutSegs TcpExtTCPPureAcks 2>/dev/null | awk '$1 == "TcpOutSegs" {o = $2} $1 == "TcpExtTCPPureAcks" {a = $2} END {print o + 0, a + 0}'; }
 sys_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{print $13}'; }         # stime alone (the kernel's share)
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
@@ -427,6 +427,17 @@ wrk_count() { # url connections count -> wrk output (stops after COUNT responses
     cat "$TMP/count.out"
 }
 requests_of() { awk '/requests in/ {print $1; exit}' <<<"$1"; }
+# RATE=N: the measured run offers N requests/s in all (h2load --h1, --rps per connection) instead of wrk's
+# closed loop, the same to every proxy, so that neither is the run's bottleneck; prints wrk's summary lines
+# (requests, req/s, 50%/99% from h2load's per-request log, errors) for the parsing below.
+rate_run() { # url connections
+    local out
+    out=$("${LOAD_CPU[@]}" h2load --h1 -t1 -c"$2" --rps="$(( (RATE + $2 - 1) / $2 ))" -D "$DURATION" --log-file="$TMP/rate.tsv" "$1" 2>&1) || true
+    awk -v d="$DURATION" '/^requests:/ {printf "%d requests in %ss\n", $8, d; printf "Socket errors: connect 0, read 0, write 0, timeout %d\n", $10 + $12 + $14}
+        /^finished in/ {gsub(",", "", $4); printf "Requests/sec: %s\n", $4}
+        /^status codes:/ {printf "Non-2xx or 3xx responses: %d\n", $7 + $9}' <<<"$out"
+    awk '{print $3}' "$TMP/rate.tsv" | sort -n | awk '{v[NR] = $1} END {if (NR == 0) exit; i = int(NR * 0.5); if (i < 1) i = 1; j = int(NR * 0.99); if (j < 1) j = 1; printf "50%% %.2fus\n99%% %.2fus\n", v[i], v[j]}'
+}
 # Upstream TLS connections so far and how many of them resumed a session: "total resumed".
 tls_connections() {
     if [[ -f "$TMP/up/tls-connections.log" ]]; then
@@ -530,7 +541,7 @@ done
 # ---------------------------------------------------------------- 2. timed rounds, interleaved
 RAW=$RESULTS_DIR/latest-wrk.txt
 : >"$RAW"
-declare -A V_RPS V_P50 V_P99 V_CPU V_SYSCPU V_SEGS V_ACKS V_ERR V_HS V_RESUMED
+declare -A V_RPS V_P50 V_P99 V_CPU V_SYSCPU V_SEGS V_ACKS V_ERR V_HS V_RESUMED V_IPI
 for r in $(seq 1 "$ROUNDS"); do
     order=("${PROXIES[@]}")
     if ! ((r % 2)); then for ((i = 0; i < ${#PROXIES[@]}; i++)); do order[i]=${PROXIES[${#PROXIES[@]} - 1 - i]}; done; fi
@@ -544,14 +555,17 @@ for r in $(seq 1 "$ROUNDS"); do
             alive "$pid" || die "$p (pid $pid) died during warm-up"
             read -r h0 hr0 < <(tls_connections)
             read -r g0 a0 < <(tcp_segments)
-            t0=$(cpu_ticks "$pid"); k0=$(sys_ticks "$pid")
-            out=$("${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true
+            t0=$(cpu_ticks "$pid"); k0=$(sys_ticks "$pid"); i0=$(ipis); irq0=$(irq_counts)
+            if [[ -n "$RATE" ]]; then out=$(rate_run "$url" "$c"); else
+            out=$("${LOAD_CPU[@]}" wrk -t1 -c"$c" -d"${DURATION}s" --latency "$url" 2>&1) || true; fi
             t1=$(cpu_ticks "$pid") || die "$p (pid $pid) died during the run"
-            k1=$(sys_ticks "$pid")
+            k1=$(sys_ticks "$pid"); i1=$(ipis); irq1=$(irq_counts)
             read -r g1 a1 < <(tcp_segments)
             read -r h1 hr1 < <(tls_connections)
             printf '===== round %s %s / %s: wrk -t1 -c%s -d%ss --latency %s\n%s\n\n' "$r" "$p" "$s" "$c" "$DURATION" "$url" "$out" >>"$RAW"
             req=$(requests_of "$out")
+            # Interrupts by kind and CPU over the run, per request (the raw file only: which kind the IPIs/req column counts).
+            paste <(echo "$irq0") <(echo "$irq1") | awk -v n="${req:-0}" -v p="$p" 'n > 0 {printf "interrupts/req %s %s cpu0 %.3f cpu1 %.3f\n", p, $1, ($5 - $2) / n, ($6 - $3) / n}' >>"$RAW"
             [[ -n "$req" && "$req" -gt 0 ]] || { echo "$out" >&2; die "$p / $s: wrk made no requests"; }
             V_RPS[$p.$s]+=" $(awk '/^Requests\/sec:/ {printf "%.0f", $2; exit}' <<<"$out")"
             V_P50[$p.$s]+=" $(to_ms "$(awk '$1 == "50%" {print $2; exit}' <<<"$out")")"
@@ -559,6 +573,7 @@ for r in $(seq 1 "$ROUNDS"); do
             V_CPU[$p.$s]+=" $(awk -v d="$((t1 - t0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
             V_SEGS[$p.$s]+=" $(awk -v d="$((g1 - g0))" -v n="$req" 'BEGIN {printf "%.2f", d / n}')"
             V_ACKS[$p.$s]+=" $(awk -v d="$((a1 - a0))" -v n="$req" 'BEGIN {printf "%.2f", d / n}')"
+            V_IPI[$p.$s]+=" $(awk -v d="$((i1 - i0))" -v n="$req" 'BEGIN {printf "%.2f", d / n}')"
             V_SYSCPU[$p.$s]+=" $(awk -v d="$((k1 - k0))" -v hz="$CLK_TCK" -v n="$req" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')"
             V_HS[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v n="$req" 'BEGIN {printf "%.2f", h * 1000 / n}')"
             V_RESUMED[$p.$s]+=" $(awk -v h="$((h1 - h0))" -v r="$((hr1 - hr0))" 'BEGIN {if (h == 0) print "-"; else printf "%.0f", r * 100 / h}')"
@@ -712,7 +727,7 @@ REPORT=$RESULTS_DIR/latest.txt
     echo "timed figures, every round (how noisy the medians above are):"
     for s in "${SCENARIOS[@]}"; do
         for p in "${PROXIES[@]}"; do
-            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s | of it kernel%s | TCP segments/req%s, pure ACKs%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}" "${V_SYSCPU[$p.$s]}" "${V_SEGS[$p.$s]}" "${V_ACKS[$p.$s]}"
+            printf '  %-6s %-11s req/s%s | p99 ms%s | CPU us/req%s | of it kernel%s | TCP segments/req%s, pure ACKs%s | IPIs/req%s\n' "$s" "$p" "${V_RPS[$p.$s]}" "${V_P99[$p.$s]}" "${V_CPU[$p.$s]}" "${V_SYSCPU[$p.$s]}" "${V_SEGS[$p.$s]}" "${V_ACKS[$p.$s]}" "${V_IPI[$p.$s]:-}"
         done
     done
     echo
@@ -743,9 +758,12 @@ REPORT=$RESULTS_DIR/latest.txt
     echo "errors = wrk non-2xx/3xx responses + socket errors over all timed rounds; raw: bench/results/latest-wrk.txt"
     if [[ -n "$DPOP" ]]; then
         # One signature's cost on this machine now (openssl's own loop, one core), beside the proxies' figures.
-        speed_alg=$([[ "$DPOP" == ES256 ]] && echo ecdsap256 || echo ed25519)
+        # The sign/s column of its table row (RS256 and PS256: the RSA-2048 private-key operation either padding costs).
+        speed_alg=$("$BENCH_DIR/dpop_key.py" --speed "$DPOP")
         sig_per_s=$(openssl speed -seconds 1 "$speed_alg" 2>/dev/null | awk -v a="$speed_alg" '
             a == "ecdsap256" && $1 == "256" && $3 == "ecdsa" {print $(NF-1)}
+            a == "ecdsap384" && $1 == "384" && $3 == "ecdsa" {print $(NF-1)}
+            a == "rsa2048" && $1 == "rsa" && $2 == "2048" {print $(NF-1)}
             a == "ed25519" && $3 == "EdDSA" {print $(NF-1)}' | head -n 1)
         sig_us=$(awk -v r="${sig_per_s:-0}" 'BEGIN { if (r > 0) printf "%.1f", 1e6 / r; else print "-" }')
         nginx_cpu=$(median <<<"${V_CPU[nginx.small]:-}")
@@ -753,6 +771,14 @@ REPORT=$RESULTS_DIR/latest.txt
         echo "DPoP $DPOP: tokenrelay signs a proof per request (jkt $DPOP_JKT); openssl speed $speed_alg: ${sig_per_s:-?} sign/s = $sig_us us/signature"
         awk -v t="$tr_cpu" -v n="$nginx_cpu" -v s="$sig_us" 'BEGIN { if (s == "-" || t == "" || n == "") exit;
             printf "goal /small CPU <= nginx + 1.3 x signature: %.1f <= %.1f + %.1f = %.1f us/req: %s (tokenrelay - nginx = %.2f signatures)\n", t, n, 1.3 * s, n + 1.3 * s, (t <= n + 1.3 * s ? "met" : "NOT met"), (t - n) / s }'
+        # Where the difference is: user space (ours: the proof and the signature) and the kernel (medians of the rounds).
+        awk -v t="$tr_cpu" -v n="$nginx_cpu" -v tk="$(median <<<"${V_SYSCPU[transport.small]:-}")" -v nk="$(median <<<"${V_SYSCPU[nginx.small]:-}")" \
+            -v s="$sig_us" -v ti="$(median <<<"${V_IPI[transport.small]:-}")" -v ni="$(median <<<"${V_IPI[nginx.small]:-}")" 'BEGIN {
+            if (s == "-" || t == "" || n == "" || tk == "-" || nk == "-") exit;
+            printf "  of it user space: tokenrelay %.1f, nginx %.1f us/req (%.2f signatures apart); kernel: %.1f, %.1f (%.2f); IPIs/req %s, %s\n", t - tk, n - nk, ((t - tk) - (n - nk)) / s, tk, nk, (tk - nk) / s, ti, ni }'
+        p99_tr=$(median <<<"${V_P99[transport.small]:-}"); p99_ngx=$(median <<<"${V_P99[nginx.small]:-}")
+        awk -v t="$p99_tr" -v n="$p99_ngx" 'BEGIN { if (t == "-" || n == "-" || n + 0 == 0) exit;
+            printf "goal /small p99 <= 1.3 x nginx: %.2f <= 1.3 x %.2f = %.2f ms: %s (x%.2f)\n", t, n, 1.3 * n, (t <= 1.3 * n ? "met" : "NOT met"), t / n }'
     fi
 } | tee "$RESULTS_DIR/latest.txt"
 
