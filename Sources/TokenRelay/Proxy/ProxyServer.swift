@@ -4,6 +4,8 @@ import Logging
 /// The proxied listener: accepts client requests, owns the upstream pool and the list of requests
 /// held for a refresh, and keeps the counts that graceful shutdown waits on.
 final class ProxyServer {
+    // State the parts in ProxyServer+Actions/+Accounting.swift read and set is internal, not private (a
+    // `private` member is visible only in this file); nothing outside the proxy sets it.
     let loop: EventLoop
     /// The running configuration; a reload swaps it (`apply`).
     private(set) var config: Config
@@ -12,9 +14,9 @@ final class ProxyServer {
     /// The coordinators of `identities` by name (routes naming one carry its token); a reload changes them (`use`).
     private var identityCoordinators: [String: RefreshCoordinator]
     /// Every identity's coordinator, the top-level one (if any) first.
-    private var coordinators: [RefreshCoordinator]
+    var coordinators: [RefreshCoordinator]
     /// Coordinators of identities a reload removed: a drain still waits for their exchange with the token endpoint.
-    private var retiredCoordinators: [RefreshCoordinator] = []
+    var retiredCoordinators: [RefreshCoordinator] = []
     /// What new requests take at arrival (their route among it); exchanges keep the one they arrived under.
     private(set) var context: ExchangeContext!
     /// Where new requests go.
@@ -39,9 +41,13 @@ final class ProxyServer {
     /// The proxied port (client connections, heads, bodies) on HTTPTransport.
     private(set) var frontEnd: TransportFrontEnd!
     /// Requests waiting for a refresh, per identity, bounded per route and in all.
-    private var held = HeldRequests()
-    private var active = ActiveExchanges()
+    var held = HeldRequests()
+    var active = ActiveExchanges()
     private(set) var isDraining = false
+    /// Tunnel slots (`limits.max_tunnels`) taken: by an upgrade handshake from its arrival, then by its
+    /// tunnel until it closes. Taken at arrival, not at the 101, so that handshakes racing each other can
+    /// never open more tunnels than the limit (and the descriptor budget) allows.
+    var tunnelSlotsTaken = 0
     /// Called when draining and the last exchange has finished.
     var onDrained: (() -> Void)?
 
@@ -218,7 +224,7 @@ final class ProxyServer {
     /// removal sets an exchange's slot and may grow or free the array, which calls code the compiler
     /// cannot see through; done on the proxy's stored list, that would make it check every access to the
     /// list at run time, twice per request. Done on a local, the accesses are ones it proves exclusive.
-    private func changeActive(_ change: (inout ActiveExchanges) -> Void) {
+    func changeActive(_ change: (inout ActiveExchanges) -> Void) {
         var list = ActiveExchanges()
         swap(&list, &active)
         change(&list)
@@ -251,130 +257,6 @@ final class ProxyServer {
         logger.info("request refused", metadata: ["reason": "\(reason)"])
     }
 
-    // MARK: - Actions that are the same on both engines
-
-    /// What carrying out one of the proxy's actions (`carryOut`) came to, for the driver to tell its machine.
-    enum ActionOutcome {
-        case done
-        /// The list of held requests is full: the machine hears `holdRefused`.
-        case holdRefused
-        /// The refresh rules' answer to `consultRefreshRules`: the machine hears `refreshRulesDecided`.
-        case refreshRulesDecided(RequestLifecycle.RefreshRulesDecision)
-    }
-
-    /// Carries out an action of `RequestLifecycle` that involves no connection (the held list, the refresh
-    /// rules, counters, the log) for a driver, and says what its machine must hear of it. Drivers pass every
-    /// other action to their own transport. The driver feeds the machine itself: the machine is never
-    /// lent out across a call into the proxy. `failure`: the one its action list reports, for
-    /// `.upstreamFailed` and `.retrying` (actions carry no payload, see `RequestLifecycle.Action`).
-    /// `context`: the exchange's; its identity's refresh rules are asked, its identity's list holds it.
-    func carryOut(_ action: RequestLifecycle.Action, failure: RequestLifecycle.UpstreamFailure?,
-                  for exchange: any ProxiedExchange, context: ExchangeContext) -> ActionOutcome {
-        let identity = context.coordinator
-        switch action {
-        case .hold:
-            return hold(exchange, context: context) ? .done : .holdRefused
-        case .unhold:
-            unhold(exchange)
-        case .consultRefreshRules(let sentGeneration):
-            return .refreshRulesDecided(identity.unauthorized(sentGeneration: sentGeneration))
-        case .reportUnreplayableRefreshTrigger(let sentGeneration):
-            logger.info("a refresh-triggering answer to a request whose body cannot be sent again was passed to the client; the refresh rules count it")
-            identity.unauthorizedNotReplayable(sentGeneration: sentGeneration)
-        case .countReplay(.staleGeneration): metrics.replaysStaleGeneration.increment()
-        case .countReplay(.afterRefresh): metrics.replaysAfterRefresh.increment()
-        case .upstreamFailed:
-            if let failure { upstreamFailed(failure) }
-        case .retrying:
-            logger.info("retrying on a fresh upstream connection", metadata: ["reason": "\(failure.map { "\($0)" } ?? "")"])
-        default:
-            assertionFailure("\(action) is the driver's to carry out")
-        }
-        return .done
-    }
-
-    // MARK: - Held requests
-
-    /// Holds `exchange` for its identity's refresh, within its route's share and the process's limit.
-    func hold(_ exchange: any ProxiedExchange, context: ExchangeContext) -> Bool {
-        guard held.hold(exchange, identity: context.coordinator, route: context.routeName, routeLimit: context.maxHeld,
-                        limit: config.limits.maxHeldRequests) else { return false }
-        metrics.heldRequests.record(Double(held.count))
-        return true
-    }
-
-    func unhold(_ exchange: any ProxiedExchange) {
-        if held.remove(exchange) { metrics.heldRequests.record(Double(held.count)) }
-    }
-
-    var heldCount: Int { held.count }
-
-    /// Held requests of the identity `identity`.
-    func heldCount(of identity: RefreshCoordinator) -> Int { held.count(of: identity) }
-
-    /// Held requests that arrived on the route `name` (`default`: the top-level one).
-    func heldCount(ofRoute name: String) -> Int { held.count(ofRoute: name) }
-
-    /// Releases every request held for `identity`, oldest first, with the outcome of its refresh.
-    private func refreshFinished(_ outcome: RefreshCoordinator.Outcome, of identity: RefreshCoordinator) {
-        let waiting = held.removeAll(of: identity)
-        metrics.heldRequests.record(Double(held.count))
-        waiting.forEach { $0.refreshFinished(outcome) }
-    }
-
-    // MARK: - Accounting
-
-    func upstreamFailed(_ failure: RequestLifecycle.UpstreamFailure) {
-        metrics.countUpstreamError(kind: failure.kind.rawValue)
-        logger.warning("upstream request failed", metadata: ["reason": "\(failure)"])
-    }
-
-    var activeCount: Int { active.count }
-
-    /// `entry`: the access-log line, made only while the access log is on (nil otherwise). `hold`: the
-    /// machine's hold record for a request that was held (duration and outcome).
-    func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, counters: RelayMetrics.RequestCounters, entry: AccessLogEntry?,
-                          hold: (seconds: Double, outcome: RequestLifecycle.HoldOutcome)? = nil) {
-        if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
-            metrics.recordHold(seconds: hold.seconds, outcome: outcome)
-        }
-        changeActive { $0.remove(exchange) }
-        if status > 0 { counters.count(status: Int(status)) }
-        if let entry, config.accessLog.enabled { entry.log(to: logger, includeQuery: config.accessLog.includeQuery) }
-        checkDrained()
-    }
-
-    /// Tunnel slots (`limits.max_tunnels`) taken: by an upgrade handshake from its arrival, then by its
-    /// tunnel until it closes. Taken at arrival, not at the 101, so that handshakes racing each other can
-    /// never open more tunnels than the limit (and the descriptor budget) allows.
-    private(set) var tunnelSlotsTaken = 0
-
-    /// False at the limit: the handshake is answered 503 before it goes upstream.
-    func takeTunnelSlot() -> Bool {
-        guard tunnelSlotsTaken < config.limits.maxTunnels else { return false }
-        tunnelSlotsTaken += 1
-        return true
-    }
-
-    func giveBackTunnelSlot() {
-        tunnelSlotsTaken = max(0, tunnelSlotsTaken - 1)
-    }
-
-    /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain, and its slot is free.
-    func tunnelEnded(_ tunnel: any ProxiedExchange) {
-        giveBackTunnelSlot()
-        changeActive { $0.remove(tunnel) }
-        checkDrained()
-    }
-
-    /// Drained: no exchange left, every final response written out (HTTP/2 connections closed: they write
-    /// once per loop iteration and close after their GOAWAY and last stream), and no exchange with the token
-    /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
-    /// reach the token file before the process exits).
-    func checkDrained() {
-        if isDraining && active.isEmpty && !(coordinators + retiredCoordinators).contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
-    }
-
     // MARK: - Shutdown
 
     func startDraining() {
@@ -392,32 +274,5 @@ final class ProxyServer {
         // A copy: each abandon changes the list.
         let remaining = active.all
         remaining.forEach { $0.abandon() }
-    }
-}
-
-/// Exchanges and tunnels in flight, in no order; each knows its slot (`activeSlot`), so that removing
-/// one is a swap with the last, without hashing. A value with mutating methods: each insert or removal
-/// is one access to the proxy's stored property.
-private struct ActiveExchanges {
-    private(set) var all: [any ProxiedExchange] = []
-
-    var count: Int { all.count }
-    var isEmpty: Bool { all.isEmpty }
-
-    mutating func insert(_ exchange: any ProxiedExchange) {
-        exchange.activeSlot = all.count
-        all.append(exchange)
-    }
-
-    /// No-op for one that is not in the list (or no longer).
-    mutating func remove(_ exchange: any ProxiedExchange) {
-        let slot = exchange.activeSlot
-        guard all.indices.contains(slot), all[slot] === exchange else { return }
-        let last = all.removeLast()
-        if slot < all.count {
-            last.activeSlot = slot
-            all[slot] = last
-        }
-        exchange.activeSlot = -1
     }
 }
