@@ -40,34 +40,12 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 UPSTREAM=${UPSTREAM:-http1}
 [[ "$UPSTREAM" == http1 || "$UPSTREAM" == h2c ]] || { echo "UPSTREAM must be http1 or h2c" >&2; exit 2; }
 
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
-RESULTS_DIR=$BENCH_DIR/results
-SCRATCH=$REPO_DIR/.build-bench
+BENCH_LOG_TAG=bench-h2
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # BENCH_DIR, REPO_DIR, RESULTS_DIR, SCRATCH, log/die, PIDS/TMP cleanup
 BIN=$SCRATCH/release/tokenrelay
 UP_PORT=$BASE_PORT NGX_PORT=$((BASE_PORT + 1)) TR_PORT=$((BASE_PORT + 2)) TR_ADMIN_PORT=$((BASE_PORT + 3))
 TOKEN=bench-token-123456
-
-log() { printf '[bench-h2] %s\n' "$*" >&2; }
-die() { printf '[bench-h2] ERROR: %s\n' "$*" >&2; exit 1; }
-
-PIDS=()
-TMP=""
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-cleanup() {
-    local rc=$? pid
-    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-    if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf "$TMP"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 command -v h2load >/dev/null 2>&1 || die "h2load missing: apt-get install nghttp2-client"
 command -v strace >/dev/null 2>&1 || die "strace missing"

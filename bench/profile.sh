@@ -32,10 +32,9 @@ TOP=${TOP:-40}
 UPSTREAM_TLS=${UPSTREAM_TLS:-0}
 CACHE_SIM=${CACHE_SIM:-0}
 
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
-RESULTS_DIR=$BENCH_DIR/results
-SCRATCH=$REPO_DIR/.build-bench
+BENCH_LOG_TAG=profile
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # BENCH_DIR, REPO_DIR, RESULTS_DIR, SCRATCH, log/die, PIDS/TMP cleanup
 BIN=${BIN:-$SCRATCH/release/tokenrelay}
 TAG=${TAG:-}
 if [[ "$UPSTREAM_TLS" == 1 ]]; then TAG="-tls$TAG"; fi
@@ -44,26 +43,6 @@ UP_PORT=$BASE_PORT
 TR_PORT=$((BASE_PORT + 1))
 ADMIN_PORT=$((BASE_PORT + 2))
 TOKEN=bench-token-123456
-
-log() { printf '[profile] %s\n' "$*" >&2; }
-die() { printf '[profile] ERROR: %s\n' "$*" >&2; exit 1; }
-
-PIDS=()
-TMP=""
-cleanup() {
-    local rc=$? pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf "$TMP"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 for tool in wrk valgrind callgrind_annotate callgrind_control; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool missing (bench/run.sh installs wrk, nginx-light, valgrind)"
@@ -83,16 +62,7 @@ chmod 0755 "$TMP"
 mkdir -p "$TMP/www" "$TMP/up"
 UPSTREAM_JSON="{ \"url\": \"http://127.0.0.1:$UP_PORT\" }"
 if [[ "$UPSTREAM_TLS" == 1 ]]; then
-    # A throwaway CA and a certificate for "localhost" signed by it (as bench/run.sh makes them).
-    mkdir -p "$TMP/tls"
-    (
-        cd "$TMP/tls"
-        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=tokenrelay profile CA" -keyout ca.key -out ca.pem 2>/dev/null
-        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
-        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >ext.cnf
-        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf -out server.pem 2>/dev/null
-        chmod 0644 ca.pem server.pem server.key
-    ) || die "could not make the CA and certificate with openssl"
+    make_upstream_ca "$TMP/tls"
     UPSTREAM_JSON="{ \"url\": \"https://127.0.0.1:$UP_PORT\", \"tls\": { \"ca_file\": \"$TMP/tls/ca.pem\", \"server_name\": \"localhost\" } }"
 fi
 head -c 1048576 /dev/urandom >"$TMP/www/large"

@@ -84,10 +84,9 @@ RATE=${RATE:-}
 # The HTTP/2 scenario (h2load with prior knowledge, beside nginx's `listen ... http2`) has its own script.
 if [[ "${SCENARIOS[*]}" == h2 ]]; then exec "$(dirname "${BASH_SOURCE[0]}")/h2.sh"; fi
 
-BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
-RESULTS_DIR=$BENCH_DIR/results
-SCRATCH=$REPO_DIR/.build-bench
+BENCH_LOG_TAG=bench
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"   # BENCH_DIR, REPO_DIR, RESULTS_DIR, SCRATCH, log/die, PIDS/TMP cleanup
 BUILD_FLAGS=(--static-swift-stdlib)
 BIN=$SCRATCH/release/tokenrelay
 RELAY_BIN=$SCRATCH/release/transport-bench-relay
@@ -109,32 +108,6 @@ if [[ "$EVHTTP" == 1 ]]; then ENGINES=(evhttp transport); fi
 declare -A BIN_OF=([transport]=$BIN [evhttp]=${OLD_BIN:-$BIN})
 TOKEN=bench-token-123456
 
-log() { printf '[bench] %s\n' "$*" >&2; }
-die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
-
-# ---------------------------------------------------------------- cleanup
-PIDS=()
-TMP=""
-stop_pid() {
-    local pid=$1
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-    local rc=$?
-    local pid
-    for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-    if [[ -n "$TMP" && -d "$TMP" ]]; then rm -rf "$TMP"; fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- deps
 need_pkgs=()
@@ -297,18 +270,8 @@ fi)
 EOF
 }
 if [[ "$UPSTREAM_TLS" == 1 ]]; then
-    # A throwaway CA and a certificate for "localhost" (and 127.0.0.1) signed by it; both proxies trust only it.
-    mkdir -p "$TMP/tls"
-    (
-        cd "$TMP/tls"
-        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=tokenrelay bench CA" \
-            -keyout ca.key -out ca.pem 2>/dev/null
-        openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout server.key -out server.csr 2>/dev/null
-        printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >ext.cnf
-        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile ext.cnf \
-            -out server.pem 2>/dev/null
-        chmod 0644 ca.pem server.pem server.key
-    ) || die "could not make the bench CA and certificate with openssl"
+    # Both proxies trust only the throwaway CA.
+    make_upstream_ca "$TMP/tls"
     UPSTREAM_PORT=$UP_TLS_PORT; UPSTREAM_SCHEME=https
 else
     UPSTREAM_PORT=$UP_PORT; UPSTREAM_SCHEME=http
