@@ -26,6 +26,14 @@ extension RedisTokenStore {
                 self.lockHolder = self.ownerID
                 self.lockValidUntil = sentAt + self.lockSeconds
                 pending.completion(true, pending.waited)
+            case .success(.null) where self.lockMayLinger:
+                // Held, maybe by us: a lock of an earlier connection (a `SET` whose reply was lost, or one
+                // held when the connection went). No cycle of ours runs now, so it is stale: deleted if it
+                // is ours (compare-and-delete), then asked for again. Without this the cycle would wait out
+                // the lock's whole lifetime on our own lock.
+                self.lockMayLinger = false
+                self.deleteOwnLock()
+                self.tryLock()
             case .success(.null):
                 guard EventLoop.monotonicNow + Self.lockRetryInterval < pending.deadline else {
                     self.acquisition = nil
@@ -39,7 +47,9 @@ extension RedisTokenStore {
             case .success(let reply) where self.noticedReadOnly(reply):
                 break  // `lost` has answered the acquisition
             case .success, .failure:
-                // An error reply, or the connection failed (`lost` has answered already if so).
+                // An error reply, or the connection failed (`lost` has answered already if so). Without a
+                // reply, Redis may still run the `SET` (a stalled server resumes): the lock may be ours.
+                if case .failure = result { self.lockMayLinger = true }
                 self.acquisition = nil
                 pending.completion(false, pending.waited)
             }

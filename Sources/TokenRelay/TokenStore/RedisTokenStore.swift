@@ -216,7 +216,9 @@ final class RedisTokenStore: TokenStore {
         isConnected = false
         isSubscribed = false
         pollTimer = nil
-        if holdsLock { lockMayLinger = true }
+        // A `SET` of an acquisition may sit unanswered in a stalled Redis that runs it later: the lock may
+        // be ours then, without a reply to say so (`tryLock` clears it before the next acquisition).
+        if holdsLock || acquisition != nil { lockMayLinger = true }
         holdsLock = false
         lockValidUntil = nil
         let previous = outage
