@@ -19,6 +19,8 @@ final class DPoPProofs {
     /// set written carries it, so a state adopted without it (a `token import`) cannot lose it at the next
     /// write and, with it, the session bound to it at the next restart.
     private(set) var keptKeyPEM: String?
+    /// Told the PEM of a key taken by `adoptKey` (fleet mode: the store's writes then put that one back).
+    var onKeyAdopted: ((String) -> Void)?
     /// Proofs signed with keys this relay no longer signs with (`adoptKey`), for /status's running total.
     private var proofsSignedBefore = 0
 
@@ -108,36 +110,36 @@ final class DPoPProofs {
 
 extension DPoPProofs {
     /// Tokens adopted from the token state (`tokenrelay login`, `token import`, another process's write) that
-    /// carry their own kept key and are bound to it, while this relay's key is one it keeps with the token
-    /// state and no token it holds is bound to it: the relay signs with the arriving key from now on.
-    /// The race it settles: a relay started with a generated key it had not written yet (it is written with
-    /// the first bound tokens) while `login` ran; the login found no key in the file, generated its own and
-    /// wrote it with the tokens bound to it. Keeping ours would present those tokens with a key they are not
-    /// bound to: the API refuses them and the refresh token is never presented ("bound to another key"), so
-    /// the user is asked to log in again. With tokens of our own bound to our key the arriving set is not a
-    /// login for this key, and nothing changes (`TokenEndpointClient` refuses the mismatch as before).
-    /// `dpop.key_file` keys are never replaced: the file is the operator's choice.
+    /// carry their own kept key and are bound to it, while this relay's key is one it keeps with the token state:
+    /// the relay signs with the arriving key from now on. The adopted tokens replace the ones in service, so the
+    /// key they are bound to is the only one that can present them.
+    /// The race it settles: a relay started with a generated key it had not written yet (it is written with the
+    /// first bound tokens) while `login` ran; the login found no key in the file, generated its own and wrote it
+    /// with the tokens bound to it. Keeping ours would present those tokens with a key they are not bound to: the
+    /// API refuses them and the refresh token is never presented ("bound to another key"), so the user is asked
+    /// to log in again. Likewise in fleet mode, a set bound to another relay's key (one that started while the
+    /// record had lost its key) brings that key along. `dpop.key_file` keys are never replaced: the file is the
+    /// operator's choice. A key that is not the one the tokens are bound to is not taken.
     /// Called on the loop between the adoption and the requests it releases; the PEM is already in memory
-    /// (parsed here once, tens of microseconds for EC and Ed25519 keys, no file or lock). Returns the line
-    /// to log, nil when nothing changed.
-    func adoptKey(arrivingWith adopted: TokenSet, replacing previous: TokenSet) -> String? {
-        guard let ours = keptKeyPEM, previous.dpopBoundThumbprint != signer.thumbprint,
-              let pem = adopted.otherFields[TokenSet.dpopKeyField] as? String, pem != ours,
+    /// (parsed here once, tens of microseconds for EC and Ed25519 keys, no file or lock). Returns the line to
+    /// log, nil when nothing changed.
+    func adoptKey(arrivingWith adopted: TokenSet) -> String? {
+        guard let ours = keptKeyPEM, let pem = adopted.otherFields[TokenSet.dpopKeyField] as? String, pem != ours,
               let bound = adopted.dpopBoundThumbprint, bound != signer.thumbprint else { return nil }
         let next: ProofSigner
         do {
             let key = try SigningKey.load(pem: Array(pem.utf8))
-            guard key.thumbprint == bound else { return nil }  // not the key these tokens are bound to: not a login's pair
+            guard key.thumbprint == bound else { return nil }
             next = try ProofSigner(key: key, alg: signer.alg)
         } catch {
             return "dpop: the adopted tokens carry a key this relay cannot sign \(signer.alg.rawValue) with (\(error)); keeping jkt \(signer.thumbprint)"
         }
-        let line = "dpop: the adopted tokens are bound to the key kept with them (jkt \(bound)); signing with it instead of jkt \(signer.thumbprint), "
-            + "which no stored token was bound to"
+        let line = "dpop: the adopted tokens are bound to the key kept with them (jkt \(bound)); signing with it instead of jkt \(signer.thumbprint)"
         proofsSignedBefore &+= signer.proofsSigned
         signer = next
         keptKeyPEM = pem
         use(next)
+        onKeyAdopted?(pem)
         return line
     }
 }

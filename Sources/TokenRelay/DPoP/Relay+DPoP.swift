@@ -41,7 +41,12 @@ extension Relay {
     static func keepDPoPKeyInRecord(_ coordinator: RefreshCoordinator, dpop: DPoPProofs?, preflight: Preflight, logger: Logger) throws {
         guard let store = coordinator.store as? RedisTokenStore, preflight.config.dpop?.keyFile == nil, let pem = dpop?.keptKeyPEM,
               let endpoint = preflight.redis, let settings = preflight.config.tokens.redis else { return }
-        store.dpopKeyField = try DPoPFleetKey(endpoint: endpoint, settings: settings, codec: preflight.codecs.redis).encode(pem)
+        let fleetKey = DPoPFleetKey(endpoint: endpoint, settings: settings, codec: preflight.codecs.redis)
+        store.dpopKeyField = try fleetKey.encode(pem)
+        // A key taken with adopted tokens (`DPoPProofs.adoptKey`) is the one the record's tokens are bound to now.
+        dpop?.onKeyAdopted = { [weak store] adopted in
+            if let field = try? fleetKey.encode(adopted) { store?.dpopKeyField = field }
+        }
         store.onDPoPKeyStored = {
             logger.warning("dpop: the Redis record had lost its \(DPoPFleetKey.field) field (a flush or a recreated record); stored the key this relay signs with again")
         }

@@ -142,14 +142,13 @@ extension RefreshCoordinator {
     /// tokens in service now come from that version.
     private func deliver(_ read: RefreshMachine.StoreRead, source: String, _ event: () -> [RefreshMachine.Action]) {
         let before = machine.generation
-        let previous = machine.tokens
         let actions = event()
         if machine.generation != before, case .tokens(let adopted) = read {
             store.noteAdopted()
             lastAdoption = (Date(), source)
             metrics.countStoreAdoption(source: source)
             // Before the actions run: the requests the adoption releases are signed with the key the tokens are bound to.
-            if let line = dpop?.adoptKey(arrivingWith: adopted, replacing: previous) { logger.info("\(line)") }
+            if let line = dpop?.adoptKey(arrivingWith: adopted) { logger.info("\(line)") }
         }
         execute(actions)
     }

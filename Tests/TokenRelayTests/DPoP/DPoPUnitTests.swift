@@ -232,9 +232,10 @@ final class DPoPUnitTests: XCTestCase {
         XCTAssertEqual(try HTTPEndpoint.parse("HTTP://[::1]:8080/T", field: "refresh.token_url").description, "http://[::1]:8080/T")
     }
 
-    /// `adoptKey`: a relay whose kept key no stored token is bound to takes the key that arrives with adopted
-    /// tokens bound to it; nothing else makes it change keys.
-    func testARelayAdoptsTheKeyArrivingWithTokensBoundToItOnlyWhenNoneOfItsOwnAreBound() throws {
+    /// `adoptKey`: a relay whose key is kept with the token state takes the key that arrives with adopted tokens
+    /// bound to it (they replace the ones in service); a `dpop.key_file` key and a key the tokens are not bound to
+    /// are never taken.
+    func testARelayAdoptsTheKeyArrivingWithTokensBoundToIt() throws {
         let ours = try SigningKey.generate(for: .ES256)
         let theirs = try SigningKey.generate(for: .ES256)
         let theirPEM = String(decoding: try theirs.privateKeyPEM(), as: UTF8.self)
@@ -243,26 +244,25 @@ final class DPoPUnitTests: XCTestCase {
                        keptKeyPEM: kept ? String(decoding: try ours.privateKeyPEM(), as: UTF8.self) : nil)
         }
         let login = TokenSet(accessToken: "a", refreshToken: "r", otherFields: [TokenSet.dpopKeyField: theirPEM, TokenSet.dpopThumbprintField: theirs.thumbprint])
-        let unbound = TokenSet(accessToken: "old", refreshToken: "r0")
-        let boundToOurs = TokenSet(accessToken: "old", refreshToken: "r0", otherFields: [TokenSet.dpopThumbprintField: ours.thumbprint])
 
         let fromFile = try make(false)  // dpop.key_file: never replaced
-        XCTAssertNil(fromFile.adoptKey(arrivingWith: login, replacing: unbound))
+        XCTAssertNil(fromFile.adoptKey(arrivingWith: login))
         XCTAssertEqual(fromFile.thumbprint, ours.thumbprint)
-
-        let holding = try make(true)  // tokens of our own bound to our key: the arriving set is not a login for it
-        XCTAssertNil(holding.adoptKey(arrivingWith: login, replacing: boundToOurs))
-        XCTAssertEqual(holding.thumbprint, ours.thumbprint)
 
         let mismatched = try make(true)  // the key that came is not the one the tokens are bound to
         var wrongPair = login
         wrongPair.otherFields[TokenSet.dpopThumbprintField] = try SigningKey.generate(for: .ES256).thumbprint
-        XCTAssertNil(mismatched.adoptKey(arrivingWith: wrongPair, replacing: unbound))
-        XCTAssertNil(mismatched.adoptKey(arrivingWith: TokenSet(accessToken: "bearer"), replacing: unbound), "no key, not bound: nothing to adopt")
+        XCTAssertNil(mismatched.adoptKey(arrivingWith: wrongPair))
+        XCTAssertEqual(mismatched.thumbprint, ours.thumbprint)
+        XCTAssertNil(mismatched.adoptKey(arrivingWith: TokenSet(accessToken: "bearer")), "no key, not bound: nothing to adopt")
 
         let fresh = try make(true)
+        var told: String?
+        fresh.onKeyAdopted = { told = $0 }
         _ = try fresh.proof(method: "GET", htu: "https://api.example/x", server: "https://api.example", accessToken: "old")
-        let line = try XCTUnwrap(fresh.adoptKey(arrivingWith: login, replacing: unbound))
+        let line = try XCTUnwrap(fresh.adoptKey(arrivingWith: login))
+        XCTAssertEqual(told, theirPEM, "fleet mode: the store's writes put back the adopted key")
+        XCTAssertNil(fresh.adoptKey(arrivingWith: login), "the same set again: nothing to change")
         XCTAssertTrue(line.contains(theirs.thumbprint) && !line.contains("PRIVATE"), line)
         XCTAssertEqual(fresh.thumbprint, theirs.thumbprint)
         XCTAssertEqual(fresh.keptKeyPEM, theirPEM, "the next token set written carries the adopted key")
@@ -272,6 +272,26 @@ final class DPoPUnitTests: XCTestCase {
         let theirJWK = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(theirs.publicJWK.utf8)) as? [String: Any])
         XCTAssertEqual((header["jwk"] as? [String: Any])?["x"] as? String, try XCTUnwrap(theirJWK["x"] as? String), "proofs carry the adopted key")
         XCTAssertEqual(fresh.statusReport["proofs_signed"] as? Int, 2)
+    }
+
+    /// `login` writes its key with the tokens bound to it even when the file holds another key by then (a relay
+    /// wrote its own generated key with tokens of its own while the user signed in): key and tokens belong together.
+    func testALoginWritesItsKeyOverTheKeyTheFileHoldsNow() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dpop-login-file-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("tokens.json").path
+        try Data(#"{"access_token":"relay-a","refresh_token":"relay-r","dpop_key":"RELAY-KEY","dpop_jkt":"relay-jkt","keep":"me"}"#.utf8)
+            .write(to: URL(fileURLWithPath: path))
+        var grant = TokenGrant(accessToken: "login-a", refreshToken: "login-r", expiresIn: 3600)
+        grant.proofBound = true
+        grant.boundKeyThumbprint = "login-jkt"
+        try LoginTokenFile.write(grant, to: TokenFile(path: path), adding: [TokenSet.dpopKeyField: "LOGIN-KEY"])
+        let written = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        XCTAssertEqual(written["dpop_key"] as? String, "LOGIN-KEY")
+        XCTAssertEqual(written["dpop_jkt"] as? String, "login-jkt")
+        XCTAssertEqual(written["refresh_token"] as? String, "login-r")
+        XCTAssertEqual(written["keep"] as? String, "me", "fields tokenrelay does not interpret are kept")
     }
 
     func testAKeyOfTheWrongTypeForTheAlgIsRefused() throws {
