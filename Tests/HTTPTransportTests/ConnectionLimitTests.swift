@@ -105,6 +105,30 @@ final class ConnectionLimitTests: XCTestCase {
         XCTAssertFalse(server.limitEvents.contains(.refused))
     }
 
+    /// Two listeners sharing one limit (`ConnectionLimitGroup`): a busy connection on the first takes the
+    /// only slot, so a connection on the second waits over the limit (and the busy one's answer closes, to
+    /// give the slot back); when it closes, the waiting one on the other listener is promoted.
+    func testListenersSharingALimitCountTogether() throws {
+        let server = try TransportTestServer(settings: settings(max: 1), sharedLimitListener: true)
+        defer { server.stop() }
+        let held = try busy(server, count: 1)[0]
+        let waiting = try LoopbackClient(port: server.secondPort)
+        XCTAssertTrue(eventually { server.limitEvents == [.acceptedOverLimit] }, "the second listener's connection is over the shared limit")
+        XCTAssertEqual(server.sync { $0.server.waitingConnections }, 1, "seen by both listeners")
+        server.answerHeld()
+        let answer = try held.readResponse()
+        XCTAssertTrue(answer.head.contains("Connection: close"), "a connection waits on the other listener")
+        XCTAssertTrue(held.readEOF())
+        shutdown(held.fd, Int32(SHUT_RDWR))
+        try waiting.send("GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try waiting.readResponse().status, 200, "promoted into the slot the first listener freed")
+        XCTAssertFalse(server.limitEvents.contains(.refused))
+        // And a request on the first listener now waits behind the second's connection: 503, nothing idle.
+        let over = try LoopbackClient(port: server.port)
+        try over.send("GET /echo HTTP/1.1\r\nHost: h\r\n\r\n")
+        XCTAssertEqual(try over.readResponse().status, 503)
+    }
+
     /// Beyond the limit plus the allowance the server stops accepting: the kernel keeps the newcomer in
     /// the backlog, and it is accepted (and answered) once connections close.
     func testBeyondTheAllowanceNewConnectionsWaitInTheBacklog() throws {

@@ -17,6 +17,10 @@ final class TransportTestServer: @unchecked Sendable {
     let port: UInt16
     private let loop: TransportLoop
     private(set) var server: HTTPServer!
+    /// With `sharedLimitListener`: a second listener on the same loop, same handler, whose connections
+    /// count against one limit with the first's (`ConnectionLimitGroup`).
+    private(set) var secondServer: HTTPServer?
+    var secondPort: UInt16 { secondServer?.port ?? 0 }
     private var queue: [() -> Void] = []
     private var _limitEvents: [HTTPServer.LimitEvent] = []
     private var _received: [String] = []
@@ -47,17 +51,23 @@ final class TransportTestServer: @unchecked Sendable {
         try self.init(host: host, settings: HTTPServer.Settings(headTimeout: headTimeout))
     }
 
-    init(host: String = "127.0.0.1", settings: HTTPServer.Settings) throws {
+    init(host: String = "127.0.0.1", settings: HTTPServer.Settings, sharedLimitListener: Bool = false) throws {
         let loop = try TransportLoop()
         self.loop = loop
         let box = ServerBox()
-        server = try HTTPServer(loop: loop, host: host, port: 0, settings: settings) { connection in
+        let group = sharedLimitListener ? ConnectionLimitGroup() : nil
+        let accepted: (HTTPServerConnection) -> Void = { connection in
             let handler = EchoHandler(owner: box)
             box.server?.keep(handler, for: connection)
             connection.handler = handler
         }
+        server = try HTTPServer(loop: loop, host: host, port: 0, settings: settings, limitGroup: group, onConnection: accepted)
         port = server.port
         server.onLimitEvent = { event in box.server?.lock.withLock { box.server?._limitEvents.append(event) } }
+        if sharedLimitListener {
+            secondServer = try HTTPServer(loop: loop, host: host, port: 0, settings: settings, limitGroup: group, onConnection: accepted)
+            secondServer?.onLimitEvent = server.onLimitEvent
+        }
         let handle = TransportLoopHandle(loop)
         let done = stopped
         thread = Thread {
@@ -118,9 +128,11 @@ final class TransportTestServer: @unchecked Sendable {
         loop.wake()
         _ = stopped.wait(timeout: .now() + 10)
         server.close()
+        secondServer?.close()
         handlers.removeAll()
         connections.removeAll()
         server = nil
+        secondServer = nil
     }
 }
 

@@ -10,8 +10,26 @@ import Glibc
 extension HTTPServer {
     var hasLimit: Bool { settings.maxConnections > 0 }
 
-    /// While a connection waits for a slot, responses close their connection afterwards.
-    var wantsSlotsBack: Bool { waitingConnections > 0 }
+    /// While a connection waits for a slot (on any listener of the group), responses close their connection afterwards.
+    var wantsSlotsBack: Bool { limitGroup.waitingConnections > 0 }
+
+    // The counts of the group (see `ConnectionLimitGroup`): one listener's rules act on all of its members.
+    var withinLimit: Int {
+        get { limitGroup.withinLimit }
+        set { limitGroup.withinLimit = newValue }
+    }
+    var overLimit: Int {
+        get { limitGroup.overLimit }
+        set { limitGroup.overLimit = newValue }
+    }
+    private var waiting: Int {
+        get { limitGroup.waitingConnections }
+        set { limitGroup.waitingConnections = newValue }
+    }
+    var makingRoom: Bool {
+        get { limitGroup.makingRoom }
+        set { limitGroup.makingRoom = newValue }
+    }
 
     func admit(_ connection: HTTPServerConnection) {
         guard hasLimit else {
@@ -21,7 +39,7 @@ extension HTTPServer {
         // Those already waiting come first; an idle slot goes to them in `sweep`.
         if withinLimit >= settings.maxConnections && settings.evictsQuietAtOnce {
             closeIdleConnection(grace: 0, acceptedBefore: batchStart)
-        } else if withinLimit >= settings.maxConnections && waitingConnections == 0 {
+        } else if withinLimit >= settings.maxConnections && waiting == 0 {
             closeIdleConnection(grace: settings.idleGrace)
         }
         if withinLimit < settings.maxConnections {
@@ -29,7 +47,7 @@ extension HTTPServer {
         } else {
             connection.isOverLimit = true
             overLimit += 1
-            waitingConnections += 1
+            waiting += 1
             onLimitEvent?(.acceptedOverLimit)
             scheduleSweep()
         }
@@ -40,12 +58,12 @@ extension HTTPServer {
         guard connections.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return }
         if connection.isOverLimit {
             overLimit -= 1
-            if !connection.isRefusedOverLimit { waitingConnections -= 1 }
+            if !connection.isRefusedOverLimit { waiting -= 1 }
         } else {
             withinLimit -= 1
             if !makingRoom { promoteLongestWaiting() }
         }
-        updateAccepting()
+        updateAcceptingInGroup()
     }
 
     /// An over-limit connection has a request head: whether it may be served (it took a slot) or must be
@@ -59,7 +77,7 @@ extension HTTPServer {
             return true
         }
         connection.isRefusedOverLimit = true
-        waitingConnections -= 1
+        waiting -= 1
         onLimitEvent?(.refused)
         return false
     }
@@ -68,10 +86,10 @@ extension HTTPServer {
         // A lower limit is reached as connections close (none is cut for it); a higher one lets waiting
         // connections in at once.
         if !hasLimit {
-            for connection in connections.values where connection.isOverLimit && !connection.isRefusedOverLimit { promote(connection) }
+            for connection in limitGroup.connections where connection.isOverLimit && !connection.isRefusedOverLimit { promote(connection) }
         }
-        while waitingConnections > 0, withinLimit < settings.maxConnections, promoteLongestWaiting() {}
-        updateAccepting()
+        while waiting > 0, withinLimit < settings.maxConnections, promoteLongestWaiting() {}
+        updateAcceptingInGroup()
         scheduleSweep()
     }
 
@@ -95,7 +113,7 @@ extension HTTPServer {
 
     private func longestStalledHead(now: Double, grace: Double, overLimit: Bool) -> HTTPServerConnection? {
         var found: HTTPServerConnection?
-        for candidate in connections.values where candidate.isOverLimit == overLimit && candidate.headStalled(now: now, grace: grace) {
+        for candidate in limitGroup.connections where candidate.isOverLimit == overLimit && candidate.headStalled(now: now, grace: grace) {
             if found.map({ candidate.headStartTime < $0.headStartTime }) ?? true { found = candidate }
         }
         return found
@@ -109,7 +127,7 @@ extension HTTPServer {
 
     private func longestQuiet(now: Double, grace: Double, where condition: (HTTPServerConnection) -> Bool) -> HTTPServerConnection? {
         var found: HTTPServerConnection?
-        for candidate in connections.values where now - candidate.quietSince >= grace && condition(candidate) {
+        for candidate in limitGroup.connections where now - candidate.quietSince >= grace && condition(candidate) {
             if found.map({ candidate.quietSince < $0.quietSince }) ?? true { found = candidate }
         }
         return found
@@ -117,9 +135,9 @@ extension HTTPServer {
 
     @discardableResult
     private func promoteLongestWaiting() -> Bool {
-        guard waitingConnections > 0, withinLimit < settings.maxConnections || !hasLimit else { return false }
+        guard waiting > 0, withinLimit < settings.maxConnections || !hasLimit else { return false }
         var oldest: HTTPServerConnection?
-        for candidate in connections.values where candidate.isOverLimit && !candidate.isRefusedOverLimit {
+        for candidate in limitGroup.connections where candidate.isOverLimit && !candidate.isRefusedOverLimit {
             if oldest.map({ candidate.sequence < $0.sequence }) ?? true { oldest = candidate }
         }
         guard let oldest else { return false }
@@ -130,7 +148,7 @@ extension HTTPServer {
     private func promote(_ connection: HTTPServerConnection) {
         connection.isOverLimit = false
         overLimit -= 1
-        waitingConnections -= 1
+        waiting -= 1
         withinLimit += 1
     }
 
@@ -138,13 +156,13 @@ extension HTTPServer {
     func sweep() {
         let now = monotonicSeconds()
         let grace = settings.idleGrace
-        while waitingConnections > 0, withinLimit >= settings.maxConnections, canMakeRoom(now: now, grace: grace) {
+        while waiting > 0, withinLimit >= settings.maxConnections, canMakeRoom(now: now, grace: grace) {
             closeIdleConnection(grace: grace)
             promoteLongestWaiting()
         }
         // At the hard bound, waiting connections that have said nothing, or whose head has been trickling in
         // past the grace, make way for the backlog.
-        while !isAccepting, openConnections >= settings.maxConnections + settings.effectiveOverLimitAllowance {
+        while !isAccepting, limitGroup.openConnections >= hardBound {
             if let silent = longestQuiet(now: now, grace: grace, where: { $0.isOverLimit && $0.isIdle }) {
                 onLimitEvent?(.closedIdle)
                 silent.close()
@@ -160,7 +178,7 @@ extension HTTPServer {
 
     private func scheduleSweep() {
         // Not re-armed while pending: a stream of arrivals would otherwise keep pushing it back.
-        guard waitingConnections > 0 || !isAccepting, let sweepTimer, !sweepTimer.isScheduled else { return }
+        guard waiting > 0 || !isAccepting, let sweepTimer, !sweepTimer.isScheduled else { return }
         sweepTimer.schedule(after: settings.idleGrace / 2)
     }
 
@@ -193,11 +211,16 @@ extension HTTPServer {
 
     /// Whether any connection is quiet now (see `closeQuietest`).
     private var hasQuietConnection: Bool {
-        connections.values.contains { !$0.isRefusedOverLimit && ($0.isIdle || $0.headStalled(now: .infinity, grace: 0)) }
+        limitGroup.connections.contains { !$0.isRefusedOverLimit && ($0.isIdle || $0.headStalled(now: .infinity, grace: 0)) }
+    }
+
+    /// Every member's accepting follows the group's open connections.
+    func updateAcceptingInGroup() {
+        for member in limitGroup.members { member.server.updateAccepting() }
     }
 
     func updateAccepting() {
-        var shouldAccept = !hasLimit || openConnections < hardBound
+        var shouldAccept = !hasLimit || limitGroup.openConnections < hardBound
         // With `evictsQuietAtOnce` a quiet connection makes room for the next arrival instead.
         if !shouldAccept && settings.evictsQuietAtOnce { shouldAccept = hasQuietConnection }
         guard shouldAccept != isAccepting, let acceptEvent else { return }

@@ -34,8 +34,10 @@ public final class HTTPServer {
     public let port: UInt16
     /// Open connections, those waiting over the limit included (until their socket is closed).
     public var openConnections: Int { connections.count }
-    /// Over-limit connections waiting for a slot.
-    public internal(set) var waitingConnections = 0
+    /// Over-limit connections waiting for a slot (on every listener of the server's `limitGroup`).
+    public var waitingConnections: Int { limitGroup.waitingConnections }
+    /// The listeners this one shares its connection limit with (itself alone unless given one).
+    public let limitGroup: ConnectionLimitGroup
     public internal(set) var isAccepting = true
     /// Told of every action at the connection limit (loop thread).
     public var onLimitEvent: ((LimitEvent) -> Void)?
@@ -56,11 +58,6 @@ public final class HTTPServer {
     /// Called with each accepted connection (settable after init, for owners that create the server in theirs).
     public var onConnection: (HTTPServerConnection) -> Void
     var connections: [ObjectIdentifier: HTTPServerConnection] = [:]
-    var withinLimit = 0
-    var overLimit = 0
-    private var nextSequence: UInt64 = 0
-    /// Set while closing an idle connection for a particular newcomer, so its slot goes to that one.
-    var makingRoom = false
     /// The sequence of the first connection of the accept batch under way (see `evictsQuietAtOnce`).
     var batchStart: UInt64 = .max
     var sweepTimer: TransportTimer?
@@ -76,10 +73,12 @@ public final class HTTPServer {
                       onConnection: onConnection)
     }
 
+    /// `limitGroup`: listeners whose connections count against one limit with this one's (nil: a group of its own).
     public init(loop: TransportLoop, host: String, port: UInt16, backlog: Int32 = 511, settings: Settings,
-                onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
+                limitGroup: ConnectionLimitGroup? = nil, onConnection: @escaping (HTTPServerConnection) -> Void) throws(ListenError) {
         self.loop = loop
         self.settings = settings
+        self.limitGroup = limitGroup ?? ConnectionLimitGroup()
         self.onConnection = onConnection
         let addresses = try Self.listenAddresses(host: host, port: port)
         // The name's addresses in the resolver's order; the first that binds is the listener.
@@ -114,6 +113,7 @@ public final class HTTPServer {
         // Unowned: the server owns the timer, whose deinit makes sure it never fires afterwards (a weak
         // capture would give the server a side table, slowing every retain of it).
         sweepTimer = TransportTimer(loop: loop) { [unowned self] in self.sweep() }
+        self.limitGroup.join(self)
     }
 
     /// An IP literal as it is; a name (`localhost`, the host's own name) through the system resolver.
@@ -139,12 +139,12 @@ public final class HTTPServer {
     func acceptReady() {
         // Several connections may be waiting; take a bounded batch so one busy listener cannot starve the
         // connections already open.
-        batchStart = nextSequence + 1
+        batchStart = limitGroup.nextSequence + 1
         for _ in 0..<64 {
             guard isAccepting, acceptEvent != nil else { return }
             // Nothing from this batch quiet enough to close: the level-triggered event fires again after
             // this turn's reads, when this batch's connections have had their chance to send.
-            if settings.evictsQuietAtOnce, hasLimit, openConnections >= hardBound, !closeQuietest(acceptedBefore: batchStart) { return }
+            if settings.evictsQuietAtOnce, hasLimit, limitGroup.openConnections >= hardBound, !closeQuietest(acceptedBefore: batchStart) { return }
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let client = withUnsafeMutablePointer(to: &storage) {
@@ -163,16 +163,17 @@ public final class HTTPServer {
                 Glibc.close(client)
                 continue
             }
-            nextSequence += 1
+            limitGroup.nextSequence += 1
             let fixed = connectionSettings ?? HTTPServerConnection.FixedSettings(settings)
             connectionSettings = fixed
-            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, settings: settings, fixed: fixed, sequence: nextSequence)
+            let connection = HTTPServerConnection(loop: loop, fd: client, peer: peer, settings: settings, fixed: fixed,
+                                                  sequence: limitGroup.nextSequence)
             let id = ObjectIdentifier(connection)
             connections[id] = connection
             connection.server = self
             admit(connection)
             onConnection(connection)
-            updateAccepting()
+            updateAcceptingInGroup()
         }
     }
 
@@ -193,9 +194,15 @@ public final class HTTPServer {
         // Each connection forgets the server first: it must not report back (this may be the deinit).
         let closing = Array(connections.values)
         connections.removeAll()
-        withinLimit = 0
-        overLimit = 0
-        waitingConnections = 0
+        // Only this listener's share of the group's counts goes.
+        for connection in closing {
+            if !connection.isOverLimit {
+                limitGroup.withinLimit -= 1
+            } else {
+                limitGroup.overLimit -= 1
+                if !connection.isRefusedOverLimit { limitGroup.waitingConnections -= 1 }
+            }
+        }
         for connection in closing {
             connection.detachFromServer()
             connection.close()
@@ -204,6 +211,7 @@ public final class HTTPServer {
 
     deinit {
         close()
+        limitGroup.leave(ObjectIdentifier(self))
     }
 
 }

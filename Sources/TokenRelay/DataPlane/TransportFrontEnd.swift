@@ -21,6 +21,9 @@ final class TransportFrontEnd {
     private var routeStarters: [String: ClientSessionStarter] = [:]
     /// Client connections accepted and not ended, with or without a session.
     private(set) var openConnections = 0
+    /// `limits.max_client_connections` for the whole process: the main listener and every route's own count
+    /// against it together, with the main listener's rules at the limit applying across all of them.
+    private let clientConnectionLimit = ConnectionLimitGroup()
 
     var port: UInt16 { server.port }
     /// The port a route's own listener is bound to (nil: none).
@@ -30,20 +33,22 @@ final class TransportFrontEnd {
         self.proxy = proxy
         do {
             server = try HTTPServer(loop: proxy.loop.transport, host: config.listen.host, port: UInt16(clamping: config.listen.port),
-                                    backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
+                                    backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config),
+                                    limitGroup: clientConnectionLimit) { _ in }
         } catch {
             // One line for every listener: "cannot listen on 127.0.0.1:8080: Address already in use".
             throw HTTPListener.BindError(description: "cannot listen on \(error.description)")
         }
         server.onConnection = { [unowned self] connection in self.accepted(connection, listenerRoute: nil) }
         server.onLimitEvent = { [unowned self] event in self.limitReached(event) }
-        // Same limits and timeouts as the main listener, each counted on its own listener.
+        // Same limits and timeouts as the main listener, the connections counted with the main listener's.
         for route in config.routes {
             guard let listen = route.listen else { continue }
             let routeServer: HTTPServer
             do {
                 routeServer = try HTTPServer(loop: proxy.loop.transport, host: listen.host, port: UInt16(clamping: listen.port),
-                                             backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config)) { _ in }
+                                             backlog: Int32(clamping: config.limits.listenBacklog), settings: Self.settings(config),
+                                             limitGroup: clientConnectionLimit) { _ in }
             } catch {
                 throw HTTPListener.BindError(description: "cannot listen on \(error.description) (routes \(route.name))")
             }

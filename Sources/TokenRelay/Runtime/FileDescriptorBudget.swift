@@ -11,17 +11,17 @@ enum FileDescriptorBudget {
     /// Descriptors beside connections: listeners, the token file and its lock, DNS, the event loop, logs.
     static let overhead = 64
 
-    /// `listeners`: the main listener and each route's own (`routes[].listen`): each has the client connection
-    /// limit. The upstream connection limit bounds every route's pools together (`UpstreamConnectionBudget`).
-    static func needed(for limits: Config.Limits, listeners: Int = 1) -> Int {
-        max(1, listeners) * (limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance)
+    /// The client connection limit bounds the main listener and every route's own together
+    /// (`ConnectionLimitGroup`), and the upstream connection limit every route's pools (`UpstreamConnectionBudget`).
+    static func needed(for limits: Config.Limits) -> Int {
+        limits.maxClientConnections + HTTPServer.Settings(maxConnections: limits.maxClientConnections).effectiveOverLimitAllowance
             + limits.maxUpstreamConnections + limits.maxTunnels /* their upstream sides */ + 1 /* token endpoint */ + AdminServer.maxDescriptors + overhead
     }
 
     /// Raises the soft limit towards `needed` (never above the hard limit). Returns a warning when even
     /// the hard limit is too low.
-    static func ensure(for limits: Config.Limits, listeners: Int = 1) -> String? {
-        let needed = rlim_t(Self.needed(for: limits, listeners: listeners))
+    static func ensure(for limits: Config.Limits) -> String? {
+        let needed = rlim_t(Self.needed(for: limits))
         var limit = rlimit()
         guard getrlimit(openFiles, &limit) == 0 else { return nil }
         guard limit.rlim_cur < needed else { return nil }

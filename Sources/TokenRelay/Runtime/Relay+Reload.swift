@@ -111,7 +111,7 @@ extension Relay {
     }
 
     private func apply(_ next: Config, preflight: Preflight) {
-        if let warning = FileDescriptorBudget.ensure(for: next.limits, listeners: 1 + next.routes.filter { $0.listen != nil }.count) { logger.warning("\(warning)") }
+        if let warning = FileDescriptorBudget.ensure(for: next.limits) { logger.warning("\(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }

@@ -67,7 +67,7 @@ public final class Relay {
         tokenSealer = preflight.codecs.sealer
         redactor.update([preflight.tokens.accessToken, preflight.tokens.refreshToken])
         redactor.add(preflight.clientSecret)
-        if let warning = FileDescriptorBudget.ensure(for: config.limits, listeners: 1 + config.routes.filter { $0.listen != nil }.count) { logger.warning("\(warning)") }
+        if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
         if let warning = config.dataPlane.retiredWarning { logger.warning("\(warning)") }
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         for field in preflight.unverifiedTLSTargets {
