@@ -15,7 +15,8 @@ extension Config {
         public var identity: String?
         /// The route's own token header; nil: the top-level `inject`.
         public var inject: InjectSettings?
-        /// `routes[].max_held_requests`: this route's share of `limits.max_held_requests`; nil: the whole of it.
+        /// `routes[].max_held_requests`: this route's share of `limits.max_held_requests`; nil: an equal part of
+        /// what the explicit ones leave (`Config.heldRequestShare`).
         public var maxHeldRequests: Int?
     }
 

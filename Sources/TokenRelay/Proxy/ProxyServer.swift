@@ -110,7 +110,7 @@ final class ProxyServer {
         return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS),
                                injection: injection, proxy: self, coordinator: identityCoordinator(identity, config), metrics: metrics,
                                requestCounters: requestCounters(config, routeName: routeName),
-                               routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.limits.maxHeldRequests,
+                               routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.heldRequestShare(route: nil),
                                answersNotFound: routeName == nil && !config.hasDefaultRoute)
     }
 
@@ -135,7 +135,7 @@ final class ProxyServer {
             let route = config.routes[index]
             return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
                                upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity, routeName: route.name,
-                               maxHeld: route.maxHeldRequests)
+                               maxHeld: config.heldRequestShare(route: index))
         }
         listenerContexts = [:]
         for (index, route) in config.routes.enumerated() where route.listen != nil { listenerContexts[route.name] = routeContexts[index] }

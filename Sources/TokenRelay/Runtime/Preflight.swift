@@ -167,6 +167,7 @@ public struct Preflight {
     /// One line for `check`, with no secret in it.
     public var summary: String {
         storeSummary + dpopWarnings.map { "; WARNING: \($0)" }.joined()
+            + (config.heldRequestShareWarning.map { "; WARNING: \($0)" } ?? "")
     }
 
     /// `dpop` without `key_file` and without `tokens.encryption`, at the top level or for an identity: the

@@ -112,6 +112,7 @@ extension Relay {
 
     private func apply(_ next: Config, preflight: Preflight) {
         if let warning = FileDescriptorBudget.ensure(for: next.limits) { logger.warning("\(warning)") }
+        if let warning = next.heldRequestShareWarning { logger.warning("\(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])
         }

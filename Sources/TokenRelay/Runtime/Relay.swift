@@ -69,6 +69,7 @@ public final class Relay {
         redactor.add(preflight.clientSecret)
         if let warning = FileDescriptorBudget.ensure(for: config.limits) { logger.warning("\(warning)") }
         if let warning = config.dataPlane.retiredWarning { logger.warning("\(warning)") }
+        if let warning = config.heldRequestShareWarning { logger.warning("\(warning)") }
         if let warning = TokenExpiry.clampWarning(for: preflight.tokens, now: Date()) { logger.warning("token file: \(warning)") }
         for field in preflight.unverifiedTLSTargets {
             logger.warning("TLS certificate verification is disabled; the connection can be intercepted", metadata: ["target": "\(field)"])

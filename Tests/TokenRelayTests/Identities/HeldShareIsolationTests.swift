@@ -1,0 +1,75 @@
+import Foundation
+import XCTest
+
+/// Held-request shares without any `routes[].max_held_requests`: the top-level route (its identity's token
+/// endpoint hanging) floods past `limits.max_held_requests`, and route `b`, on its own identity and token
+/// server, still has slots when its token dies at that moment.
+final class HeldShareIsolationTests: ReloadTestCase {
+    private var tokenServerB: FakeTokenServer!
+    private var apiB: FakeAPIServer!
+    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
+        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
+        let tokens = tokenServerB.issueInitialTokens()
+        try writeTokenFile(at: tokenFileB, access: tokens.access, refresh: tokens.refresh)
+    }
+
+    override func tearDownWithError() throws {
+        try super.tearDownWithError()
+        tokenServerB?.stop()
+    }
+
+    /// Global limit 4, no route sets its own: the top-level route and b get 2 each. Without the shares the
+    /// top-level flood takes all 4 slots and b's requests are refused although b's refresh works.
+    func testARefreshStormOnOneRouteLeavesAnotherRouteItsShareOfHeldSlots() throws {
+        let relay = try startRelay([
+            "limits": ["max_held_requests": 4],
+            "routes": [["name": "b", "match": ["path_prefix": "/b/", "strip_prefix": true], "upstream": ["url": apiB.baseURL], "identity": "b"]],
+            "identities": ["b": [
+                "tokens": ["file": tokenFileB.path],
+                "refresh": ["grant": "refresh_token", "token_url": tokenServerB.tokenURL, "client_id": "legacy-app",
+                            "client_secret_env": "TOKENRELAY_CLIENT_SECRET", "client_auth": "client_secret_basic"],
+            ]],
+        ])
+        XCTAssertEqual(try get(relay, "/a/warm").status, 200)
+        XCTAssertEqual(try get(relay, "/b/warm").status, 200)
+        let port = relay.proxyPort
+        // The top-level identity's token endpoint hangs while its token is dead: a burst of 6 (more than the
+        // global limit) has 2 held (its share) and 4 refused at once.
+        tokenServer.failureMode = .gated
+        tokenServer.expireAccessTokens()
+        let flood = HTTPTestClient.concurrentlyAsync {
+            HTTPTestClient.concurrently(6) { index in try HTTPTestClient.send(port: port, method: "GET", path: "/a/\(index)").status }
+        }
+        XCTAssertTrue(waitUntil(timeout: 10) { self.heldRequests(relay) == 2 }, "the top-level route holds its share")
+        XCTAssertEqual(try get(relay, "/a/more").status, 503, "the top-level route is at its share")
+        // b's token dies too; its refresh is kept in flight so its held requests can be counted.
+        tokenServerB.failureMode = .gated
+        tokenServerB.expireAccessTokens()
+        let others = HTTPTestClient.concurrentlyAsync {
+            HTTPTestClient.concurrently(2) { index in try HTTPTestClient.send(port: port, method: "GET", path: "/b/item/\(index)").status }
+        }
+        XCTAssertTrue(waitUntil(timeout: 10) { self.heldRequests(relay) == 4 }, "b's requests are held beside the flood")
+        tokenServerB.openGate()
+        let otherStatuses = try others.wait(timeout: 30).map { (try? $0.get()) ?? -1 }
+        XCTAssertEqual(otherStatuses, [200, 200], "b: held and replayed while the top-level refresh still hangs")
+        XCTAssertEqual(tokenServerB.successfulRefreshes, 1)
+        XCTAssertEqual(heldRequests(relay), 2, "the flood is still held")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 0)
+        tokenServer.openGate()
+        let floodStatuses = try flood.wait(timeout: 30).map { (try? $0.get()) ?? -1 }
+        XCTAssertEqual(floodStatuses.sorted(), [200, 200, 503, 503, 503, 503], "two held and replayed, the rest over the share")
+        XCTAssertEqual(tokenServer.successfulRefreshes, 1)
+        XCTAssertEqual(tokenServer.reuseDetections + tokenServerB.reuseDetections, 0)
+        XCTAssertEqual(Set(apiB.requests.map(\.target).filter { $0.hasPrefix("/item/") }).count, 2)
+    }
+
+    private func heldRequests(_ relay: TokenRelayProcess) -> Int {
+        guard let body = try? admin(relay, "/status").body,
+              let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return -1 }
+        return (object["held_requests"] as? Int) ?? -1
+    }
+}
