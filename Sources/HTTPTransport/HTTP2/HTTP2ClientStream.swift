@@ -58,9 +58,9 @@ public final class HTTP2ClientStream {
     public private(set) var responseStarted = false
 
     private var requestMethod = HTTPMethod.get
-    private var fields: [(name: [UInt8], value: [UInt8])] = []
-    /// The current header block's size as HTTP/1.1 field lines (`settings.maxHeadBytes` bounds it).
-    private var fieldBytes = 0
+    /// The current header block (`settings.maxHeadBytes` bounds it), mapped onto HTTP/1.1 by HTTPWire.
+    private var block: HTTP2ResponseFields
+    /// The final response's status once its head came (a 1xx head's while one is read).
     private var status = 0
     private var headDone = false
     /// Why nghttp2 refused a frame of this stream (and reset it on our side), if it did.
@@ -83,6 +83,7 @@ public final class HTTP2ClientStream {
 
     init(connection: HTTP2ClientConnection) {
         self.connection = connection
+        block = HTTP2ResponseFields(maxBytes: connection.settings.maxHeadBytes)
     }
 
     // MARK: - The request
@@ -220,27 +221,21 @@ public final class HTTP2ClientStream {
 
     func beginHeaders() {
         lastInput = monotonicSeconds()
-        fields.removeAll(keepingCapacity: true)
-        fieldBytes = 0
+        block.begin()
     }
 
     /// False when the header block grows over `settings.maxHeadBytes` (the stream is then reset).
     func addField(name: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) -> Bool {
-        fieldBytes += name.count + value.count + 4
-        guard fieldBytes <= connection.settings.maxHeadBytes else {
+        guard block.add(name: name, value: value) else {
             rejectedByUs("response header list over \(connection.settings.maxHeadBytes) bytes")
             return false
         }
-        if !headDone, name.count == 7, name.elementsEqual(":status".utf8) {
-            status = value.reduce(0) { $0 &* 10 &+ Int($1 &- 48) }
-            return true
-        }
-        fields.append((Array(name), Array(value)))
         return true
     }
 
     func headersComplete(endStream: Bool) {
         guard !isEnded else { return }
+        if !headDone { status = block.status }
         if endStream && (headDone || status >= 200) { endSeen = true }
         if headDone {
             // Trailers (nghttp2 has checked that they carry END_STREAM and no pseudo-header).
@@ -341,25 +336,12 @@ public final class HTTP2ClientStream {
         connection.streamReleased()
     }
 
-    private func stringFields() -> [(name: String, value: String)] {
-        fields.map { (String(decoding: $0.name, as: UTF8.self), String(decoding: $0.value, as: UTF8.self)) }
-    }
+    private func stringFields() -> [(name: String, value: String)] { block.stringFields }
 
     /// The head as HTTP/1.1 bytes, parsed by HTTPWire like any upstream's.
     private func makeHead(endStream: Bool) -> ReceivedResponseHead? {
-        var bytes = Array("HTTP/1.1 \(status) \(HTTPStatusPhrase.phrase(for: status))\r\n".utf8)
-        var hasLength = false
-        for field in fields {
-            if field.name.elementsEqual("content-length".utf8) { hasLength = true }
-            bytes.append(contentsOf: field.name)
-            bytes.append(contentsOf: ": ".utf8)
-            bytes.append(contentsOf: field.value)
-            bytes.append(contentsOf: "\r\n".utf8)
-        }
-        let bodiless = requestMethod == .head || status == 204 || status == 304
-        if !hasLength && !bodiless { bytes.append(contentsOf: (endStream ? "content-length: 0\r\n" : "transfer-encoding: chunked\r\n").utf8) }
-        bytes.append(contentsOf: "\r\n".utf8)
-        var parser = HeadParser(limits: HTTPWireLimits(maxHeadBytes: max(connection.settings.maxHeadBytes, bytes.count)))
+        var bytes = block.http1Head(requestMethod: requestMethod, endStream: endStream, reason: HTTPStatusPhrase.phrase(for: status))
+        var parser = HeadParser(limits: block.headLimits(HTTPWireLimits(maxHeadBytes: connection.settings.maxHeadBytes), headBytes: bytes.count))
         var parsed = ResponseHead()
         let method = requestMethod
         let outcome: Result<Bool, HTTPWireError> = bytes.withUnsafeMutableBytes { buffer in

@@ -16,6 +16,7 @@ Settings (all optional):
   broken_frame_paths      requests to these paths are answered with a CONTINUATION flood (the connection stays open 3 s)
   large_paths             {path: bytes}: a 200 of that many body bytes, sent as the client's window allows; when a
                           window stops it, {"event": "window_closed", "stream": id, "sent": n} is logged
+  many_fields_paths       requests to these paths get a 200 with 256 fields (x-f0 ... x-f255) and no body
   cert_file, key_file     serve TLS with ALPN ["h2"] (or ["http/1.1"] with alpn_http11_only: answers 505 over HTTP/1.1)
   alpn_file               with TLS: a file read at each new connection, "h2" or "http/1.1" (a redeploy that changes what
                           the server selects); an open h2 connection that sees "http/1.1" at a request sends GOAWAY below
@@ -189,6 +190,9 @@ class Connection:
             self.conn.send_headers(stream_id, [(":status", "200"), ("content-length", str(settings["large_paths"][path]))])
             self.large[stream_id] = [settings["large_paths"][path], 0]
             self.send_large()
+            return
+        if path in settings.get("many_fields_paths", []):
+            self.conn.send_headers(stream_id, [(":status", "200")] + [("x-f%d" % i, "1") for i in range(256)], end_stream=True)
             return
         if path in settings.get("stall_paths", []):
             # Half a body, then silence (the connection stays open).
