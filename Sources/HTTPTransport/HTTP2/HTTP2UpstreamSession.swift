@@ -11,44 +11,30 @@ enum HTTP2UpstreamSession {
     /// Creates the session and queues our SETTINGS (after the client preface, which nghttp2 writes
     /// first). False if nghttp2 could not allocate it.
     static func make(_ session: inout OpaquePointer?, for connection: HTTP2ClientConnection, maxStreams: Int) -> Bool {
-        var callbacks: OpaquePointer?
-        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
-        defer { nghttp2_session_callbacks_del(callbacks) }
-        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
-        nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
-        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
-        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
-        nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, onInvalidFrame)
-
-        var option: OpaquePointer?
-        guard nghttp2_option_new(&option) == 0, let option else { return false }
-        defer { nghttp2_option_del(option) }
-        // Response bodies are acknowledged only once handed to the client (or dropped): a slow client
-        // stops its upstream stream by flow control instead of being buffered without bound.
-        nghttp2_option_set_no_auto_window_update(option, 1)
-        nghttp2_option_set_max_continuations(option, 8)
-        nghttp2_option_set_max_settings(option, 32)
-        nghttp2_option_set_max_outbound_ack(option, 1000)
-        // Until the server's SETTINGS say otherwise, no more streams than we would use anyway.
-        nghttp2_option_set_peer_max_concurrent_streams(option, UInt32(clamping: max(1, maxStreams)))
-
-        let context = Unmanaged.passUnretained(connection).toOpaque()
-        guard nghttp2_session_client_new2(&session, callbacks, context, option) == 0, let session else { return false }
-        var entries = [
+        // Response bodies wait for a slow client by flow control, and the flood limits apply (see
+        // `HTTP2SessionConnection.makeSession`).
+        let made = HTTP2ClientConnection.makeSession(&session, for: connection, register: { callbacks in
+            nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks, onBeginHeaders)
+            nghttp2_session_callbacks_set_on_header_callback(callbacks, onHeader)
+            nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, onFrameReceived)
+            nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, onDataChunk)
+            nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, onStreamClose)
+            nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(callbacks, onInvalidFrame)
+        }, moreOptions: { option in
+            // Until the server's SETTINGS say otherwise, no more streams than we would use anyway.
+            nghttp2_option_set_peer_max_concurrent_streams(option, UInt32(clamping: max(1, maxStreams)))
+        }, create: { nghttp2_session_client_new2($0, $1, $2, $3) })
+        guard made, let session else { return false }
+        // As on the server side, the connection's window is opened to what all streams' windows add up to, so
+        // one stream whose client is slow never stalls the others.
+        return HTTP2ClientConnection.submitSettings(session, [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: UInt32(streamWindow)),
-        ]
-        guard nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entries, entries.count) == 0 else { return false }
-        // As on the server side: the connection's window is opened to what all streams' windows add up to,
-        // so one stream whose client is slow never stalls the others (docs/nghttp2.md).
-        let connectionWindow = Int32(clamping: max(1, maxStreams) &* streamWindow)
-        return nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, connectionWindow) == 0
+        ], streams: maxStreams, streamWindow: streamWindow)
     }
 
     private static func connection(_ userData: UnsafeMutableRawPointer?) -> HTTP2ClientConnection? {
-        guard let userData else { return nil }
-        return Unmanaged<HTTP2ClientConnection>.fromOpaque(userData).takeUnretainedValue()
+        HTTP2ClientConnection.from(userData)
     }
 
     private static let onBeginHeaders: nghttp2_on_begin_headers_callback = { _, frame, userData in
@@ -87,13 +73,7 @@ enum HTTP2UpstreamSession {
     }
 
     private static let onDataChunk: nghttp2_on_data_chunk_recv_callback = { _, _, id, data, length, userData in
-        guard let connection = connection(userData) else { return 0 }
-        guard let stream = connection.stream(id) else {
-            connection.consume(id, length)
-            return 0
-        }
-        stream.receivedBody(UnsafeRawBufferPointer(start: data, count: length))
-        return 0
+        HTTP2ClientConnection.onDataChunk(id, data, length, userData)
     }
 
     /// nghttp2 refused a frame of a stream (a response field or message that breaks RFC 9113, e.g. a
@@ -106,15 +86,11 @@ enum HTTP2UpstreamSession {
     }
 
     private static let onStreamClose: nghttp2_on_stream_close_callback = { _, id, errorCode, userData in
-        connection(userData)?.streamClosed(id, errorCode: errorCode)
-        return 0
+        HTTP2ClientConnection.onStreamClose(id, errorCode, userData)
     }
 
     /// nghttp2 asks for a request's next DATA bytes.
     static let readBody: nghttp2_data_source_read_callback = { _, id, buffer, length, flags, _, userData in
-        guard let connection = connection(userData), let buffer, let flags, let stream = connection.stream(id) else {
-            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
-        }
-        return stream.readBody(into: buffer, length, flags: flags)
+        HTTP2ClientConnection.onReadBody(id, buffer, length, flags, userData)
     }
 }
