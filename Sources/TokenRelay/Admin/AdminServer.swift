@@ -178,6 +178,12 @@ final class AdminServer {
         var report = coordinator.map(identityReport) ?? processReport()
         report["ready"] = notReadyReasonOfAll() == nil
         report["held_requests"] = proxy.heldCount
+        if !proxy.config.routes.isEmpty {
+            // Each route's share of limits.max_held_requests is derived from the config: shown so an operator sees it.
+            report["routes"] = Dictionary(uniqueKeysWithValues: proxy.heldByRoute.map {
+                ($0.route, ["held_requests": $0.held, "max_held_requests": $0.limit])
+            })
+        }
         if !identities.isEmpty {
             report["identities"] = Dictionary(uniqueKeysWithValues: identities.map { ($0.name, identityReport($0.coordinator)) })
         }

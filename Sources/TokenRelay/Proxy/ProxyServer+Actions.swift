@@ -69,6 +69,12 @@ extension ProxyServer {
     /// Held requests that arrived on the route `name` (`default`: the top-level one).
     func heldCount(ofRoute name: String) -> Int { held.count(ofRoute: name) }
 
+    /// Each route's held requests and its share (`Config.heldRequestShare`), the top-level route first when it serves.
+    var heldByRoute: [(route: String, held: Int, limit: Int)] {
+        let contexts = (config.hasDefaultRoute ? [context!] : []) + routeContexts
+        return contexts.map { ($0.routeName, held.count(ofRoute: $0.routeName), $0.maxHeld) }
+    }
+
     /// Releases every request held for `identity`, oldest first, with the outcome of its refresh.
     func refreshFinished(_ outcome: RefreshCoordinator.Outcome, of identity: RefreshCoordinator) {
         let waiting = held.removeAll(of: identity)

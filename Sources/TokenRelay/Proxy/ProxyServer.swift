@@ -28,7 +28,7 @@ final class ProxyServer {
     let upstreamBudget: UpstreamConnectionBudget
     /// The contexts of `config.routes`, in route order, their names (to hand an exchange in flight to its
     /// route's next context at a reload), and the lookup for the main listener.
-    private var routeContexts: [ExchangeContext] = []
+    private(set) var routeContexts: [ExchangeContext] = []
     private var routeNames: [String] = []
     private var routeTable = RouteTable(routes: [], hasDefaultRoute: true)
     /// Whether `routeTable` has a route: a plain flag, so that the look-up a config without routes makes on
