@@ -11,8 +11,10 @@
 ///
 /// Each connection takes a slot of the pool's `UpstreamConnectionBudget`, as in `UpstreamPool`: a pool
 /// that needs one more connection while the budget is spent waits in its line. A connection with no
-/// stream is idle: another pool may have it closed for its slot, and when its last stream ends while
-/// another pool waits, it closes. One whose streams keep going is never cut for another pool.
+/// stream is idle: another pool may have it closed for its slot. While another pool is first in line, a
+/// stream ending makes its connection yield (`yielding`: no new stream, closed after its last), so its
+/// slot goes there; no stream in flight is cut for it. No GOAWAY is sent for that: some servers stop
+/// answering the streams they have once they receive one.
 public final class HTTP2UpstreamPool {
     public struct Settings: Sendable {
         public var maxConnections: Int
@@ -111,7 +113,7 @@ public final class HTTP2UpstreamPool {
             ready(.failure(isRetired ? .retired : .connectFailed("the upstream speaks HTTP/1.1")))
             return ticket
         }
-        if waitingCount == 0, let connection = connections.first(where: { $0.hasRoom }) {
+        if waitingCount == 0, let connection = connections.first(where: takesStreams) {
             ticket.ready = nil
             ready(.success(connection.makeStream()))
             return ticket
@@ -164,7 +166,7 @@ public final class HTTP2UpstreamPool {
     /// Hands streams to waiters while a connection has room; opens one more connection when waiters are
     /// left and none is on its way up.
     private func pump() {
-        while waitingCount > 0, let connection = connections.first(where: { $0.hasRoom }) {
+        while waitingCount > 0, let connection = connections.first(where: takesStreams) {
             guard let ticket = nextWaiter(), let ready = ticket.ready else { continue }
             ticket.ready = nil
             ready(.success(connection.makeStream()))
@@ -188,6 +190,14 @@ public final class HTTP2UpstreamPool {
         } else {
             budget.wait(seat)
         }
+    }
+
+    /// Connections that take no new stream and close after their last: their slot goes to another pool.
+    private var yielding: Set<ObjectIdentifier> = []
+
+    /// Whether a new stream may go on `connection` (it has room and is not yielding its slot).
+    private func takesStreams(_ connection: HTTP2ClientConnection) -> Bool {
+        connection.hasRoom && (yielding.isEmpty || !yielding.contains(ObjectIdentifier(connection)))
     }
 
     /// Set while the budget offers this pool a slot (`budgetOffersSlot`): `pump` may take it although
@@ -220,8 +230,15 @@ public final class HTTP2UpstreamPool {
         connection.onReady = { [weak self] in self?.pump() }
         connection.onStreamClosed = { [weak self, unowned connection] in
             guard let self else { return }
-            // Another pool waits for the budget: a connection this pool no longer uses goes, for its slot.
-            if (self.isRetired || self.budget.isWaitedFor(by: self.seat) && self.waitingCount == 0) && connection.activeStreams == 0 {
+            // Another pool is first in line for the budget: the connection goes, for its slot, at once if it
+            // carries nothing, else after its last stream. Were it only closed when idle, a route whose
+            // streams overlap without pause would keep its slots for ever and the other route's requests
+            // would wait until their pool wait answered 503. This pool's next requests queue for a slot.
+            if self.budget.isWaitedFor(by: self.seat) && !connection.isClosed && connection.activeStreams > 0 {
+                self.yielding.insert(ObjectIdentifier(connection))
+            }
+            if (self.isRetired || self.budget.isWaitedFor(by: self.seat) || self.yielding.contains(ObjectIdentifier(connection)))
+                && connection.activeStreams == 0 {
                 connection.close()
             }
             self.pump()
@@ -231,6 +248,7 @@ public final class HTTP2UpstreamPool {
 
     private func closed(_ connection: HTTP2ClientConnection) {
         connections.removeAll { $0 === connection }
+        if !yielding.isEmpty { yielding.remove(ObjectIdentifier(connection)) }
         // Last: the waiters of a connection that never came up are answered on it first.
         defer { budget.giveBack() }
         if connection.serverChoseHTTP1 { serverChoseHTTP1 = true }

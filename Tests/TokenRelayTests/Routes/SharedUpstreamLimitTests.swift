@@ -123,9 +123,7 @@ final class SharedUpstreamLimitTests: ReloadTestCase {
     /// An HTTP/2 route and an HTTP/1.1 route under a limit of 1: each route's idle connection is closed
     /// for the other's request (the HTTP/2 pool draws from the same budget), and every request gets 200.
     func testAnHTTP2RouteAndAnHTTP1RouteShareTheLimit() throws {
-        guard ["/usr/bin/python3", "python3"].contains(where: { (try? runTool($0, ["-c", "import h2"], timeout: 30))?.exitCode == 0 }) else {
-            throw XCTSkip("python3 h2 is not installed (scripts/ensure-deps --test installs python3-h2)")
-        }
+        try requireH2Fixture()
         let h2 = try H2Upstream(workDir: workDir)
         defer { h2.stop() }
         let apiB = try secondAPI()
@@ -146,5 +144,48 @@ final class SharedUpstreamLimitTests: ReloadTestCase {
         XCTAssertEqual(h2.connectionCount, 2, "a's first connection was closed for b, so a opened another")
         XCTAssertTrue(waitUntil(timeout: 5) { apiB.openConnections == 0 }, "b's idle connection was closed for a")
         XCTAssertLessThanOrEqual(census.highest, 1)
+    }
+
+    /// An HTTP/2 route whose streams overlap without pause (each answered after 0.6 s, a new one every
+    /// 0.15 s for 4 s) and an HTTP/1.1 route, under a limit of 1: the HTTP/1.1 request is served while the
+    /// HTTP/2 traffic still runs (the HTTP/2 connection yields its slot after its streams in flight), not
+    /// only once that traffic stops; every request gets 200.
+    func testAnHTTP2RouteWithOverlappingStreamsYieldsItsConnection() throws {
+        try requireH2Fixture()
+        let h2 = try H2Upstream(workDir: workDir, settings: ["delay_ms": 600])
+        defer { h2.stop() }
+        let apiB = try secondAPI()
+        let routes: [[String: Any]] = [
+            ["name": "a", "match": ["path_prefix": "/a/"], "upstream": ["url": h2.url, "http2": "prior_knowledge"]],
+            ["name": "b", "match": ["path_prefix": "/b/"], "upstream": ["url": apiB.baseURL]],
+        ]
+        let relay = try startRelay(["data_plane": "transport", "routes": routes, "limits": ["max_upstream_connections": 1],
+                                    "timeouts": ["pool_wait_seconds": 20]])
+        let port = relay.proxyPort
+        var traffic: [AsyncCall<Int>] = []
+        var other: AsyncCall<Date>?
+        let start = Date()
+        while Date().timeIntervalSince(start) < 4 {
+            traffic.append(send(relay, "/a/\(traffic.count)"))
+            if other == nil && Date().timeIntervalSince(start) > 1 {
+                other = AsyncCall {
+                    let status = try HTTPTestClient.send(port: port, method: "GET", path: "/b/1", timeout: 30).status
+                    guard status == 200 else { throw TestSupportError("route b got \(status)") }
+                    return Date()
+                }
+            }
+            usleep(150_000)   // the pace of the HTTP/2 traffic, not a wait for anything
+        }
+        let trafficEnd = Date()
+        let served = try XCTUnwrap(other).wait(timeout: 30)
+        XCTAssertLessThan(served, trafficEnd, "route b was served while route a's streams kept overlapping")
+        XCTAssertEqual(try traffic.map { try $0.wait(timeout: 30) }, Array(repeating: 200, count: traffic.count))
+        XCTAssertGreaterThanOrEqual(h2.connectionCount, 2, "a's connection yielded and a opened another afterwards")
+    }
+
+    private func requireH2Fixture() throws {
+        guard ["/usr/bin/python3", "python3"].contains(where: { (try? runTool($0, ["-c", "import h2"], timeout: 30))?.exitCode == 0 }) else {
+            throw XCTSkip("python3 h2 is not installed (scripts/ensure-deps --test installs python3-h2)")
+        }
     }
 }
