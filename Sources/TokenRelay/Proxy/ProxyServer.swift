@@ -104,10 +104,11 @@ final class ProxyServer {
 
     /// `routeName`: nil for the top-level route.
     private func makeContext(_ config: Config, upstream: Config.Upstream, injection: InjectSettings, upstreamTLS: TLSContext?,
-                             identity: String? = nil, routeName: String? = nil, maxHeld: Int? = nil) -> ExchangeContext {
+                             identity: String? = nil, routeName: String? = nil, maxHeld: Int? = nil,
+                             listener: (host: String, port: Int)? = nil) -> ExchangeContext {
         // A route's identity has its own refresh block, trigger statuses included (the checks make a missing one impossible).
         let refresh = identity.flatMap { name in config.identities.first { $0.name == name }?.refresh } ?? config.refresh
-        return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS),
+        return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS, listener: listener),
                                injection: injection, proxy: self, coordinator: identityCoordinator(identity, config), metrics: metrics,
                                requestCounters: requestCounters(config, routeName: routeName),
                                routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.heldRequestShare(route: nil),
@@ -133,9 +134,11 @@ final class ProxyServer {
         routeNames = config.routes.map(\.name)
         routeContexts = config.routes.indices.map { index in
             let route = config.routes[index]
+            // A route with its own listener: an absolute-form target there names that listener.
+            let listener = route.listen.flatMap { listen in frontEnd.port(ofRoute: route.name).map { (listen.host, Int($0)) } }
             return makeContext(config, upstream: route.upstream, injection: route.inject ?? config.inject,
                                upstreamTLS: index < routeTLS.count ? routeTLS[index] : nil, identity: route.identity, routeName: route.name,
-                               maxHeld: config.heldRequestShare(route: index))
+                               maxHeld: config.heldRequestShare(route: index), listener: listener)
         }
         listenerContexts = [:]
         for (index, route) in config.routes.enumerated() where route.listen != nil { listenerContexts[route.name] = routeContexts[index] }
@@ -161,9 +164,10 @@ final class ProxyServer {
         return (context, 0)
     }
 
-    private func makeRoute(_ upstream: Config.Upstream, _ config: Config, upstreamTLS: TLSContext?) -> UpstreamRoute {
-        let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenPort: boundPort,
-                                  budget: upstreamBudget)
+    private func makeRoute(_ upstream: Config.Upstream, _ config: Config, upstreamTLS: TLSContext?,
+                           listener: (host: String, port: Int)? = nil) -> UpstreamRoute {
+        let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenHost: listener?.host,
+                                  listenPort: listener?.port ?? boundPort, budget: upstreamBudget)
         let desynced: (Int) -> Void = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",

@@ -28,8 +28,9 @@ final class UpstreamRoute {
     var hasPassthroughPaths: Bool { !passthroughPrefixes.isEmpty }
 
     /// `settings`: the top-level `upstream` or a route's. `budget`: the upstream connections of the whole
-    /// process, which every route's pools draw from.
-    init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenPort: Int,
+    /// process, which every route's pools draw from. `listenHost`/`listenPort`: the listener the route's
+    /// requests arrive on (a route's own `listen`, or the main one), which an absolute-form target may name.
+    init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenHost: String? = nil, listenPort: Int,
          budget: UpstreamConnectionBudget) {
         upstream = settings.url
         hostField = PreparedField(name: "Host", value: settings.url.authority)
@@ -40,7 +41,7 @@ final class UpstreamRoute {
         http2Pool = settings.http2 == .never ? nil
             : TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
                                               http1Allowed: settings.http2 == .alpn, budget: budget)
-        targets = RequestTarget(upstream: settings.url, listenHost: config.listen.host, listenPort: listenPort)
+        targets = RequestTarget(upstream: settings.url, listenHost: listenHost ?? config.listen.host, listenPort: listenPort)
     }
 
     /// Requests that use this route. A reload retires the route's pool only once the last of them has

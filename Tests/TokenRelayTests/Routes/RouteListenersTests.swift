@@ -62,6 +62,24 @@ final class RouteListenersTests: ReloadTestCase {
         XCTAssertEqual(tokenServer.reuseDetections, 0)
     }
 
+    /// A client that uses a route's listener as its HTTP proxy names that listener in an absolute-form target:
+    /// it is the relay itself there (as the main listener's address is on the main listener); another
+    /// host is still refused.
+    func testAbsoluteFormNamingARouteListenerIsServedThere() throws {
+        let payAPI = try tokenAPI(header: "X-Api-Token", scheme: "Token ")
+        let relay = try startRelay(["routes": [["name": "pay", "listen": "127.0.0.1:0", "upstream": ["url": payAPI.baseURL],
+                                                "inject": ["header": "X-Api-Token", "format": "Token {token}"]]]])
+        let payPort = try routePort(relay, "pay")
+        func send(_ target: String) throws -> String {
+            let raw = try HTTPTestClient.sendRaw(port: payPort, bytes: Data("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1:\(payPort)\r\nConnection: close\r\n\r\n".utf8))
+            return String(decoding: raw.prefix(12), as: UTF8.self)
+        }
+        XCTAssertEqual(try send("http://127.0.0.1:\(payPort)/abs?q=1"), "HTTP/1.1 200")
+        XCTAssertEqual(payAPI.requests.map(\.target), ["/abs?q=1"])
+        XCTAssertEqual(try send("http://evil.example/x"), "HTTP/1.1 400")
+        XCTAssertEqual(payAPI.requests.count, 1)
+    }
+
     func testWithoutATopLevelUpstreamARequestMatchingNoRouteGets404() throws {
         let hrAPI = try secondAPI()
         let relay = try startRelay(["upstream": NSNull(),
