@@ -43,7 +43,7 @@ public final class HTTP2ClientConnection {
     /// Checks the streams' silence limits while any stream has one (`watchSilence`).
     private var silenceTimer: TransportTimer?
     private var silenceInterval = Double.infinity
-    private let loop: TransportLoop
+    let loop: TransportLoop
     private var flushScheduled = false
     private var selfRetain: HTTP2ClientConnection?
     private let socketOutputLimit = 1 << 20

@@ -78,6 +78,10 @@ public final class HTTP2ClientStream {
     /// The request's last frame (END_STREAM) is handed to nghttp2.
     private var requestSent = false
     var wantsCanSendMore = false
+    /// Where the request stands with `Expect: 100-continue` (`startRequest(..., continueWait:)`): while
+    /// `.waiting` the body is held, so a final answer that comes first (a 401) finds none of it sent.
+    public private(set) var continueState = HTTPClientConnection.ContinueState.notExpected
+    private var continueTimer: TransportTimer?
     private var released = false
     public private(set) var isEnded = false
 
@@ -90,8 +94,10 @@ public final class HTTP2ClientStream {
 
     /// Sends the request head: `:method`, `:scheme`, `:authority` and `:path`, then the field lines
     /// `fields` writes (lower-cased, connection-specific ones left out; a `Host` line becomes `:authority`).
+    /// `continueWait` (with a body): `expect: 100-continue` is sent and the body held (`canSendMore` false)
+    /// until the server's 100, or for that many seconds, as `HTTPClientConnection` does.
     public func startRequest(method: HTTPMethod, methodName: String, target: [UInt8], hasBody: Bool,
-                             fields: (inout HTTPFieldBlock) -> Void) {
+                             continueWait: Double? = nil, fields: (inout HTTPFieldBlock) -> Void) {
         requestMethod = method
         if !connection.isReady, let reason = connection.connectFailure { return fail(.connectFailed(reason)) }
         var block = HTTPFieldBlock()
@@ -106,6 +112,12 @@ public final class HTTP2ClientStream {
         var pathName = ":path"
         pathName.withUTF8 { name in target.withUnsafeBytes { list.append(name: UnsafeRawBufferPointer(name), value: $0) } }
         list.append(contentsOf: rest)
+        if hasBody, let continueWait {
+            list.append(name: "expect", value: "100-continue")
+            continueState = .waiting
+            continueTimer = TransportTimer(loop: connection.loop) { [unowned self] in self.continueWaitEnded(.waitExpired) }
+            continueTimer?.schedule(after: continueWait)
+        }
         if !connection.submit(self, fields: list, hasBody: hasBody) {
             return fail(.notProcessed("the connection takes no new stream"))
         }
@@ -129,7 +141,7 @@ public final class HTTP2ClientStream {
     }
 
     public var canSendMore: Bool {
-        let ok = outbound.count < connection.settings.streamBufferLimit && connection.socketHasRoom
+        let ok = continueState != .waiting && outbound.count < connection.settings.streamBufferLimit && connection.socketHasRoom
         if !ok { wantsCanSendMore = true }
         return ok
     }
@@ -179,6 +191,7 @@ public final class HTTP2ClientStream {
     public func cancel() {
         handler = nil
         isEnded = true
+        continueTimer?.cancel()
         // Both ends done: nghttp2 closes the stream by itself (a reset would only be one more frame).
         guard !released, !(endSeen && requestSent) else { return }
         if id > 0 {
@@ -233,9 +246,25 @@ public final class HTTP2ClientStream {
         return true
     }
 
+    /// The server's 100, or the end of the wait for it: the body may go (`streamCanSendMore` follows from the
+    /// connection's flush, outside nghttp2's callbacks).
+    private func continueWaitEnded(_ outcome: HTTPClientConnection.ContinueState) {
+        guard continueState == .waiting, !isEnded else { return }
+        continueState = outcome
+        continueTimer?.cancel()
+        wantsCanSendMore = true
+        connection.scheduleFlush()
+    }
+
     func headersComplete(endStream: Bool) {
         guard !isEnded else { return }
         if !headDone { status = block.status }
+        if !headDone && status == 100 { continueWaitEnded(.received) }
+        if !headDone && status >= 200 && continueState == .waiting {
+            // A final answer before the body was asked for: none of it is sent (the stream is reset when let go).
+            continueState = .finalResponseFirst
+            continueTimer?.cancel()
+        }
         if endStream && (headDone || status >= 200) { endSeen = true }
         if headDone {
             // Trailers (nghttp2 has checked that they carry END_STREAM and no pseudo-header).
@@ -324,6 +353,7 @@ public final class HTTP2ClientStream {
     private func fail(_ failure: Failure) {
         guard !isEnded else { return }
         isEnded = true
+        continueTimer?.cancel()
         let told = handler
         handler = nil
         told?.stream(self, failed: failure)

@@ -108,7 +108,11 @@ extension RelayedExchange: HTTP2ClientStreamHandler {
             // As on HTTP/1.1: a client that left while its request waited gets no head sent for a body that
             // will never come.
             if client.endIfPeerLeftWhilePaused() { return }
-            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: true) {
+            // As on HTTP/1.1, `expect: 100-continue`: a 401 then comes before the body leaves and the request
+            // can still be replayed. Not for gRPC: its servers do not answer 100, and a streamed call's
+            // status is the client's anyway.
+            stream.startRequest(method: head.method, methodName: upstreamMethod, target: upstreamTarget, hasBody: true,
+                                continueWait: grpc ? nil : context.timeouts.continueSeconds) {
                 writeForwardedFields(into: &$0, credential)
                 if grpc { $0.append(name: "te", value: "trailers") }
             }

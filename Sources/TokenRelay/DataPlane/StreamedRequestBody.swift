@@ -67,19 +67,26 @@ final class StreamedRequestBody {
         client.pauseReading()
     }
 
-    /// The request head has gone out on an HTTP/2 stream: the body flows at once (flow control, not
-    /// `100 Continue`, holds it back), so a 401 that comes after its first bytes is the client's.
+    /// The request head has gone out on an HTTP/2 stream. With `expect: 100-continue` (the stream's
+    /// `continueState` waiting) the body waits as on HTTP/1.1; otherwise (a gRPC call) it flows at once,
+    /// held back by flow control only, and a refusal after its first bytes is the client's.
     func attach(_ stream: HTTP2ClientStream) {
         upstream = .stream(stream)
-        flowing = true
         finishedUpstream = false
+        flowing = stream.continueState != .waiting
+        guard flowing else { return client.pauseReading() }
         client.sendContinue()
         pump()
     }
 
-    /// The HTTP/2 stream can take body bytes again.
+    /// The HTTP/2 stream can take body bytes (again): after its 100, the end of the wait for it, or room.
     func upstreamCanTakeMore(_ stream: HTTP2ClientStream) {
         guard case .stream(let current) = upstream, current === stream else { return }
+        if !flowing {
+            guard stream.continueState == .received || stream.continueState == .waitExpired else { return }
+            flowing = true
+            client.sendContinue()
+        }
         pump()
     }
 

@@ -22,6 +22,8 @@ Settings (all optional):
                           the server selects); an open h2 connection that sees "http/1.1" at a request sends GOAWAY below
                           it and closes (the request not processed)
 
+A request with `expect: 100-continue` gets a 100 at once, or, with a rejected token, its 401 at once (before
+any body; logged {"event": "refused_before_body", "stream": id}); with ignore_expect, no 100 is sent.
 Answers: a request with content-type application/grpc gets a gRPC answer (its message echoed, grpc-status 0,
 or Trailers-Only grpc-status 16 for a rejected token); anything else 200 "ok <path>", or 401 for a rejected token.
 Prints its port on the first stdout line; stops on SIGTERM."""
@@ -121,6 +123,17 @@ class Connection:
             self.send()
             self.sock.shutdown(socket.SHUT_RDWR)
             return
+        if isinstance(event, h2.events.RequestReceived) and dict(event.headers).get("expect") == "100-continue":
+            token = dict(event.headers).get("authorization", "").removeprefix("Bearer ")
+            if rejected(token):
+                log({"event": "refused_before_body", "conn": self.number, "stream": event.stream_id})
+                body = b'{"error":"invalid_token"}'
+                self.conn.send_headers(event.stream_id, [(":status", "401"), ("www-authenticate", 'Bearer error="invalid_token"'),
+                                                         ("content-length", str(len(body)))])
+                self.conn.send_data(event.stream_id, body, end_stream=True)
+                return
+            if not settings.get("ignore_expect"):
+                self.conn.send_headers(event.stream_id, [(":status", "100")])
         if isinstance(event, h2.events.RequestReceived):
             self.streams[event.stream_id] = {"headers": [list(h) for h in event.headers], "body": b""}
             self.received += 1

@@ -47,6 +47,9 @@ final class H2Upstream {
 
     var connectionCount: Int { events.filter { $0["event"] as? String == "connection" }.count }
 
+    /// Requests refused (401) at their `expect: 100-continue` head, before any body.
+    var refusedBeforeBodyCount: Int { events.filter { $0["event"] as? String == "refused_before_body" }.count }
+
     /// How often a `large_paths` response stopped for want of window (the relay held it back).
     var windowClosedCount: Int { events.filter { $0["event"] as? String == "window_closed" }.count }
 
