@@ -66,7 +66,8 @@ final class MemorySafetyTests: RelayTestCase {
 }
 
 /// The HTTP/2 upstream side (`upstream.http2`) under memcheck: streams multiplexed on an h2c upstream,
-/// a refresh and replay, a stream the upstream resets, a GOAWAY mid-burst, a streamed upload, then SIGTERM.
+/// a refresh and replay, a stream the upstream resets, a GOAWAY mid-burst, streamed uploads (one refused at
+/// its `expect: 100-continue` head and replayed), then SIGTERM.
 final class HTTP2UpstreamMemorySafetyTests: RelayTestCase {
     func testAnHTTP2UpstreamSessionHasNoMemoryErrors() throws {
         let valgrind = "/usr/bin/valgrind"
@@ -95,6 +96,12 @@ final class HTTP2UpstreamMemorySafetyTests: RelayTestCase {
         _ = try runTool("nghttp", ["-n"] + uris, timeout: 180)
         let upload = try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/upload", body: Data(repeating: 7, count: 300_000), timeout: 60)
         XCTAssertEqual(upload.status, 200)
+        // A streamed upload refused at its `expect: 100-continue` head: the stream's continue wait ends with
+        // the 401, the stream is reset, and the request goes again after a refresh.
+        try upstream.reject([tokenServer.currentAccessToken ?? ""])
+        let refused = try HTTPTestClient.send(port: relay.proxyPort, method: "POST", path: "/upload2", body: Data(repeating: 7, count: 300_000), timeout: 60)
+        XCTAssertEqual(refused.status, 200)
+        XCTAssertEqual(upstream.refusedBeforeBodyCount, 1)
         relay.signal(SIGTERM)
         let exitCode = relay.waitForExit(timeout: 90)
         let text = (try? String(contentsOf: report, encoding: .utf8)) ?? ""
