@@ -11,8 +11,6 @@ extension ProxyServer {
         logger.warning("upstream request failed", metadata: ["reason": "\(failure)"])
     }
 
-    var activeCount: Int { active.count }
-
     /// `entry`: the access-log line, made only while the access log is on (nil otherwise). `hold`: the
     /// machine's hold record for a request that was held (duration and outcome).
     func exchangeFinished(_ exchange: any ProxiedExchange, status: Int32, counters: RelayMetrics.RequestCounters, entry: AccessLogEntry?,
@@ -20,7 +18,7 @@ extension ProxyServer {
         if let hold, let outcome = RelayMetrics.HoldOutcome(rawValue: hold.outcome.rawValue) {
             metrics.recordHold(seconds: hold.seconds, outcome: outcome)
         }
-        changeActive { $0.remove(exchange) }
+        removeActive(exchange)
         if status > 0 { counters.count(status: Int(status)) }
         if let entry, config.accessLog.enabled { entry.log(to: logger, includeQuery: config.accessLog.includeQuery) }
         checkDrained()
@@ -40,7 +38,7 @@ extension ProxyServer {
     /// An upgraded connection (`UpgradeTunnel`) has closed: it no longer holds up a drain, and its slot is free.
     func tunnelEnded(_ tunnel: any ProxiedExchange) {
         giveBackTunnelSlot()
-        changeActive { $0.remove(tunnel) }
+        removeActive(tunnel)
         checkDrained()
     }
 
@@ -49,6 +47,6 @@ extension ProxyServer {
     /// endpoint in flight (its answer may hold the only copy of a rotated refresh token, which must
     /// reach the token file before the process exits).
     func checkDrained() {
-        if isDraining && active.isEmpty && !(coordinators + retiredCoordinators).contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
+        if isDraining && activeCount == 0 && !(coordinators + retiredCoordinators).contains(where: \.isTalkingToTokenEndpoint) && frontEnd.openHTTP2Connections == 0 { onDrained?() }
     }
 }

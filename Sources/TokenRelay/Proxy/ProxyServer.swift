@@ -42,7 +42,7 @@ final class ProxyServer {
     private(set) var frontEnd: TransportFrontEnd!
     /// Requests waiting for a refresh, per identity, bounded per route and in all.
     var held = HeldRequests()
-    var active = ActiveExchanges()
+    private var active = ActiveExchanges()
     private(set) var isDraining = false
     /// Tunnel slots (`limits.max_tunnels`) taken: by an upgrade handshake from its arrival, then by its
     /// tunnel until it closes. Taken at arrival, not at the 101, so that handshakes racing each other can
@@ -228,12 +228,19 @@ final class ProxyServer {
     /// removal sets an exchange's slot and may grow or free the array, which calls code the compiler
     /// cannot see through; done on the proxy's stored list, that would make it check every access to the
     /// list at run time, twice per request. Done on a local, the accesses are ones it proves exclusive.
-    func changeActive(_ change: (inout ActiveExchanges) -> Void) {
+    private func changeActive(_ change: (inout ActiveExchanges) -> Void) {
         var list = ActiveExchanges()
         swap(&list, &active)
         change(&list)
         swap(&list, &active)
     }
+
+    /// For ProxyServer+Accounting.swift: the list and its type stay private to this file.
+    func removeActive(_ exchange: any ProxiedExchange) {
+        changeActive { $0.remove(exchange) }
+    }
+
+    var activeCount: Int { active.count }
 
     /// Every 503 tokenrelay answers by itself (no token, too many held or waiting requests, too many busy
     /// connections, shutting down): logged with its reason, at most once a second per reason.
@@ -278,5 +285,32 @@ final class ProxyServer {
         // A copy: each abandon changes the list.
         let remaining = active.all
         remaining.forEach { $0.abandon() }
+    }
+}
+
+/// Exchanges and tunnels in flight, in no order; each knows its slot (`activeSlot`), so that removing
+/// one is a swap with the last, without hashing. A value with mutating methods: each insert or removal
+/// is one access to the proxy's stored property.
+private struct ActiveExchanges {
+    private(set) var all: [any ProxiedExchange] = []
+
+    var count: Int { all.count }
+    var isEmpty: Bool { all.isEmpty }
+
+    mutating func insert(_ exchange: any ProxiedExchange) {
+        exchange.activeSlot = all.count
+        all.append(exchange)
+    }
+
+    /// No-op for one that is not in the list (or no longer).
+    mutating func remove(_ exchange: any ProxiedExchange) {
+        let slot = exchange.activeSlot
+        guard all.indices.contains(slot), all[slot] === exchange else { return }
+        let last = all.removeLast()
+        if slot < all.count {
+            last.activeSlot = slot
+            all[slot] = last
+        }
+        exchange.activeSlot = -1
     }
 }
