@@ -132,7 +132,8 @@ public final class Relay {
     /// Runs `tokenrelay run`: blocks until SIGTERM/SIGINT and the drain that follows. SIGHUP reloads
     /// from `reloadSource`.
     public static func run(preflight: Preflight, redactor: SecretRedactor, logger: Logger, reloadSource: ReloadSource? = nil) throws {
-        let preflight = try StartupResealing.reseal(preflight, logger: logger)
+        let recovered = try StartupLeftoverRecovery.recover(preflight, logger: logger)
+        let preflight = try StartupResealing.reseal(recovered, logger: logger)
         let loop = try EventLoop()
         let relay = try Relay(loop: loop, preflight: preflight, redactor: redactor, logger: logger, reloadSource: reloadSource)
         relay.installSignalHandlers()
