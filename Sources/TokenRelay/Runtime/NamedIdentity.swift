@@ -132,6 +132,10 @@ extension Relay {
                                 redactor: SecretRedactor, logger: Logger) throws -> RefreshCoordinator {
         let config = preflight.config
         let store = try tokenStore(loop: loop, preflight: preflight)
+        if let file = store as? FileTokenStore {
+            let name = file.name
+            file.onLeftovers = { StartupLeftoverRecovery.log($0, file: name, logger: logger) }
+        }
         return RefreshCoordinator(loop: loop, endpoint: endpoint, store: store,
                                   initialTokens: preflight.tokens,
                                   settings: config.refresh, injection: config.inject, lockTimeout: RefreshCoordinator.lockTimeout(for: config),

@@ -28,19 +28,25 @@ enum StartupLeftoverRecovery {
         }
         var result = preflight
         for finding in findings {
-            switch finding {
-            case .adopted(let name):
-                logger.notice("recovered the token set a previous run wrote but did not put in place",
-                              metadata: ["file": "\(file.path)", "temporary": "\(name)"])
+            log(finding, file: file.path, logger: logger)
+            if case .adopted = finding {
                 // Read as at start: a state that does not load stops `run` with its one line.
                 try file.checkPermissions()
                 (result.tokens, result.tokenForm) = try file.loadWithForm()
-            case .removed(let name, let reason):
-                logger.info("removed a temporary token file a previous run left", metadata: ["file": "\(file.path)", "temporary": "\(name)", "reason": "\(reason)"])
-            case .kept(let name, let reason):
-                logger.warning("left a temporary token file a previous run left", metadata: ["file": "\(file.path)", "temporary": "\(name)", "reason": "\(reason)"])
             }
         }
         return result
+    }
+
+    /// One line per temporary file settled (its name and the token file's path; never a token).
+    static func log(_ finding: TokenFileLeftovers.Finding, file: String, logger: Logger) {
+        switch finding {
+        case .adopted(let name):
+            logger.notice("recovered the token set a previous run wrote but did not put in place", metadata: ["file": "\(file)", "temporary": "\(name)"])
+        case .removed(let name, let reason):
+            logger.info("removed a temporary token file a previous run left", metadata: ["file": "\(file)", "temporary": "\(name)", "reason": "\(reason)"])
+        case .kept(let name, let reason):
+            logger.warning("left a temporary token file a previous run left", metadata: ["file": "\(file)", "temporary": "\(name)", "reason": "\(reason)"])
+        }
     }
 }

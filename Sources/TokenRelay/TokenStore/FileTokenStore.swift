@@ -38,8 +38,12 @@ final class FileTokenStore: TokenStore {
         return true
     }
 
+    /// Told what `TokenFileLeftovers` did under the lock (for the log).
+    var onLeftovers: ((TokenFileLeftovers.Finding) -> Void)?
+
     /// The file must be private and well-formed, as at start. Answered at once (a local read).
     func read(completion: @escaping (RefreshMachine.StoreRead) -> Void) {
+        settleLeftoversUnderTheLock()
         do {
             try file.checkPermissions()
             completion(.tokens(try file.load()))
@@ -48,6 +52,15 @@ final class FileTokenStore: TokenStore {
         } catch {
             completion(.unreadable("\(error)"))
         }
+    }
+
+    /// Another process sharing the file, killed between the write of its rotation's temporary file and the
+    /// rename, left its answer there: taken before this process would present the burnt refresh token. Only
+    /// under the lock (no live refresh writes meanwhile) and only with a refresh recorded in flight, so the
+    /// usual read costs one more `lstat`.
+    private func settleLeftoversUnderTheLock() {
+        guard lock.isHeld, case .record = marker.read() else { return }
+        TokenFileLeftovers(file: file).settle().forEach { onLeftovers?($0) }
     }
 
     func noteAdopted() {}
