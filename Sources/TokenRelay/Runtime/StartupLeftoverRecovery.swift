@@ -16,7 +16,7 @@ enum StartupLeftoverRecovery {
     }
 
     private static func recoverStore(_ preflight: Preflight, logger: Logger) throws -> Preflight {
-        guard preflight.redis == nil, let file = preflight.tokenFile else { return preflight }
+        guard preflight.redis == nil, let file = preflight.tokenFile, TokenFileLeftovers(file: file).anyLeft() else { return preflight }
         var findings: [TokenFileLeftovers.Finding] = []
         do {
             findings = try TokenFileLock.withBlockingLock(tokenFilePath: file.path, timeout: preflight.config.timeouts.refreshSeconds + 5) {

@@ -30,17 +30,28 @@ struct TokenFileLeftovers {
     /// A temporary file's size bound: a token state is a few KiB at most.
     private static let maximumSize = 1 << 20
 
-    func settle(isAlive: (Int32) -> Bool = Self.isProcessAlive) -> [Finding] {
-        guard let target = try? TokenFile.resolvingSymlinks(file.path) else { return [] }
+    /// Whether there is anything to settle (no lock needed to look): `run` takes the lock only then, so a
+    /// start beside a refreshing process does not wait for its lock in the usual case.
+    func anyLeft(isAlive: (Int32) -> Bool = Self.isProcessAlive) -> Bool {
+        !(leftovers(isAlive: isAlive)?.names.isEmpty ?? true)
+    }
+
+    /// Ours (by name), regular files, their writer gone; sorted.
+    private func leftovers(isAlive: (Int32) -> Bool) -> (directory: String, target: String, names: [String])? {
+        guard let target = try? TokenFile.resolvingSymlinks(file.path) else { return nil }
         let directory = FilePath.parent(of: target).isEmpty ? "." : FilePath.parent(of: target)
         let prefix = ".\(FilePath.lastComponent(of: target)).tmp-"
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
-        let leftovers = names.filter { name in
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return nil }
+        let ours = names.filter { name in
             guard let pid = Self.writerPID(name, prefix: prefix), pid != getpid(), !isAlive(pid) else { return false }
             var info = stat()
             return lstat("\(directory)/\(name)", &info) == 0 && info.st_mode & S_IFMT == S_IFREG
-        }.sorted()
-        guard !leftovers.isEmpty else { return [] }
+        }
+        return (directory, target, ours.sorted())
+    }
+
+    func settle(isAlive: (Int32) -> Bool = Self.isProcessAlive) -> [Finding] {
+        guard let (directory, target, leftovers) = leftovers(isAlive: isAlive), !leftovers.isEmpty else { return [] }
 
         let answering = leftovers.filter { answersTheRefreshInFlight("\(directory)/\($0)") }
         var findings: [Finding] = []

@@ -39,7 +39,10 @@ final class TokenFileLeftoversTests: XCTestCase {
     func testTheAnswerToTheRefreshInFlightIsPutInPlaceAndTheRecordRemoved() throws {
         try file().write(burnt)
         try recordInFlight("burnt-refresh-BBBB")
+        XCTAssertFalse(TokenFileLeftovers(file: file()).anyLeft(isAlive: noneAlive))
         let leftover = try leave(try file().encode(rotated))
+        XCTAssertTrue(TokenFileLeftovers(file: file()).anyLeft(isAlive: noneAlive))
+        XCTAssertFalse(TokenFileLeftovers(file: file()).anyLeft(isAlive: { _ in true }), "a live writer's file is not left over")
         let findings = TokenFileLeftovers(file: file()).settle(isAlive: noneAlive)
         XCTAssertEqual(findings, [.adopted(temporaryName())])
         XCTAssertEqual(try file().load().refreshToken, "rotated-refresh-DDDD")
