@@ -129,6 +129,25 @@ final class TokenFileLeftoversTests: XCTestCase {
         XCTAssertFalse(markerExists)
     }
 
+    /// The writer puts its temporary file beside a symlink's final target: it is looked for there, and the
+    /// link stays a link.
+    func testThroughASymlinkTheLeftoverBesideTheTargetIsAdopted() throws {
+        let real = directory.appendingPathComponent("real")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true)
+        let link = directory.appendingPathComponent("link.json").path
+        XCTAssertEqual(symlink("real/tokens.json", link), 0)
+        let linked = TokenFile(path: link)
+        try linked.write(burnt)
+        try RefreshInFlightMarker(tokenFilePath: link).writer(for: RefreshInFlightRecord(refreshToken: "burnt-refresh-BBBB", sentAt: Date()))()
+        let leftover = real.appendingPathComponent(temporaryName()).path
+        XCTAssertTrue(FileManager.default.createFile(atPath: leftover, contents: try linked.encode(rotated), attributes: [.posixPermissions: 0o600]))
+        XCTAssertEqual(TokenFileLeftovers(file: linked).settle(isAlive: noneAlive), [.adopted(temporaryName())])
+        XCTAssertEqual(try linked.load().refreshToken, "rotated-refresh-DDDD")
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: link), "real/tokens.json")
+        XCTAssertFalse(exists(leftover))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: RefreshInFlightMarker.path(forTokenFile: link)))
+    }
+
     func testTwoAnswersToOneRefreshAreBothLeftAlone() throws {
         try file().write(burnt)
         try recordInFlight("burnt-refresh-BBBB")
