@@ -42,7 +42,11 @@ final class FleetRefreshRateEndToEndTests: FleetTestCase {
         let together = steadyLoad(over: fleet, seconds: 10)
         XCTAssertEqual(together.answers.keys.sorted(), [200], "only 200s: \(together.answers)")
         XCTAssertEqual(tokenServer.reuseDetections, 0)
-        XCTAssertLessThanOrEqual(together.refreshes, single.refreshes + 1,
+        // Two 10-s windows of wall time on a shared machine: where each window falls in the token's lifetime
+        // moves the count by one or two either way. Three relays refreshing on their own would make about
+        // three times as many; the exact once-per-lifetime rule is FleetRefreshRateTests' (manual clock).
+        let allowed = single.refreshes + max(2, single.refreshes / 4)
+        XCTAssertLessThanOrEqual(together.refreshes, allowed,
                                  "3 relays made \(together.refreshes) refreshes in 10 s where one alone made \(single.refreshes)")
         print("fleet refresh rate end to end: one relay \(single.refreshes), three relays \(together.refreshes) refreshes in 10 s")
     }
