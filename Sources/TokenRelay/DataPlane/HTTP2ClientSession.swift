@@ -33,7 +33,7 @@ final class HTTP2ClientSession: HTTP2ServerConnectionHandler {
         // gRPC needs HTTP/2 end to end: it is passed on only to an upstream that `upstream.http2` says speaks it.
         // A call no route takes (no top-level upstream) goes on to its 404, which gRPC reads as UNIMPLEMENTED.
         let chosen = proxy.context(for: head, listenerRoute: listenerRoute).context
-        if Self.isGRPC(head) && !chosen.answersNotFound && !chosen.route.takesGRPC {
+        if Self.isGRPC(head) && !chosen.answersNotFound && !chosen.route.acceptsGRPCCall() {
             proxy.refused("gRPC request to an HTTP/1.1 upstream")
             return Self.answerUnavailable(stream, message: "tokenrelay: the upstream is reached over HTTP/1.1, gRPC needs HTTP/2")
         }

@@ -18,9 +18,9 @@ final class UpstreamRoute {
     let http2Pool: HTTP2UpstreamPool?
     /// Requests go over HTTP/2: `upstream.http2` is on, and (with "alpn") the server has not selected HTTP/1.1.
     var speaksHTTP2: Bool { http2Pool.map { !$0.serverChoseHTTP1 } ?? false }
-    /// `speaksHTTP2` for a gRPC call: with "alpn", a server that chose HTTP/1.1 more than a second ago is
-    /// asked again (`HTTP2UpstreamPool.askAgain`).
-    var takesGRPC: Bool { http2Pool?.askAgain(notSooner: 1) ?? false }
+    /// `speaksHTTP2` for a gRPC call, which only HTTP/2 carries: with "alpn", a server that chose HTTP/1.1
+    /// more than a second ago is asked again by the next connection (`HTTP2UpstreamPool.askAgain`).
+    func acceptsGRPCCall() -> Bool { http2Pool?.askAgain(notSooner: 1) ?? false }
     let targets: RequestTarget
     private let passthroughPrefixes: [String]
     /// The upstream URL has no path of its own: an origin-form target is sent as it came.
