@@ -57,6 +57,11 @@ enum RedisScripts {
         ["EVAL", release, "1", lockKey, owner]
     }
 
+    /// The same compare-and-delete for the in-flight record: deleted only if it still holds `value`.
+    static func compareAndDeleteArguments(key: String, value: String) -> [String] {
+        ["EVAL", release, "1", key, value]
+    }
+
     static func compareAndSetOutcome(_ reply: RedisReply) -> CompareAndSetOutcome {
         switch reply {
         case .array(let parts) where parts.count == 2 || parts.count == 3:

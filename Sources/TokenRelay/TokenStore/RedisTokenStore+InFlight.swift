@@ -36,22 +36,46 @@ extension RedisTokenStore {
         return .record(RefreshInFlightRecord(fingerprint: String(parts[0]), sentAt: Date(timeIntervalSince1970: Double(milliseconds) / 1000)))
     }
 
-    /// Off the loop, on a connection of its own: the refresh token leaves only once Redis has the record.
+    /// Off the loop, on a connection of its own: the refresh token leaves only once Redis has the record,
+    /// and, with `wait_replicas` ≥ 1, once that many replicas have it too. Rule (the race it prevents: the
+    /// sentinels promote a replica before the lock and this record reached it; a relay following the
+    /// failover finds neither on the new master and presents the same refresh token → reuse, the session
+    /// revoked): `WAIT` on the connection that wrote the record covers everything the master had taken
+    /// before it, so our lock (taken earlier on the same master) too (docs/redis.md). Too few replicas in
+    /// time throws: the machine treats it as a record that could not be written (the token is not sent,
+    /// the record is removed, the lock released, a transient failure).
     func inFlightRecordWriter(for record: RefreshInFlightRecord) throws -> @Sendable () throws -> Void {
         let endpoint = endpoint, timeout = settings.commandTimeoutSeconds * 2, key = inFlightKey
+        let wanted = settings.waitReplicas, waitMilliseconds = max(1, Int(settings.commandTimeoutSeconds * 500))
         let value = Self.encodeInFlight(record)
         inFlightRead = .record(record)
         return {
-            let reply = try RedisOneShot.run(endpoint: endpoint, timeout: timeout, ["SET", key, value])
-            guard case .status = reply else {
-                throw RedisStoreError(description: "Redis did not store the in-flight record: \(reply.text ?? "error reply")")
+            var commands = [["SET", key, value]]
+            if wanted > 0 { commands.append(["WAIT", String(wanted), String(waitMilliseconds)]) }
+            let replies = try RedisOneShot.runAll(endpoint: endpoint, timeout: timeout, commands.map { $0.map { Data($0.utf8) } })
+            guard let stored = replies.first, case .status = stored else {
+                throw RedisStoreError(description: "Redis did not store the in-flight record: \(replies.first?.text ?? "error reply")")
+            }
+            guard wanted > 0 else { return }
+            let confirmed = replies.count > 1 ? replies[1].integer : nil
+            guard let confirmed, confirmed >= Int64(wanted) else {
+                let count = confirmed.map(String.init) ?? "no answer: \(replies.count > 1 ? replies[1].text ?? "error reply" : "none")"
+                throw RedisStoreError(description: "wait_replicas is \(wanted) but \(count) Redis replicas confirmed the refresh lock and "
+                                      + "in-flight record within \(waitMilliseconds) ms")
             }
         }
     }
 
-    /// Under the lock, once the answer is stored (or the record names a refresh token no longer in service).
+    /// Under the lock, once the answer is stored (or the record names a refresh token no longer in service,
+    /// or `WAIT` did not confirm it). Compare-and-delete: only the record we last read or wrote goes, never
+    /// one another relay wrote since (our lock may have expired meanwhile).
     func removeInFlightRecord() throws {
+        let known = inFlightRead
         inFlightRead = .none
-        commands?.send(["DEL", inFlightKey]) { _ in }
+        guard case .record(let record) = known else {
+            commands?.send(["DEL", inFlightKey]) { _ in }
+            return
+        }
+        commands?.send(RedisScripts.compareAndDeleteArguments(key: inFlightKey, value: Self.encodeInFlight(record))) { _ in }
     }
 }

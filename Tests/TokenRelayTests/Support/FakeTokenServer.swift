@@ -105,6 +105,8 @@ final class FakeTokenServer: @unchecked Sendable { // @unchecked: `http` is set 
     /// All POSTs to the token path, whatever their outcome.
     /// Lets gated token requests (`FailureMode.gated`) through.
     func openGate() { state.withLock { $0.gateOpen = true } }
+    /// Holds gated token requests again (the next gated refresh waits for `openGate()`).
+    func closeGate() { state.withLock { $0.gateOpen = false } }
 
     var refreshCalls: Int { state.withLock { $0.refreshCalls } }
     var successfulRefreshes: Int { state.withLock { $0.successfulRefreshes } }
