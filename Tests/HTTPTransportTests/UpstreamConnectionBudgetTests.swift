@@ -8,14 +8,15 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
     private final class StandInPool: UpstreamBudgetMember {
         let name: String
         let budget: UpstreamConnectionBudget
-        let seat = UpstreamBudgetSeat()
+        let seat: UpstreamBudgetSeat
         var waiting = 0
         var open = 0
         /// When each idle connection went idle, oldest first.
         var idle: [Double] = []
         let log: Log
 
-        init(_ name: String, _ budget: UpstreamConnectionBudget, log: Log) {
+        init(_ name: String, _ budget: UpstreamConnectionBudget, log: Log, account: UpstreamBudgetAccount? = nil) {
+            seat = UpstreamBudgetSeat(account: account)
             self.name = name
             self.budget = budget
             self.log = log
@@ -27,7 +28,7 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
 
         /// A request arrives: a connection opens if the budget allows, else it waits in line.
         func request() {
-            if budget.take() {
+            if budget.take(seat) {
                 open += 1
                 log.events.append("\(name) opened")
             } else {
@@ -39,13 +40,13 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
         /// A connection of this pool closes.
         func close() {
             open -= 1
-            budget.giveBack()
+            budget.giveBack(seat.account)
         }
 
         func budgetOffersSlot() {
             guard waiting > 0 else { return }
             waiting -= 1
-            budget.takeOffered()
+            budget.takeOffered(seat)
             open += 1
             log.events.append("\(name) opened")
             if waiting > 0 { budget.wait(seat) }
@@ -67,13 +68,15 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
 
     func testSlotsAreTakenUpToTheLimitAndGivenBack() {
         let budget = UpstreamConnectionBudget(limit: 2)
-        XCTAssertTrue(budget.take())
-        XCTAssertTrue(budget.take())
-        XCTAssertFalse(budget.take(), "the limit is for every pool together")
+        let a = UpstreamBudgetSeat(account: nil), b = UpstreamBudgetSeat(account: nil)
+        budget.join(a); budget.join(b)
+        XCTAssertTrue(budget.take(a))
+        XCTAssertTrue(budget.take(b))
+        XCTAssertFalse(budget.take(a), "the limit is for every pool together")
         XCTAssertEqual(budget.inUse, 2)
-        budget.giveBack()
+        budget.giveBack(a.account)
         XCTAssertEqual(budget.inUse, 1)
-        XCTAssertTrue(budget.take())
+        XCTAssertTrue(budget.take(b))
     }
 
     /// Two routes with a backlog each: slots go to the pools in line in turn, first come first served,
@@ -110,7 +113,7 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
         XCTAssertEqual(b.open, 1)
         XCTAssertEqual(b.waiting, 0)
         XCTAssertEqual(log.events, ["a opened", "b opened"])
-        XCTAssertFalse(budget.take())
+        XCTAssertFalse(budget.take(a.seat))
     }
 
     /// A pool in line whose requests all left (gave up, timed out) takes no slot when offered one, and
@@ -121,12 +124,12 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
         let a = StandInPool("a", budget, log: log), b = StandInPool("b", budget, log: log)
         a.request()
         b.request()
-        XCTAssertFalse(budget.take(), "a newcomer does not pass b")
+        XCTAssertFalse(budget.take(a.seat), "a newcomer does not pass b")
         b.waiting = 0
         a.close()
         XCTAssertEqual(budget.inUse, 0)
         XCTAssertEqual(budget.waitingPools, 0)
-        XCTAssertTrue(budget.take(), "the line is empty again")
+        XCTAssertTrue(budget.take(a.seat), "the line is empty again")
     }
 
     /// The budget is spent by idle connections of one pool: a pool that starts waiting has the oldest
@@ -224,6 +227,137 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
         a.close()
         XCTAssertEqual(c.open, 1)
         XCTAssertEqual(budget.inUse, 1)
+    }
+
+    // MARK: - Reserves
+
+    /// limit / (2 × routes), rounded down; one route reserves nothing; a route's two pools are one route.
+    func testEachRouteReservesItsPartOfHalfTheLimit() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log)
+        XCTAssertEqual(budget.reservePerRoute, 0, "one route alone")
+        let b = StandInPool("b", budget, log: log)
+        XCTAssertEqual(budget.reservePerRoute, 2)
+        XCTAssertEqual(a.seat.account.reserve, 2)
+        let bOtherPool = StandInPool("b2", budget, log: log, account: b.seat.account)
+        XCTAssertEqual(budget.reservePerRoute, 2, "b's HTTP/1.1 and HTTP/2 pools share b's account")
+        let c = StandInPool("c", budget, log: log)
+        XCTAssertEqual(budget.reservePerRoute, 1, "8 / 6")
+        let d = StandInPool("d", budget, log: log), e = StandInPool("e", budget, log: log)
+        XCTAssertEqual(budget.reservePerRoute, 0, "8 / 10: more routes than half the limit")
+        budget.limit = 128
+        XCTAssertEqual(budget.reservePerRoute, 12, "128 / 10")
+        budget.retire(e.seat.account)
+        XCTAssertEqual(budget.reservePerRoute, 16, "a retired route reserves nothing")
+        XCTAssertEqual(e.seat.account.reserve, 0)
+        withExtendedLifetime([d, c, bOtherPool]) {}
+    }
+
+    /// Two routes, limit 8: a's slow backlog gets 6 (all but b's reserve of 2), b is served at once, and
+    /// b's third request (over its reserve, nothing free) waits like a's.
+    func testARouteWithABacklogLeavesTheOtherRoutesReserve() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log), b = StandInPool("b", budget, log: log)
+        for _ in 0..<10 { a.request() }
+        XCTAssertEqual(a.open, 6)
+        XCTAssertEqual(a.waiting, 4)
+        b.request()
+        XCTAssertEqual(b.open, 1, "below its reserve: it passes a in line")
+        b.request()
+        XCTAssertEqual(b.open, 2)
+        b.request()
+        XCTAssertEqual(b.waiting, 1)
+        XCTAssertEqual(budget.inUse, 8)
+        // A freed slot of a goes FIFO: a was first in line and b is at its reserve.
+        log.events = []
+        a.close()
+        XCTAssertEqual(log.events, ["a opened"])
+        b.close()
+        XCTAssertEqual(log.events, ["a opened", "b opened"], "b back at its reserve: its own slot comes back to it")
+        XCTAssertEqual(a.open, 6)
+    }
+
+    /// A slot freed goes to a waiter below its reserve although a waiter over its share is ahead of it;
+    /// past the reserve, FIFO again. (a took all 8 while alone; b arrived later.)
+    func testAWaiterBelowItsReserveIsServedFirst() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log)
+        for _ in 0..<8 { a.request() }
+        let b = StandInPool("b", budget, log: log)
+        a.request()                 // a waits first
+        b.request(); b.request()    // then b, below its reserve of 2, with 2 requests
+        b.request()                 // and a third, which will be over its reserve
+        XCTAssertEqual(budget.waitingPools, 2)
+        log.events = []
+        a.close()
+        XCTAssertEqual(log.events, ["b opened"])
+        a.close()
+        XCTAssertEqual(log.events, ["b opened", "b opened"])
+        a.close()
+        XCTAssertEqual(log.events, ["b opened", "b opened", "a opened"], "b at its reserve: first come first served, a was first")
+        XCTAssertEqual(b.waiting, 1)
+    }
+
+    /// Several slots free at once (a reload raising the limit to 12: reserves of 3): b, below its reserve,
+    /// is served before a, which waited first and could take a slot beyond the reserves; then FIFO.
+    func testARaisedLimitServesTheRouteBelowItsReserveFirst() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log)
+        for _ in 0..<8 { a.request() }
+        let b = StandInPool("b", budget, log: log)
+        a.request(); a.request()
+        b.request(); b.request()
+        log.events = []
+        budget.limit = 12
+        XCTAssertEqual(log.events, ["b opened", "b opened", "a opened"], "a's second waiter would eat b's last reserved slot")
+        XCTAssertEqual(a.waiting, 1)
+        XCTAssertEqual(budget.inUse, 11)
+    }
+
+    /// A pool over its share first in line gets a connection back while a route below its reserve waits
+    /// behind it: the connection closes for that route (its slot is served first) instead of being reused.
+    func testAConnectionComesBackToARouteBelowItsReserveWaitingBehind() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log)
+        for _ in 0..<9 { a.request() }   // 8 open while a was alone, one waiting
+        let b = StandInPool("b", budget, log: log)
+        b.request()
+        XCTAssertEqual(b.waiting, 1, "nothing free: b waits behind a, below its reserve")
+        XCTAssertFalse(budget.isWaitedFor(by: b.seat))
+        XCTAssertTrue(budget.isWaitedFor(by: a.seat), "a is first in line, but b below its reserve is served first")
+    }
+
+    /// Idle connections a route holds within its reserve are not closed for a route that could not take
+    /// the slot anyway (over its share): only idle connections over a reserve are reclaimed.
+    func testIdleConnectionsWithinAReserveAreNotReclaimed() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log), b = StandInPool("b", budget, log: log)
+        b.request(); b.request()
+        b.idle = [1, 2]
+        for _ in 0..<7 { a.request() }
+        XCTAssertEqual(a.open, 6)
+        XCTAssertEqual(a.waiting, 1)
+        XCTAssertEqual(b.open, 2, "b's idle connections are its reserve")
+        XCTAssertFalse(log.events.contains("b closed idle"))
+    }
+
+    /// A route retired by a reload reserves nothing: the route left alone may take every slot, and its
+    /// pools in line are offered the slots the retired route no longer reserves.
+    func testARetiredRoutesReserveGoesToTheOthers() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log), b = StandInPool("b", budget, log: log)
+        for _ in 0..<8 { a.request() }
+        XCTAssertEqual(a.open, 6)
+        budget.retire(b.seat.account)
+        XCTAssertEqual(a.open, 8, "the 2 reserved slots went to a's waiters at once")
+        XCTAssertEqual(budget.inUse, 8)
     }
 }
 

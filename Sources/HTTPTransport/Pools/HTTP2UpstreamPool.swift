@@ -82,10 +82,12 @@ public final class HTTP2UpstreamPool {
 
     /// The limit this pool shares with others (its own when none is given: no bound beyond `maxConnections`).
     public let budget: UpstreamConnectionBudget
-    private let seat = UpstreamBudgetSeat()
+    private let seat: UpstreamBudgetSeat
 
-    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings, budget: UpstreamConnectionBudget? = nil) {
+    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings, budget: UpstreamConnectionBudget? = nil,
+                budgetAccount: UpstreamBudgetAccount? = nil) {
         self.loop = loop
+        seat = UpstreamBudgetSeat(account: budgetAccount)
         self.host = host
         self.port = port
         self.settings = settings
@@ -100,7 +102,7 @@ public final class HTTP2UpstreamPool {
             connection.onReady = nil
             connection.onStreamClosed = nil
             // Still open: its slot goes back when it closes.
-            connection.onClosed = { [budget] in budget.giveBack() }
+            connection.onClosed = { [budget, account = seat.account] in budget.giveBack(account) }
         }
     }
 
@@ -183,9 +185,9 @@ public final class HTTP2UpstreamPool {
         guard !opening && !refusingStreams && connections.count < settings.maxConnections else { return }
         if offered {
             offered = false
-            budget.takeOffered()
+            budget.takeOffered(seat)
             open()
-        } else if budget.take() {
+        } else if budget.take(seat) {
             open()
         } else {
             budget.wait(seat)
@@ -250,7 +252,7 @@ public final class HTTP2UpstreamPool {
         connections.removeAll { $0 === connection }
         if !yielding.isEmpty { yielding.remove(ObjectIdentifier(connection)) }
         // Last: the waiters of a connection that never came up are answered on it first.
-        defer { budget.giveBack() }
+        defer { budget.giveBack(seat.account) }
         if connection.serverChoseHTTP1 { serverChoseHTTP1 = true }
         if !connection.isReady && connection.connectFailure != nil && !connection.serverChoseHTTP1 {
             // The waiters were waiting for this connection: each gets a stream on it, which fails as its

@@ -133,10 +133,12 @@ public final class UpstreamPool: UpstreamBudgetMember {
     private var idleTimer: TransportTimer?
     /// The limit this pool shares with others (its own when none is given: no bound beyond `maxConnections`).
     public let budget: UpstreamConnectionBudget
-    private let seat = UpstreamBudgetSeat()
+    private let seat: UpstreamBudgetSeat
 
-    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings = Settings(), budget: UpstreamConnectionBudget? = nil) {
+    public init(loop: TransportLoop, host: String, port: UInt16, settings: Settings = Settings(), budget: UpstreamConnectionBudget? = nil,
+                budgetAccount: UpstreamBudgetAccount? = nil) {
         self.loop = loop
+        seat = UpstreamBudgetSeat(account: budgetAccount)
         self.host = host
         self.port = port
         self.settings = settings
@@ -167,7 +169,7 @@ public final class UpstreamPool: UpstreamBudgetMember {
                 deliver(.success(connection), to: ticket)
                 return ticket
             }
-            if openCount < settings.maxConnections && budget.take() {
+            if openCount < settings.maxConnections && budget.take(seat) {
                 deliver(open(), to: ticket)
                 return ticket
             }
@@ -214,7 +216,7 @@ public final class UpstreamPool: UpstreamBudgetMember {
         if !isRetired && (openCount >= settings.maxConnections || budget.inUse >= budget.limit), let stale = idle.popLast() {
             stale.connection.close()
         }
-        if !isRetired && openCount < settings.maxConnections && budget.take() {
+        if !isRetired && openCount < settings.maxConnections && budget.take(seat) {
             let ticket = Ticket(ready, lane: lane, pool: self)
             deliver(open(), to: ticket)
             return ticket
@@ -325,13 +327,13 @@ public final class UpstreamPool: UpstreamBudgetMember {
                                                       tls: settings.tls, connectTimeout: settings.connectTimeout, alpn: settings.alpn)
             openCount += 1
             // After the pool is gone (a connection out with a request outlives it), the slot still goes back.
-            connection.onClosed = { [link, budget, unowned connection] in
-                if let pool = link.pool { pool.closed(connection) } else { budget.giveBack() }
+            connection.onClosed = { [link, budget, account = seat.account, unowned connection] in
+                if let pool = link.pool { pool.closed(connection) } else { budget.giveBack(account) }
             }
             connection.onUnsolicitedBytes = { [link] count in link.pool?.onUnsolicitedBytes?(count) }
             return .success(connection)
         } catch {
-            budget.giveBack()
+            budget.giveBack(seat.account)
             return .failure(.connectFailed(error.description))
         }
     }
@@ -341,7 +343,7 @@ public final class UpstreamPool: UpstreamBudgetMember {
         idle.removeAll { $0.connection === connection }
         // A slot is free, in the pool and in the budget: it goes to the pool first in line, and this pool's
         // waiters queue behind those that waited longer (first in line at once when nobody else waits).
-        budget.giveBack()
+        budget.giveBack(seat.account)
         waitForBudgetIfBlocked()
         checkDrained()
     }
@@ -380,7 +382,7 @@ public final class UpstreamPool: UpstreamBudgetMember {
 
     func budgetOffersSlot() {
         guard openCount < settings.maxConnections, let ticket = nextWaiter() else { return }
-        budget.takeOffered()
+        budget.takeOffered(seat)
         deliver(open(), to: ticket)
         waitForBudgetIfBlocked()
     }

@@ -9,7 +9,8 @@ enum TransportUpstream {
     /// at the next connection (`HTTPClientConnection.serverSelectedHTTP2`). `budget`: the process's
     /// `limits.max_upstream_connections`, shared by every route's pools.
     static func makePool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
-                         offerHTTP2: Bool = false, budget: UpstreamConnectionBudget) -> HTTPTransport.UpstreamPool {
+                         offerHTTP2: Bool = false, budget: UpstreamConnectionBudget,
+                         account: UpstreamBudgetAccount? = nil) -> HTTPTransport.UpstreamPool {
         let connections = config.limits.maxUpstreamConnections
         // A response head is bounded at 256 KiB, far above any real API's.
         let limits = HTTPWireLimits(maxHeadBytes: 256 * 1024)
@@ -19,14 +20,15 @@ enum TransportUpstream {
         settings.tls = tls
         if offerHTTP2 && tls != nil { settings.alpn = ["h2", "http/1.1"] }
         return HTTPTransport.UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port),
-                                          settings: settings, budget: budget)
+                                          settings: settings, budget: budget, budgetAccount: account)
     }
 
     /// The HTTP/2 connections to an upstream that `upstream.http2` says speaks it: as many connections as
     /// `limits.max_upstream_connections` (from the same process-wide budget), each with up to 100 streams (fewer if the server says so).
     /// `http1Allowed`: "alpn": the server may select HTTP/1.1, after which the route uses its HTTP/1.1 pool.
     static func makeHTTP2Pool(config: Config, upstream: HTTPEndpoint, tls: TransportTLSClientContext?, loop: EventLoop,
-                              http1Allowed: Bool, budget: UpstreamConnectionBudget) -> HTTP2UpstreamPool {
+                              http1Allowed: Bool, budget: UpstreamConnectionBudget,
+                              account: UpstreamBudgetAccount? = nil) -> HTTP2UpstreamPool {
         var settings = HTTP2UpstreamPool.Settings(maxConnections: config.limits.maxUpstreamConnections,
                                                   maxWaiters: config.limits.maxUpstreamWaiters,
                                                   idleTimeout: config.timeouts.poolIdleSeconds)
@@ -34,7 +36,7 @@ enum TransportUpstream {
         settings.connectTimeout = config.timeouts.connectSeconds
         settings.http1Allowed = http1Allowed
         return HTTP2UpstreamPool(loop: loop.transport, host: upstream.host, port: UInt16(clamping: upstream.port), settings: settings,
-                                 budget: budget)
+                                 budget: budget, budgetAccount: account)
     }
 
     /// The failure an upstream connection's end means for the request on it.

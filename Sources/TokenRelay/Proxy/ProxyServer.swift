@@ -108,7 +108,8 @@ final class ProxyServer {
                              listener: (host: String, port: Int)? = nil) -> ExchangeContext {
         // A route's identity has its own refresh block, trigger statuses included (the checks make a missing one impossible).
         let refresh = identity.flatMap { name in config.identities.first { $0.name == name }?.refresh } ?? config.refresh
-        return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS, listener: listener),
+        return ExchangeContext(config: config, refresh: refresh, route: makeRoute(upstream, config, upstreamTLS: upstreamTLS, listener: listener,
+                                                                                                   reachable: routeName != nil || config.hasDefaultRoute),
                                injection: injection, proxy: self, coordinator: identityCoordinator(identity, config), metrics: metrics,
                                requestCounters: requestCounters(config, routeName: routeName),
                                routeName: routeName ?? Config.defaultRouteName, maxHeld: maxHeld ?? config.heldRequestShare(route: nil),
@@ -165,9 +166,9 @@ final class ProxyServer {
     }
 
     private func makeRoute(_ upstream: Config.Upstream, _ config: Config, upstreamTLS: TLSContext?,
-                           listener: (host: String, port: Int)? = nil) -> UpstreamRoute {
+                           listener: (host: String, port: Int)? = nil, reachable: Bool = true) -> UpstreamRoute {
         let route = UpstreamRoute(upstream, config: config, upstreamTLS: upstreamTLS, loop: loop, listenHost: listener?.host,
-                                  listenPort: listener?.port ?? boundPort, budget: upstreamBudget)
+                                  listenPort: listener?.port ?? boundPort, budget: upstreamBudget, reservesConnections: reachable)
         let desynced: (Int) -> Void = { [unowned self] unread in
             self.metrics.countUpstreamError(kind: "excess_response_bytes")
             self.logger.warning("upstream sent more data than its response; connection closed, not reused",

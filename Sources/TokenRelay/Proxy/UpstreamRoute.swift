@@ -28,21 +28,28 @@ final class UpstreamRoute {
     var hasPassthroughPaths: Bool { !passthroughPrefixes.isEmpty }
 
     /// `settings`: the top-level `upstream` or a route's. `budget`: the upstream connections of the whole
-    /// process, which every route's pools draw from. `listenHost`/`listenPort`: the listener the route's
+    /// process, which every route's pools draw from, both pools of a route on one account (its reserve);
+    /// `reservesConnections` false: a route no request reaches (the default of a config without one). `listenHost`/`listenPort`: the listener the route's
     /// requests arrive on (a route's own `listen`, or the main one), which an absolute-form target may name.
     init(_ settings: Config.Upstream, config: Config, upstreamTLS: TLSContext?, loop: EventLoop, listenHost: String? = nil, listenPort: Int,
-         budget: UpstreamConnectionBudget) {
+         budget: UpstreamConnectionBudget, reservesConnections: Bool = true) {
+        self.budget = budget
         upstream = settings.url
         hostField = PreparedField(name: "Host", value: settings.url.authority)
         passthroughPrefixes = settings.passthroughPrefixes
         forwardsPathsUnchanged = settings.url.path.allSatisfy { $0 == "/" }
         pool = TransportUpstream.makePool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
-                                          offerHTTP2: settings.http2 == .alpn, budget: budget)
+                                          offerHTTP2: settings.http2 == .alpn, budget: budget, account: budgetAccount)
         http2Pool = settings.http2 == .never ? nil
             : TransportUpstream.makeHTTP2Pool(config: config, upstream: settings.url, tls: upstreamTLS?.transport, loop: loop,
-                                              http1Allowed: settings.http2 == .alpn, budget: budget)
+                                              http1Allowed: settings.http2 == .alpn, budget: budget, account: budgetAccount)
         targets = RequestTarget(upstream: settings.url, listenHost: listenHost ?? config.listen.host, listenPort: listenPort)
+        if !reservesConnections { budget.retire(budgetAccount) }
     }
+
+    private let budget: UpstreamConnectionBudget
+    /// The route's share of the budget: its reserve, and the slots its pools use.
+    private let budgetAccount = UpstreamBudgetAccount()
 
     /// Requests that use this route. A reload retires the route's pool only once the last of them has
     /// ended: a held request replays on the route it arrived under.
@@ -62,6 +69,8 @@ final class UpstreamRoute {
     /// A reload replaced this route: its pool takes no new requests once its own have ended.
     func retire() {
         isRetiring = true
+        // Its reserve goes to the routes that replace it at once; its connections still count until they close.
+        budget.retire(budgetAccount)
         if requestsInFlight == 0 {
             pool.retire()
             http2Pool?.retire()

@@ -96,6 +96,29 @@ final class SharedUpstreamLimitTests: ReloadTestCase {
         XCTAssertEqual(apiA.acceptedConnections, 2)
     }
 
+    /// Route isolation (limit 8): route a's upstream is slow and 10 of its requests arrive at once. a
+    /// takes all but the others' reserves (6 connections) and its other requests wait for those; a request
+    /// on route b then finds its reserve free and is served at once, not when a's first response ends
+    /// (2.5 s) or at its pool wait (4 s). Without the reserves a took all 8 and b waited behind it.
+    func testASlowRouteLeavesAnotherRouteItsReserve() throws {
+        let apiA = try secondAPI(), apiB = try secondAPI()
+        apiA.responseDelay = 2.5
+        let census = Census([api, apiA, apiB])
+        defer { census.stop() }
+        let relay = try startRelay(["routes": twoRoutes(apiA, apiB),
+                                    "limits": ["max_upstream_connections": 8], "timeouts": ["pool_wait_seconds": 4]])
+        let slow = (0..<10).map { send(relay, "/a/\($0)") }
+        XCTAssertTrue(waitUntil(timeout: 10) { apiA.requestCount == 6 }, "a's first six requests reached its upstream")
+        XCTAssertEqual(apiA.liveConnections, 6, "a holds all but the other routes' reserves (2 of 8)")
+        let started = Date()
+        XCTAssertEqual(try send(relay, "/b/1").wait(timeout: 20), 200)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 1.5, "b was served from its reserve at once")
+        XCTAssertEqual(apiB.requestCount, 1)
+        XCTAssertLessThanOrEqual(apiA.liveConnections, 7, "a never above the limit minus b's reserve while b waited")
+        XCTAssertEqual(try slow.map { try $0.wait(timeout: 30) }, Array(repeating: 200, count: 10), "a's waiters were served as its connections came back")
+        XCTAssertLessThanOrEqual(census.highest, 8)
+    }
+
     /// A reload lowering the limit and adding a route: requests in flight finish on their connections
     /// (none is cut), and from then on the lower limit bounds all routes, the new one included.
     func testAReloadMovesTheLimitWithoutCuttingConnectionsInUse() throws {
