@@ -347,6 +347,27 @@ final class UpstreamConnectionBudgetTests: XCTestCase {
         XCTAssertFalse(log.events.contains("b closed idle"))
     }
 
+    /// A reload lowering the limit shrinks the reserves (8 → 4: 2 each → 1 each) and closes nothing: a route
+    /// over the new numbers keeps its connections, and the limit is reached as they close.
+    func testALowerLimitShrinksTheReservesWithoutClosingAnything() {
+        let log = Log()
+        let budget = UpstreamConnectionBudget(limit: 8)
+        let a = StandInPool("a", budget, log: log), b = StandInPool("b", budget, log: log)
+        for _ in 0..<6 { a.request() }
+        b.request(); b.request()
+        budget.limit = 4
+        XCTAssertEqual(budget.reservePerRoute, 1)
+        XCTAssertEqual(budget.inUse, 8, "nothing in use is cut")
+        b.close()
+        b.request()
+        XCTAssertEqual(b.waiting, 1, "b is at its new reserve and nothing is free")
+        for _ in 0..<3 { a.close() }
+        XCTAssertEqual(b.waiting, 1, "still at the lowered limit (a 3, b 1)")
+        a.close()
+        XCTAssertEqual(b.open, 2, "a slot under the limit, and a (2) lacks nothing: b takes it beyond its reserve")
+        XCTAssertEqual(budget.inUse, 4)
+    }
+
     /// A route retired by a reload reserves nothing: the route left alone may take every slot, and its
     /// pools in line are offered the slots the retired route no longer reserves.
     func testARetiredRoutesReserveGoesToTheOthers() {
