@@ -4,24 +4,7 @@ import XCTest
 /// Held-request shares without any `routes[].max_held_requests`: the top-level route (its identity's token
 /// endpoint hanging) floods past `limits.max_held_requests`, and route `b`, on its own identity and token
 /// server, still has slots when its token dies at that moment.
-final class HeldShareIsolationTests: ReloadTestCase {
-    private var tokenServerB: FakeTokenServer!
-    private var apiB: FakeAPIServer!
-    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
-        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
-        let tokens = tokenServerB.issueInitialTokens()
-        try writeTokenFile(at: tokenFileB, access: tokens.access, refresh: tokens.refresh)
-    }
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        tokenServerB?.stop()
-    }
-
+final class HeldShareIsolationTests: SecondIdentityTestCase {
     /// Global limit 4, no route sets its own: the top-level route and b get 2 each. Without the shares the
     /// top-level flood takes all 4 slots and b's requests are refused although b's refresh works.
     private func settings(global: Int, routes extra: [[String: Any]] = []) -> [String: Any] {

@@ -4,26 +4,14 @@ import XCTest
 /// A config with `routes` and `identities` only (no top-level `upstream`, `tokens` or `refresh`), run for
 /// real: identity `a` (the usual token server and API) behind `/a/`, `b` (its own) behind `/b/`. Nothing
 /// runs for the top level: the admin answers for the identities, the CLI asks which one.
-final class IdentitiesOnlyTests: ReloadTestCase {
-    private var tokenServerB: FakeTokenServer!
-    private var apiB: FakeAPIServer!
-    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
+final class IdentitiesOnlyTests: SecondIdentityTestCase {
     /// a's own file (a token family of its own): the top-level `tokens.json` stays the top level's, for the reload test.
     private var tokenFileA: URL { workDir.appendingPathComponent("tokens-a.json") }
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
-        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
-        let tokens = tokenServerB.issueInitialTokens()
-        try writeTokenFile(at: tokenFileB, access: tokens.access, refresh: tokens.refresh)
         let tokensA = tokenServer.issueInitialTokens()
         try writeTokenFile(at: tokenFileA, access: tokensA.access, refresh: tokensA.refresh)
-    }
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        tokenServerB?.stop()
     }
 
     private func identity(_ file: URL, _ server: FakeTokenServer) -> [String: Any] {

@@ -4,24 +4,7 @@ import XCTest
 /// Two identities, each with its own token server (rotation and reuse detection) and API: the top-level
 /// one behind the default route, `b` behind `/b/`. Whatever happens to one identity's tokens, the other's
 /// requests, refreshes and readiness do not notice.
-final class IdentitiesServingTests: ReloadTestCase {
-    private var tokenServerB: FakeTokenServer!
-    private var apiB: FakeAPIServer!
-    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
-        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
-        let tokens = tokenServerB.issueInitialTokens()
-        try writeTokenFile(at: tokenFileB, access: tokens.access, refresh: tokens.refresh)
-    }
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        tokenServerB?.stop()
-    }
-
+final class IdentitiesServingTests: SecondIdentityTestCase {
     private var twoIdentities: [String: Any] {
         ["routes": [["name": "b", "match": ["path_prefix": "/b/", "strip_prefix": true], "upstream": ["url": apiB.baseURL], "identity": "b"]],
          "identities": ["b": [

@@ -4,25 +4,7 @@ import XCTest
 /// `identities.<name>.tokens.encryption` at start, as for the top level: a named identity's plain file is
 /// sealed before the loop runs (bound to its name), and one sealed with a previous key is resealed with
 /// `key_file`, so no identity's tokens stay in clear until its own next refresh.
-final class IdentityResealingTests: ReloadTestCase, SealedStateChecks {
-    private var tokenServerB: FakeTokenServer!
-    private var apiB: FakeAPIServer!
-    private var tokenFileB: URL { workDir.appendingPathComponent("tokens-b.json") }
-    private var initialB: (access: String, refresh: String)!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        tokenServerB = try FakeTokenServer(clientID: "legacy-app", clientSecret: Self.clientSecret, accessTokenLifetime: 3600, expectedClientAuth: .basic)
-        apiB = stoppedInTearDown(try FakeAPIServer(tokenServer: tokenServerB))
-        initialB = tokenServerB.issueInitialTokens()
-        try writeTokenFile(at: tokenFileB, access: initialB.access, refresh: initialB.refresh)
-    }
-
-    override func tearDownWithError() throws {
-        try super.tearDownWithError()
-        tokenServerB?.stop()
-    }
-
+final class IdentityResealingTests: SecondIdentityTestCase, SealedStateChecks {
     private func withIdentityB(encryption: [String: Any]) -> [String: Any] {
         ["routes": [["name": "b", "match": ["path_prefix": "/b/", "strip_prefix": true], "upstream": ["url": apiB.baseURL], "identity": "b"]],
          "identities": ["b": [
